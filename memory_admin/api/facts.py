@@ -1,0 +1,99 @@
+"""Facts: list, write (the write path), get, history, correct, forget, pin."""
+
+from __future__ import annotations
+
+from typing import Literal
+from uuid import UUID
+
+from ninja import Query, Router, Schema
+
+from memory_admin.api import api
+from memory_admin.api.schemas import (
+    CorrectIn,
+    FactIn,
+    FactOut,
+    FactPage,
+    ForgetIn,
+    HistoryOut,
+    PinIn,
+    WriteOut,
+)
+from memory_admin.selectors.access import memory_user_for
+from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
+from memory_admin.services.facts import fact_correct, fact_forget, fact_pin, fact_write
+
+router = Router(tags=["facts"])
+
+
+class FactFilters(Schema):
+    status: Literal["active", "superseded", "stale", "evicted", "quarantined", "any"] = "active"
+    category: Literal["preference", "project", "technical", "personal", "other"] | None = None
+    kind: Literal["fact", "decision", "inference", "correction", "preference", "skill"] | None = None
+    key: str | None = None
+    text: str | None = None
+    cursor: str | None = None
+    limit: int = 50
+
+
+@router.get("/users/{user_id}/facts", response=FactPage)
+def list_facts(request, user_id: str, filters: Query[FactFilters]):
+    user = memory_user_for(request.principal, user_id)
+    limit = max(1, min(filters.limit, 200))
+    rows, next_cursor = fact_list(
+        request.principal, user, status=None if filters.status == "any" else filters.status,
+        category=filters.category, kind=filters.kind, key=filters.key, text=filters.text,
+        cursor=filters.cursor, limit=limit,
+    )
+    return {"items": [FactOut.of(f) for f in rows], "next_cursor": next_cursor}
+
+
+@router.post("/users/{user_id}/facts", response={200: WriteOut, 201: WriteOut})
+def write_fact(request, user_id: str, payload: FactIn):
+    user = memory_user_for(request.principal, user_id, create=True)
+    data = payload.dict(exclude_none=True)
+    task_ref = data.pop("task_id", "")
+    result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
+    status = 201 if result.outcome in {"created", "updated", "superseded_existing", "queued_for_review",
+                                       "quarantined", "overruled", "capped"} else 200
+    return status, {
+        "outcome": result.outcome,
+        "reason": result.reason,
+        "fact": FactOut.of(result.fact) if result.fact else None,
+        "other_fact_id": result.other.pk if result.other else None,
+        "contradiction_id": result.contradiction.pk if result.contradiction else None,
+        "evicted_ids": [f.pk for f in result.evicted],
+    }
+
+
+@router.get("/facts/{fact_id}", response=FactOut)
+def get_fact(request, fact_id: UUID):
+    return FactOut.of(fact_get_for(request.principal, fact_id))
+
+
+@router.get("/facts/{fact_id}/history", response=HistoryOut)
+def fact_history(request, fact_id: UUID):
+    fact = fact_get_for(request.principal, fact_id)
+    chain = fact_chain(fact)
+    return {"fact_id": fact.pk, "chain": [FactOut.of(f) for f in chain],
+            "events": list(chain_events(request.principal, chain))}
+
+
+@router.post("/facts/{fact_id}/correct", response={201: FactOut})
+def correct_fact(request, fact_id: UUID, payload: CorrectIn):
+    new = fact_correct(principal=request.principal, fact_id=fact_id, **payload.dict(exclude_none=True))
+    return 201, FactOut.of(fact_get_for(request.principal, new.pk))
+
+
+@router.delete("/facts/{fact_id}", response=FactOut)
+def forget_fact(request, fact_id: UUID, payload: ForgetIn | None = None):
+    fact = fact_forget(principal=request.principal, fact_id=fact_id, reason=payload.reason if payload else "")
+    return FactOut.of(fact_get_for(request.principal, fact.pk))
+
+
+@router.post("/facts/{fact_id}/pin", response=FactOut)
+def pin_fact(request, fact_id: UUID, payload: PinIn):
+    fact = fact_pin(principal=request.principal, fact_id=fact_id, pinned=payload.pinned)
+    return FactOut.of(fact_get_for(request.principal, fact.pk))
+
+
+api.add_router("", router)

@@ -1,0 +1,109 @@
+"""Decay and staleness (SPEC §7), defined once: in Python for single facts, in SQL for queries.
+
+effective confidence = confidence × exp(−λ(kind)·days since last access) × reinforcement(access count)
+    reinforcement = 1 + R·(1 − exp(−access_count / A)), bounded by 1 + R; never zero for unread facts.
+    The product is capped at 1. Pinned facts do not decay (their confidence is returned as is).
+staleness = 0.4·age factor + 0.3·access decay + 0.3·contradiction flag, in 0..1
+    age factor   = 1 − exp(−days since valid_from / AGE_SCALE_DAYS)
+    access decay = 1 − exp(−days since last access / ACCESS_SCALE_DAYS)
+    contradiction flag = 1 while the fact is part of an open contradiction.
+    stale above 0.7 (half weight in ranking), eviction candidate above 0.9.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from django.db.models import Case, F, FloatField, Value, When
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+# Per-day decay rates by kind: skills slow, facts and decisions moderate, inferences fast.
+DECAY_LAMBDA: dict[str, float] = {
+    "skill": 0.002,
+    "fact": 0.01,
+    "decision": 0.01,
+    "preference": 0.01,
+    "correction": 0.005,
+    "inference": 0.03,
+}
+REINFORCEMENT_MAX = 0.5
+REINFORCEMENT_SCALE = 5.0
+AGE_SCALE_DAYS = 180.0
+ACCESS_SCALE_DAYS = 60.0
+STALE_THRESHOLD = 0.7
+EVICTION_THRESHOLD = 0.9
+
+
+def _days(since: datetime | None, now: datetime) -> float:
+    if since is None:
+        return 0.0
+    return max(0.0, (now - since).total_seconds() / 86400.0)
+
+
+def effective_confidence(fact, now: datetime | None = None) -> float:
+    if fact.pinned:
+        return float(fact.confidence)
+    now = now or timezone.now()
+    lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
+    last = fact.last_accessed_at or fact.valid_from or fact.created_at
+    reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
+    return min(1.0, float(fact.confidence) * math.exp(-lam * _days(last, now)) * reinforcement)
+
+
+def staleness(fact, now: datetime | None = None) -> float:
+    now = now or timezone.now()
+    age = 1 - math.exp(-_days(fact.valid_from or fact.created_at, now) / AGE_SCALE_DAYS)
+    last = fact.last_accessed_at or fact.valid_from or fact.created_at
+    access = 1 - math.exp(-_days(last, now) / ACCESS_SCALE_DAYS)
+    flag = 1.0 if fact.contested else 0.0
+    return round(min(1.0, 0.4 * age + 0.3 * access + 0.3 * flag), 4)
+
+
+def is_stale(fact, now: datetime | None = None) -> bool:
+    return fact.status == "stale" or staleness(fact, now) > STALE_THRESHOLD
+
+
+# --- SQL forms, for ordering and filtering inside queries (alias-free: table columns by name) ---
+
+def _lambda_sql(kind_column: str) -> str:
+    cases = " ".join(f"WHEN '{kind}' THEN {lam}" for kind, lam in DECAY_LAMBDA.items())
+    return f"(CASE {kind_column} {cases} ELSE {DECAY_LAMBDA['fact']} END)"
+
+
+def effective_confidence_sql(table: str = "memory_admin_fact") -> str:
+    last = f"COALESCE({table}.last_accessed_at, {table}.valid_from, {table}.created_at)"
+    days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - {last})) / 86400.0)"
+    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
+    decayed = f"LEAST(1.0, {table}.confidence * exp(-{_lambda_sql(table + '.kind')} * {days}) * {reinforcement})"
+    return f"(CASE WHEN {table}.pinned THEN {table}.confidence ELSE {decayed} END)"
+
+
+def staleness_sql(table: str = "memory_admin_fact") -> str:
+    age_days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - COALESCE({table}.valid_from, {table}.created_at))) / 86400.0)"
+    last = f"COALESCE({table}.last_accessed_at, {table}.valid_from, {table}.created_at)"
+    access_days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - {last})) / 86400.0)"
+    return (
+        f"LEAST(1.0, 0.4 * (1 - exp(-{age_days} / {AGE_SCALE_DAYS}))"
+        f" + 0.3 * (1 - exp(-{access_days} / {ACCESS_SCALE_DAYS}))"
+        f" + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))"
+    )
+
+
+def annotate_scores(queryset):
+    """Add `eff_conf` and `stale_score` computed by Postgres (one formula, shared with Python)."""
+    return queryset.annotate(
+        eff_conf=RawSQL(effective_confidence_sql(), (), output_field=FloatField()),
+        stale_score=RawSQL(staleness_sql(), (), output_field=FloatField()),
+    )
+
+
+def stale_weight_expression():
+    """1.0 for fresh facts, 0.5 for stale ones, as an ORM expression over an annotated queryset."""
+    return Case(
+        When(status="stale", then=Value(0.5)),
+        When(stale_score__gt=STALE_THRESHOLD, then=Value(0.5)),
+        default=Value(1.0),
+        output_field=FloatField(),
+    ) * F("eff_conf")

@@ -1,0 +1,189 @@
+"""The one access check (SPEC §3): who may read and write what, applied inside the SQL query.
+
+Every read and write, API and dashboard alike, starts from a `Principal` and goes through the
+functions here. Objects of another tenant, or of a memory user the principal may not reach, are
+filtered out by the query itself, so they look exactly like objects that do not exist (404).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from django.db import models
+from django.db.models import Q
+
+from memory_admin.errors import Forbidden, NotFound
+from memory_admin.models import (
+    AuditEvent,
+    Contradiction,
+    Edge,
+    Episode,
+    ExtractionBatch,
+    Fact,
+    LlmCall,
+    MemoryUser,
+    Message,
+    Notebook,
+    NotebookRevision,
+    PiiBlock,
+    Skill,
+    SkillRevision,
+    Thread,
+)
+
+M = TypeVar("M", bound=models.Model)
+
+# What each role may do besides reading what it can see.
+READ = "read"
+WRITE_MEMORY = "write_memory"  # facts, notebooks, skills, messages
+CURATE = "curate"  # review queue, pin, correct or forget any fact
+ADMIN = "admin"  # settings, API keys, export and erase
+AUDIT = "audit"  # PII blocks and the audit log
+
+ROLE_ABILITIES: dict[str, frozenset[str]] = {
+    "admin": frozenset({READ, WRITE_MEMORY, CURATE, ADMIN, AUDIT}),
+    "operator": frozenset({READ, WRITE_MEMORY, CURATE}),
+    "auditor": frozenset({READ, AUDIT}),
+    "member": frozenset({READ, WRITE_MEMORY}),
+    "agent": frozenset({READ, WRITE_MEMORY}),
+    "agent_admin": frozenset({READ, WRITE_MEMORY, ADMIN}),
+    "system": frozenset({READ, WRITE_MEMORY, CURATE, ADMIN, AUDIT}),
+}
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Whoever acts: an agent's API key, a dashboard account in one tenant, or the system itself."""
+
+    tenant_id: int
+    role: str
+    actor: str
+    actor_type: str = "agent"  # agent, staff, system
+    agent_id: int | None = None
+    api_key_id: int | None = None
+    # Agent keys may be limited to memory users by their external ids (empty: all of the tenant).
+    allowed_external_ids: tuple[str, ...] = ()
+    # A member reaches exactly one memory user (its primary key).
+    member_user_id: int | None = None
+    abilities: frozenset[str] = field(default=frozenset(), compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.abilities:
+            object.__setattr__(self, "abilities", ROLE_ABILITIES[self.role])
+
+    def can(self, ability: str) -> bool:
+        return ability in self.abilities
+
+    def require(self, ability: str) -> None:
+        if not self.can(ability):
+            raise Forbidden(f"Your role ({self.role}) may not do this.", code="forbidden")
+
+    @property
+    def restricted(self) -> bool:
+        return bool(self.allowed_external_ids) or self.member_user_id is not None
+
+    @classmethod
+    def system(cls, tenant_id: int, actor: str = "system") -> Principal:
+        return cls(tenant_id=tenant_id, role="system", actor=actor, actor_type="system")
+
+
+def _user_q(principal: Principal, path: str) -> Q:
+    """The memory users a restricted principal reaches, as a condition on `path` (a MemoryUser
+    relation). Only call it when `principal.restricted`: an empty Q would vanish from an OR."""
+    if principal.member_user_id is not None:
+        return Q(**{f"{path}_id": principal.member_user_id})
+    if principal.allowed_external_ids:
+        return Q(**{f"{path}__external_id__in": list(principal.allowed_external_ids)})
+    raise AssertionError("_user_q is only for restricted principals")
+
+
+# For each model: the relation to the memory user that owns a row, and whether rows without one
+# (tenant-wide objects such as the tenant notebook or tenant skills) are visible to restricted principals.
+_OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
+    MemoryUser: ("", "tenant_id"),
+    Fact: ("memory_user", "tenant_id"),
+    Notebook: ("memory_user", "tenant_id"),
+    NotebookRevision: ("notebook__memory_user", "notebook__tenant_id"),
+    Skill: ("memory_user", "tenant_id"),
+    SkillRevision: ("skill__memory_user", "skill__tenant_id"),
+    Thread: ("memory_user", "tenant_id"),
+    Message: ("memory_user", "tenant_id"),
+    Episode: ("memory_user", "tenant_id"),
+    Contradiction: ("memory_user", "tenant_id"),
+    ExtractionBatch: ("memory_user", "tenant_id"),
+    PiiBlock: ("memory_user", "tenant_id"),
+    AuditEvent: ("memory_user", "tenant_id"),
+    Edge: ("src_fact__memory_user", "tenant_id"),
+    LlmCall: ("batch__memory_user", "tenant_id"),
+}
+
+
+def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QuerySet[M]:
+    """Narrow any queryset to the rows this principal may read. Used by every read."""
+    model = queryset.model
+    user_path, tenant_path = _OWNER_PATH[model]
+    if model is MemoryUser:
+        q = Q(tenant_id=principal.tenant_id)
+        if principal.member_user_id is not None:
+            q &= Q(pk=principal.member_user_id)
+        elif principal.allowed_external_ids:
+            q &= Q(external_id__in=list(principal.allowed_external_ids))
+        return queryset.filter(q)
+    q = Q(**{tenant_path: principal.tenant_id})
+    if model is Fact:
+        # A user reads its ancestors: the tenant's org scope and the global scope (SPEC §3).
+        if principal.restricted:
+            q &= Q(memory_user__isnull=True) | _user_q(principal, user_path)
+        q |= Q(scope=Fact.Scope.GLOBAL)
+        return queryset.filter(q)
+    if principal.restricted:
+        if model in (Notebook, Skill, NotebookRevision, SkillRevision):
+            # Tenant notebook and tenant skills are readable by everyone in the tenant.
+            q &= Q(**{f"{user_path}__isnull": True}) | _user_q(principal, user_path)
+        else:
+            q &= _user_q(principal, user_path)
+    return queryset.filter(q)
+
+
+def get_visible(principal: Principal, queryset: models.QuerySet[M], **lookup) -> M:
+    """One object the principal may read, or NotFound (for missing and forbidden alike)."""
+    try:
+        return visible(principal, queryset).get(**lookup)
+    except (queryset.model.DoesNotExist, ValueError, TypeError) as exc:
+        name = queryset.model._meta.verbose_name
+        raise NotFound(f"No {name} with that id is visible to you.") from exc
+    except Exception as exc:  # invalid UUID text and the like
+        from django.core.exceptions import ValidationError
+
+        if isinstance(exc, ValidationError):
+            raise NotFound(f"No {queryset.model._meta.verbose_name} with that id is visible to you.") from exc
+        raise
+
+
+def memory_user_for(principal: Principal, external_id: str, *, create: bool = False) -> MemoryUser:
+    """The memory user with this external id. Reads never create; the first write does (SPEC §8)."""
+    user = visible(principal, MemoryUser.objects.all()).filter(external_id=external_id).first()
+    if user is not None:
+        if user.erased_at is not None and not create:
+            raise NotFound("No memory user with that id is visible to you.")
+        return user
+    if not create:
+        raise NotFound("No memory user with that id is visible to you.")
+    principal.require(WRITE_MEMORY)
+    if principal.member_user_id is not None or (
+        principal.allowed_external_ids and external_id not in principal.allowed_external_ids
+    ):
+        raise NotFound("No memory user with that id is visible to you.")
+    user, _ = MemoryUser.objects.get_or_create(tenant_id=principal.tenant_id, external_id=external_id)
+    return user
+
+
+def writable_fact(principal: Principal, fact_id) -> Fact:
+    """A fact the principal may change: visible, and in a user scope it reaches (not org/global)."""
+    fact = get_visible(principal, Fact.objects.select_related("memory_user"), pk=fact_id)
+    if fact.memory_user_id is None:
+        if not principal.can(CURATE):
+            raise Forbidden("Shared (org or global) facts are read-only to you.", code="read_only_scope")
+    principal.require(WRITE_MEMORY)
+    return fact

@@ -1,0 +1,58 @@
+"""Audit events: one immutable row for every mutation and every refusal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from memory_admin.models import AuditEvent, Fact
+from memory_admin.selectors.access import Principal
+
+
+def fact_snapshot(fact: Fact | None) -> dict[str, Any] | None:
+    """What an audit event keeps of a fact (content is already scanned: never a raw secret)."""
+    if fact is None:
+        return None
+    return {
+        "id": str(fact.pk),
+        "key": fact.key,
+        "content": fact.content,
+        "category": fact.category,
+        "kind": fact.kind,
+        "confidence": round(float(fact.confidence), 4),
+        "source": fact.source,
+        "status": fact.status,
+        "version": fact.version,
+        "pinned": fact.pinned,
+    }
+
+
+def audit(
+    principal: Principal,
+    action: str,
+    *,
+    outcome: str = "",
+    target: Any = None,
+    target_type: str = "",
+    target_id: str = "",
+    memory_user_id: int | None = None,
+    before: dict | None = None,
+    after: dict | None = None,
+    reason: str = "",
+) -> AuditEvent:
+    if target is not None:
+        target_type = target_type or target._meta.model_name
+        target_id = target_id or str(target.pk)
+        memory_user_id = memory_user_id or getattr(target, "memory_user_id", None)
+    return AuditEvent.objects.create(
+        tenant_id=principal.tenant_id,
+        memory_user_id=memory_user_id,
+        actor_type=principal.actor_type,
+        actor=principal.actor,
+        action=action,
+        outcome=outcome,
+        target_type=target_type,
+        target_id=target_id,
+        before=before,
+        after=after,
+        reason=reason[:2000],
+    )

@@ -1,0 +1,84 @@
+"""Resolving a contradiction from the review queue: keep A, keep B, both true, merge, dismiss.
+
+Safe when two reviewers act at once: the row is locked and must still be open, so the second
+reviewer gets AlreadyResolved and nothing is applied twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory_admin.embeddings import embed_one
+from memory_admin.errors import AlreadyResolved, Invalid
+from memory_admin.models import Contradiction, Edge, Fact
+from memory_admin.selectors.access import CURATE, Principal, get_visible
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.facts import _supersede, check_fact_size, content_hash, refresh_contested
+from memory_admin.services.screening import screen_text
+
+ACTIONS = ("keep_a", "keep_b", "both_true", "merge", "dismiss")
+
+
+def contradiction_resolve(
+    *, principal: Principal, contradiction_id, action: str, note: str = "", merged_text: str = ""
+) -> Contradiction:
+    principal.require(CURATE)
+    if action not in ACTIONS:
+        raise Invalid(f"action must be one of {', '.join(ACTIONS)}.", field="action")
+    if action == "merge":
+        check_fact_size(merged_text)
+    with transaction.atomic():
+        item = get_visible(principal, Contradiction.objects.select_for_update(of=("self",)), pk=contradiction_id)
+        if item.status != Contradiction.Status.OPEN:
+            raise AlreadyResolved(
+                f"Already {item.status.replace('_', ' ')} by {item.resolved_by or 'someone'}"
+                f" ({item.resolution or 'no action'}); nothing was changed.",
+                status_now=item.status, resolution=item.resolution, resolved_by=item.resolved_by,
+            )
+        a = Fact.objects.select_for_update().get(pk=item.fact_a_id)
+        b = Fact.objects.select_for_update().get(pk=item.fact_b_id) if item.fact_b_id else None
+        before = {"a": fact_snapshot(a), "b": fact_snapshot(b)}
+        merged = None
+        if action == "keep_a" and b is not None and b.status == Fact.Status.ACTIVE:
+            _supersede(b, by=a, reason=f"review: kept the other side. {note}")
+        elif action == "keep_b" and b is not None and a.status == Fact.Status.ACTIVE:
+            _supersede(a, by=b, reason=f"review: kept the other side. {note}")
+        elif action == "merge":
+            text = screen_text(principal, merged_text, route="review", memory_user_id=item.memory_user_id).content
+            merged = Fact(
+                id=uuid.uuid4(), tenant_id=a.tenant_id, memory_user_id=a.memory_user_id, scope=a.scope,
+                task_ref=a.task_ref, key=a.key if b is None or a.key == b.key else None, content=text,
+                content_hash=content_hash(text), category=a.category, kind=a.kind,
+                confidence=max(a.confidence, b.confidence if b else 0), importance=a.importance,
+                source=Fact.Source.USER_CORRECTION, version=a.version + 1, supersedes=a,
+                embedding=embed_one(text), valid_from=timezone.now(), created_by=principal.actor,
+            )
+            for side in (a, b):
+                if side is not None and side.status == Fact.Status.ACTIVE:
+                    _supersede(side, by=merged, reason=f"review: merged. {note}")
+            merged.save(force_insert=True)
+            for side in (a, b):
+                if side is not None:
+                    Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=merged,
+                                        dst_fact=side, created_by=principal.actor)
+        elif action == "both_true" and b is not None:
+            Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.RELATED_TO, src_fact=a, dst_fact=b,
+                                created_by=principal.actor)
+        item.status = Contradiction.Status.DISMISSED if action == "dismiss" else Contradiction.Status.RESOLVED
+        item.resolution = action
+        item.resolved_by = principal.actor
+        item.resolved_at = timezone.now()
+        item.note = note[:2000]
+        item.merged_fact = merged
+        item.save(update_fields=["status", "resolution", "resolved_by", "resolved_at", "note", "merged_fact"])
+        refresh_contested([a.pk, b.pk if b else None])
+        a.refresh_from_db()
+        if b is not None:
+            b.refresh_from_db()
+        audit(principal, "contradiction.resolve", outcome=action, target=item, memory_user_id=item.memory_user_id,
+              before=before, after={"a": fact_snapshot(a), "b": fact_snapshot(b), "merged": fact_snapshot(merged)},
+              reason=note)
+    return item

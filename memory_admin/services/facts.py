@@ -1,0 +1,467 @@
+"""The write path of SPEC §4 and the other fact mutations (correct, forget, pin).
+
+`fact_write` is the single entry for every new fact, whatever its origin (agent API, extraction,
+dashboard, demo seed). Each step records its outcome; the API returns it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory_admin.embeddings import embed_one
+from memory_admin.errors import Conflict, Invalid, TooLarge
+from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookChunk
+from memory_admin.scoring import annotate_scores
+from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.guard import injection_reason
+from memory_admin.services.judge import judge
+from memory_admin.services.screening import screen_text
+from memory_admin.services.settings import tenant_settings
+
+# Default confidence by source when a writer gives none (SPEC §2).
+SOURCE_PRIOR: dict[str, float] = {
+    "user_stated": 1.0,
+    "user_correction": 1.0,
+    "tool_verified": 0.9,
+    "notebook": 1.0,
+    "agent_inferred": 0.6,
+    "recalled": 0.5,
+    "external": 0.3,
+}
+
+OUTCOMES = (
+    "created",
+    "updated",
+    "deduplicated",
+    "merged",
+    "superseded_existing",
+    "queued_for_review",
+    "quarantined",
+    "rejected_low_confidence",
+    "blocked",
+    "overruled",
+    "capped",
+)
+
+NEIGHBOURS = 5
+
+
+@dataclass
+class WriteResult:
+    outcome: str
+    fact: Fact | None = None
+    reason: str = ""
+    other: Fact | None = None  # the existing fact involved (deduplicated into, superseded, contradicted)
+    contradiction: Contradiction | None = None
+    evicted: list[Fact] = field(default_factory=list)
+
+
+def normalize(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip().lower().rstrip(".!?;: ")
+
+
+def content_hash(text: str) -> str:
+    return hashlib.sha256(normalize(text).encode()).hexdigest()
+
+
+def check_fact_size(content: str, metadata: dict | None = None) -> None:
+    size = len(content.encode())
+    if size > settings.MAX_FACT_BYTES:
+        raise TooLarge(
+            f"A fact may hold at most {settings.MAX_FACT_BYTES} bytes; this one has {size}.",
+            code="content_too_large", limit=settings.MAX_FACT_BYTES,
+        )
+    if not content.strip():
+        raise Invalid("A fact needs some content.", code="invalid", field="content")
+    if metadata is not None:
+        import json
+
+        if len(json.dumps(metadata).encode()) > settings.MAX_METADATA_BYTES:
+            raise TooLarge(
+                f"metadata may hold at most {settings.MAX_METADATA_BYTES} bytes of JSON.",
+                code="metadata_too_large", limit=settings.MAX_METADATA_BYTES,
+            )
+
+
+def _lock_user(memory_user_id: int) -> None:
+    """Writes for one memory user are serialised: races on a key or a hash cannot double-insert."""
+    MemoryUser.objects.select_for_update().filter(pk=memory_user_id).values_list("pk", flat=True).first()
+
+
+def _user_facts(memory_user_id: int, task_ref: str):
+    return Fact.objects.filter(memory_user_id=memory_user_id, task_ref=task_ref, status=Fact.Status.ACTIVE)
+
+
+def _supersede(old: Fact, *, by: Fact, reason: str) -> None:
+    """Mark `old` superseded by `by` (which may not be inserted yet: the FK is checked at commit)."""
+    Fact.objects.filter(pk=old.pk).update(
+        status=Fact.Status.SUPERSEDED, superseded_by_id=by.pk, status_reason=reason[:300],
+        contested=False, updated_at=timezone.now(),
+    )
+    old.status, old.superseded_by_id = Fact.Status.SUPERSEDED, by.pk
+
+
+def fact_write(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    content: str,
+    key: str | None = None,
+    category: str = "other",
+    kind: str = "fact",
+    confidence: float | None = None,
+    source: str = "agent_inferred",
+    observed_at: datetime | None = None,
+    ttl_days: float | None = None,
+    pinned: bool = False,
+    importance: float = 0.5,
+    metadata: dict[str, Any] | None = None,
+    task_ref: str = "",
+    route: str = "fact",
+    extractor: str = "",
+    message_id: int | None = None,
+    batch_id: int | None = None,
+    embedding: list[float] | None = None,
+) -> WriteResult:
+    """Run one fact through the write path. Raises Blocked (after recording the block) for secrets;
+    every other outcome is returned, and audited."""
+    principal.require(WRITE_MEMORY)
+    check_fact_size(content, metadata)
+    tenant = tenant_settings(principal.tenant_id)
+    now = timezone.now()
+
+    # 1. Secrets and PII.
+    content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
+    conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
+    fact = Fact(
+        id=uuid.uuid4(),
+        tenant_id=principal.tenant_id,
+        memory_user=memory_user,
+        scope=Fact.Scope.TASK if task_ref else Fact.Scope.USER,
+        task_ref=task_ref,
+        key=key or None,
+        content=content,
+        content_hash=content_hash(content),
+        category=category,
+        kind=kind,
+        confidence=conf,
+        importance=importance,
+        source=source,
+        pinned=pinned,
+        valid_from=observed_at or now,
+        soft_expires_at=(now + timedelta(days=ttl_days)) if ttl_days else None,
+        metadata=metadata or {},
+        agent_id=principal.agent_id,
+        created_by=principal.actor,
+        extractor=extractor,
+        message_id=message_id,
+        batch_id=batch_id,
+    )
+
+    def done(result: WriteResult, before: Fact | None = None) -> WriteResult:
+        audit(
+            principal, f"{route}.write", outcome=result.outcome,
+            target_type="fact", target_id=str(result.fact.pk) if result.fact else "",
+            memory_user_id=memory_user.pk,
+            before=fact_snapshot(before or result.other),
+            after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": conf},
+            reason=result.reason,
+        )
+        return result
+
+    # 2. Poisoning guard: stored for review, never served.
+    reason = injection_reason(content) or ("source is external" if source == Fact.Source.EXTERNAL else None)
+    if reason:
+        fact.status, fact.status_reason = Fact.Status.QUARANTINED, reason[:300]
+        fact.embedding = embedding or embed_one(content)
+        with transaction.atomic():
+            fact.save(force_insert=True)
+            return done(WriteResult("quarantined", fact, reason=reason))
+
+    # 3. Confidence gate.
+    if conf < tenant.confidence_threshold:
+        return done(WriteResult(
+            "rejected_low_confidence", None,
+            reason=f"confidence {conf:.2f} is below the tenant threshold {tenant.confidence_threshold:.2f}",
+        ))
+
+    fact.embedding = embedding if embedding is not None else embed_one(content)
+    with transaction.atomic():
+        _lock_user(memory_user.pk)
+        active = _user_facts(memory_user.pk, task_ref)
+
+        # 4a. Same key: update the slot.
+        slot = active.filter(key=fact.key).first() if fact.key else None
+        if slot is not None and slot.content_hash == fact.content_hash:
+            return done(*_touch(slot, conf, "same key and same content"))
+        # 4b. Same normalised content.
+        same = active.filter(content_hash=fact.content_hash).first()
+        if same is not None and slot is None:
+            return done(*_touch(same, conf, "same content as an active fact"))
+        neighbours = list(
+            active.exclude(pk=slot.pk if slot else None)
+            .annotate(distance=CosineDistance("embedding", fact.embedding))
+            .order_by("distance")[:NEIGHBOURS]
+        )
+        # 4c. Near-identical text: merge (newer text, higher confidence).
+        if slot is None and neighbours and 1 - neighbours[0].distance >= tenant.dedup_similarity:
+            return done(*_merge(neighbours[0], fact, 1 - neighbours[0].distance))
+
+        # 5. Contradiction with the notebook: the notebook wins.
+        overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+        if overruling is not None:
+            chunk, verdict = overruling
+            fact.status = Fact.Status.SUPERSEDED
+            fact.superseded_by_notebook_id = chunk.revision_id
+            fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
+            fact.save(force_insert=True)
+            Contradiction.objects.create(
+                tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact,
+                notebook_revision_id=chunk.revision_id, notebook_excerpt=chunk.text[:500],
+                detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge, reason=verdict.reason,
+                status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
+                resolved_by="system", resolved_at=timezone.now(),
+            )
+            return done(WriteResult("overruled", fact, reason="the notebook says otherwise; the notebook wins"))
+
+        if slot is not None:
+            return done(*_update_slot(principal, slot, fact, tenant.auto_resolve_gap))
+
+        # 5b. Semantic neighbours a judge calls contradictory.
+        for other in neighbours:
+            similarity = 1 - other.distance
+            if similarity < tenant.contradiction_similarity:
+                break
+            verdict = judge(other.content, fact.content, tenant_id=principal.tenant_id)
+            if verdict.contradictory:
+                return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
+                                            tenant.auto_resolve_gap))
+
+        # 6. Store, then cap.
+        fact.save(force_insert=True)
+        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+        if any(e.pk == fact.pk for e in evicted):
+            fact.status = Fact.Status.EVICTED
+            return done(WriteResult("capped", fact, reason="at the cap, and the weakest fact", evicted=evicted))
+        return done(WriteResult("created", fact, evicted=evicted))
+
+
+def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]:
+    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
+                     if f.attname != "search_vector"})
+    Fact.objects.filter(pk=existing.pk).update(confidence=max(existing.confidence, conf), updated_at=timezone.now())
+    existing.refresh_from_db()
+    return WriteResult("deduplicated", existing, reason=reason, other=existing), before
+
+
+def _merge(existing: Fact, new: Fact, similarity: float) -> tuple[WriteResult, Fact]:
+    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
+                     if f.attname != "search_vector"})
+    existing.content = new.content
+    existing.content_hash = new.content_hash
+    existing.embedding = new.embedding
+    existing.confidence = max(existing.confidence, new.confidence)
+    existing.metadata = {**existing.metadata, **new.metadata}
+    existing.save(update_fields=["content", "content_hash", "embedding", "confidence", "metadata", "updated_at"])
+    return WriteResult("merged", existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact",
+                       other=existing), before
+
+
+def _update_slot(principal: Principal, slot: Fact, new: Fact, gap: float) -> tuple[WriteResult, Fact]:
+    """Same key, different value: a new version of the slot, unless the standing value is much surer."""
+    if slot.pinned or slot.confidence - new.confidence >= gap:
+        new.status = Fact.Status.SUPERSEDED
+        new.superseded_by_id = slot.pk
+        why = "the slot is pinned" if slot.pinned else (
+            f"the standing value is surer ({slot.confidence:.2f} vs {new.confidence:.2f})")
+        new.status_reason = why
+        new.save(force_insert=True)
+        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.CONTRADICTS, src_fact=new,
+                            dst_fact=slot, created_by=principal.actor)
+        return WriteResult("overruled", new, reason=why, other=slot), slot
+    new.version = slot.version + 1
+    new.supersedes = slot
+    _supersede(slot, by=new, reason=f"key {slot.key} updated")
+    new.save(force_insert=True)
+    Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=new, dst_fact=slot,
+                        created_by=principal.actor)
+    return WriteResult("updated", new, reason=f"new value for key {slot.key}", other=slot), slot
+
+
+def _contradiction(principal, memory_user, other: Fact, new: Fact, similarity: float, verdict, gap: float):
+    if new.confidence - other.confidence >= gap and not other.pinned:
+        new.supersedes = other
+        new.version = other.version + 1
+        _supersede(other, by=new, reason=f"contradicted by a surer fact: {verdict.reason}")
+        new.save(force_insert=True)
+        for edge_type in (Edge.Type.SUPERSEDES, Edge.Type.CONTRADICTS):
+            Edge.objects.create(tenant_id=principal.tenant_id, type=edge_type, src_fact=new, dst_fact=other,
+                                created_by=principal.actor)
+        contradiction = Contradiction.objects.create(
+            tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=other, fact_b=new,
+            detector=Contradiction.Detector.SEMANTIC, judge=verdict.judge, reason=verdict.reason,
+            similarity=similarity, status=Contradiction.Status.AUTO_RESOLVED,
+            resolution=Contradiction.Resolution.KEEP_B, resolved_by="system", resolved_at=timezone.now(),
+        )
+        return WriteResult("superseded_existing", new, reason=verdict.reason, other=other,
+                           contradiction=contradiction), other
+    if other.confidence - new.confidence >= gap or other.pinned:
+        new.status = Fact.Status.SUPERSEDED
+        new.superseded_by_id = other.pk
+        new.status_reason = f"contradicts a surer fact: {verdict.reason}"[:300]
+        new.save(force_insert=True)
+        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.CONTRADICTS, src_fact=new,
+                            dst_fact=other, created_by=principal.actor)
+        return WriteResult("overruled", new, reason=new.status_reason, other=other), other
+    new.contested = True
+    new.save(force_insert=True)
+    Fact.objects.filter(pk=other.pk).update(contested=True)
+    Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.CONTRADICTS, src_fact=new, dst_fact=other,
+                        created_by=principal.actor)
+    contradiction = Contradiction.objects.create(
+        tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=other, fact_b=new,
+        detector=Contradiction.Detector.SEMANTIC, judge=verdict.judge, reason=verdict.reason,
+        similarity=similarity,
+    )
+    return WriteResult("queued_for_review", new, reason=verdict.reason, other=other,
+                       contradiction=contradiction), other
+
+
+def _notebook_conflict(principal, memory_user, fact: Fact, threshold: float):
+    chunks = (
+        NotebookChunk.objects.filter(notebook__memory_user=memory_user)
+        .annotate(distance=CosineDistance("embedding", fact.embedding))
+        .filter(distance__lte=1 - threshold)
+        .order_by("distance")[:3]
+    )
+    for chunk in chunks:
+        verdict = judge(chunk.text, fact.content, tenant_id=principal.tenant_id)
+        if verdict.contradictory:
+            return chunk, verdict
+    return None
+
+
+def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fact]:
+    """Evict the lowest effective confidence, oldest first, until the user is at the cap. Pinned facts
+    are exempt (and do not count towards what can be evicted)."""
+    active = Fact.objects.filter(memory_user_id=memory_user_id, status=Fact.Status.ACTIVE)
+    excess = active.count() - cap
+    if excess <= 0:
+        return []
+    victims = list(
+        annotate_scores(active.filter(pinned=False)).order_by("eff_conf", "created_at")[:excess]
+    )
+    for victim in victims:
+        Fact.objects.filter(pk=victim.pk).update(status=Fact.Status.EVICTED, status_reason="per-user cap",
+                                                 updated_at=timezone.now())
+        before = fact_snapshot(victim)
+        victim.status = Fact.Status.EVICTED
+        audit(principal, "fact.evict", outcome="evicted", target=victim, before=before,
+              after=fact_snapshot(victim), reason=f"over the cap of {cap} active facts; lowest effective confidence")
+    return victims
+
+
+@transaction.atomic
+def fact_correct(
+    *, principal: Principal, fact_id, content: str, confidence: float | None = None,
+    category: str | None = None, reason: str = "",
+) -> Fact:
+    """A new version that supersedes the fact (source user_correction). Only the newest version of a
+    chain can be corrected; correcting an older one answers 409 with the current id."""
+    old = writable_fact(principal, fact_id)
+    check_fact_size(content)
+    content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
+    if old.memory_user_id:
+        _lock_user(old.memory_user_id)
+    old.refresh_from_db()
+    if old.status == Fact.Status.SUPERSEDED:
+        raise Conflict("This fact was already corrected; correct its newest version instead.",
+                       code="already_superseded", current_id=str(old.superseded_by_id or ""))
+    new = Fact(
+        id=uuid.uuid4(), tenant_id=old.tenant_id, memory_user_id=old.memory_user_id, scope=old.scope,
+        task_ref=old.task_ref, key=old.key, content=content, content_hash=content_hash(content),
+        category=category or old.category, kind=old.kind,
+        confidence=1.0 if confidence is None else confidence, importance=old.importance,
+        source=Fact.Source.USER_CORRECTION, version=old.version + 1, supersedes=old,
+        embedding=embed_one(content), pinned=old.pinned, valid_from=timezone.now(), metadata=old.metadata,
+        agent_id=principal.agent_id, created_by=principal.actor,
+    )
+    before = fact_snapshot(old)
+    _supersede(old, by=new, reason=reason or "corrected")
+    new.save(force_insert=True)
+    Edge.objects.create(tenant_id=new.tenant_id or principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=new,
+                        dst_fact=old, created_by=principal.actor)
+    _close_contradictions_of(principal, old, note="superseded by a correction")
+    audit(principal, "fact.correct", outcome="superseded", target=new, before=before, after=fact_snapshot(new),
+          reason=reason)
+    return new
+
+
+def _close_contradictions_of(principal: Principal, fact: Fact, *, note: str) -> None:
+    from django.db.models import Q
+
+    open_ = Contradiction.objects.filter(Q(fact_a=fact) | Q(fact_b=fact), status=Contradiction.Status.OPEN)
+    others = set()
+    for c in open_:
+        others.update({c.fact_a_id, c.fact_b_id})
+    open_.update(status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
+                 resolved_by=principal.actor, resolved_at=timezone.now(), note=note)
+    refresh_contested(others | {fact.pk})
+
+
+def refresh_contested(fact_ids) -> None:
+    """`contested` is true exactly while a fact is part of an open contradiction."""
+    from django.db.models import Exists, OuterRef, Q
+
+    ids = [i for i in fact_ids if i]
+    if not ids:
+        return
+    open_q = Contradiction.objects.filter(
+        Q(fact_a=OuterRef("pk")) | Q(fact_b=OuterRef("pk")), status=Contradiction.Status.OPEN
+    )
+    Fact.objects.filter(pk__in=ids).update(contested=Exists(open_q))
+
+
+@transaction.atomic
+def fact_forget(*, principal: Principal, fact_id, reason: str = "") -> Fact:
+    fact = writable_fact(principal, fact_id)
+    before = fact_snapshot(fact)
+    Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300],
+                                           pinned=False, updated_at=timezone.now())
+    fact.refresh_from_db()
+    _close_contradictions_of(principal, fact, note="one side was forgotten")
+    audit(principal, "fact.forget", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
+          reason=reason)
+    return fact
+
+
+@transaction.atomic
+def fact_pin(*, principal: Principal, fact_id, pinned: bool) -> Fact:
+    fact = writable_fact(principal, fact_id)
+    if fact.memory_user_id is None:
+        principal.require(CURATE)
+    before = fact_snapshot(fact)
+    Fact.objects.filter(pk=fact.pk).update(pinned=pinned, updated_at=timezone.now())
+    fact.refresh_from_db()
+    audit(principal, "fact.pin" if pinned else "fact.unpin", outcome="updated", target=fact, before=before,
+          after=fact_snapshot(fact))
+    return fact
+
+
+def record_access(fact_ids) -> None:
+    """Reads bump access counts in one statement per request, not one per fact."""
+    ids = list(fact_ids)
+    if ids:
+        Fact.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed_at=timezone.now())

@@ -1,0 +1,112 @@
+"""Notebook saves: versioned, conflict-safe, scanned, and sovereign over facts."""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory_admin.embeddings import embed
+from memory_admin.errors import Conflict, TooLarge
+from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.judge import judge
+from memory_admin.services.screening import screen_text
+from memory_admin.services.settings import tenant_settings
+
+MAX_CHUNKS = 300
+
+
+def notebook_statements(content: str) -> list[str]:
+    """The lines of a notebook that state something (headings and blank lines dropped)."""
+    out = []
+    for line in content.splitlines():
+        text = re.sub(r"^\s*(?:[-*+]|\d+[.)])\s+", "", line).strip()
+        if text and not text.startswith("#") and len(text) >= 8:
+            out.append(text[:500])
+    return out[:MAX_CHUNKS]
+
+
+def notebook_for(tenant_id: int, memory_user: MemoryUser | None) -> Notebook | None:
+    return Notebook.objects.filter(tenant_id=tenant_id, memory_user=memory_user).first()
+
+
+def notebook_save(
+    *, principal: Principal, memory_user: MemoryUser | None, content: str, base_version: int, note: str = ""
+) -> Notebook:
+    """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
+    current version and overwrite nothing. Facts that contradict the new text are overruled."""
+    principal.require(WRITE_MEMORY)
+    size = len(content.encode())
+    if size > settings.MAX_NOTEBOOK_BYTES:
+        raise TooLarge(f"A notebook may hold at most {settings.MAX_NOTEBOOK_BYTES} bytes; this one has {size}.",
+                       code="content_too_large", limit=settings.MAX_NOTEBOOK_BYTES)
+    user_id = memory_user.pk if memory_user else None
+    content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content
+    statements = notebook_statements(content)
+    vectors = embed(statements)
+    with transaction.atomic():
+        notebook, _ = Notebook.objects.get_or_create(tenant_id=principal.tenant_id, memory_user=memory_user)
+        notebook = Notebook.objects.select_for_update().get(pk=notebook.pk)
+        if notebook.version != base_version:
+            raise Conflict(
+                f"The notebook changed since version {base_version}; the current version is "
+                f"{notebook.version}. Reload, merge your edit and save again.",
+                current_version=notebook.version,
+            )
+        before = {"version": notebook.version, "content": notebook.content[:2000]}
+        notebook.version += 1
+        notebook.content = content
+        notebook.updated_by = principal.actor
+        notebook.save(update_fields=["version", "content", "updated_by", "updated_at"])
+        revision = NotebookRevision.objects.create(
+            notebook=notebook, version=notebook.version, content=content, author=principal.actor, note=note[:500]
+        )
+        NotebookChunk.objects.filter(notebook=notebook).delete()
+        NotebookChunk.objects.bulk_create(
+            NotebookChunk(notebook=notebook, revision=revision, text=text, embedding=vector)
+            for text, vector in zip(statements, vectors, strict=True)
+        )
+        audit(principal, "notebook.save", outcome="saved", target=notebook, memory_user_id=user_id,
+              before=before, after={"version": notebook.version, "content": content[:2000]}, reason=note)
+        if memory_user is not None:
+            _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors)
+    return notebook
+
+
+def _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors) -> None:
+    threshold = tenant_settings(principal.tenant_id).contradiction_similarity
+    active = Fact.objects.filter(memory_user=memory_user, status=Fact.Status.ACTIVE, pinned=False)
+    for text, vector in zip(statements, vectors, strict=True):
+        near = active.annotate(distance=CosineDistance("embedding", vector)).filter(distance__lte=1 - threshold)
+        for fact in near.order_by("distance")[:5]:
+            verdict = judge(text, fact.content, tenant_id=principal.tenant_id)
+            if not verdict.contradictory:
+                continue
+            before = fact_snapshot(fact)
+            Fact.objects.filter(pk=fact.pk).update(
+                status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
+                status_reason=f"contradicts the notebook: {verdict.reason}"[:300], updated_at=timezone.now(),
+            )
+            fact.status = Fact.Status.SUPERSEDED
+            Contradiction.objects.create(
+                tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact, notebook_revision=revision,
+                notebook_excerpt=text, detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge,
+                reason=verdict.reason, status=Contradiction.Status.AUTO_RESOLVED,
+                resolution=Contradiction.Resolution.AUTO, resolved_by="system", resolved_at=timezone.now(),
+            )
+            audit(principal, "fact.overrule", outcome="superseded", target=fact, before=before,
+                  after=fact_snapshot(fact), reason="the notebook wins")
+
+
+@transaction.atomic
+def notebook_restore(*, principal: Principal, memory_user: MemoryUser | None, version: int, base_version: int):
+    """Save an old revision's text as a new revision (history is never rewritten)."""
+    notebook = Notebook.objects.get(tenant_id=principal.tenant_id, memory_user=memory_user)
+    revision = NotebookRevision.objects.get(notebook=notebook, version=version)
+    return notebook_save(principal=principal, memory_user=memory_user, content=revision.content,
+                         base_version=base_version, note=f"restored version {version}")

