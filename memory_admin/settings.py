@@ -24,6 +24,9 @@ CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").sp
 DATA_DIR = data_dir(BASE_DIR)
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(BASE_DIR)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
+if os.environ.get("TEST_DB_NAME"):
+    # Lets parallel test runs (several developers on one machine) use separate test databases.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DB_NAME"]}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 INSTALLED_APPS = [
