@@ -28,8 +28,12 @@ def contradiction_resolve(
     principal.require(CURATE)
     if action not in ACTIONS:
         raise Invalid(f"action must be one of {', '.join(ACTIONS)}.", field="action")
+    merged_vector = None
     if action == "merge":
         check_fact_size(merged_text)
+        # Screened before the transaction so that a refusal's block record survives the refusal.
+        merged_text = screen_text(principal, merged_text, route="review", memory_user_id=None).content
+        merged_vector = embed_one(merged_text)
     with transaction.atomic():
         item = get_visible(principal, Contradiction.objects.select_for_update(of=("self",)), pk=contradiction_id)
         if item.status != Contradiction.Status.OPEN:
@@ -47,14 +51,14 @@ def contradiction_resolve(
         elif action == "keep_b" and b is not None and a.status == Fact.Status.ACTIVE:
             _supersede(a, by=b, reason=f"review: kept the other side. {note}")
         elif action == "merge":
-            text = screen_text(principal, merged_text, route="review", memory_user_id=item.memory_user_id).content
+            text = merged_text
             merged = Fact(
                 id=uuid.uuid4(), tenant_id=a.tenant_id, memory_user_id=a.memory_user_id, scope=a.scope,
                 task_ref=a.task_ref, key=a.key if b is None or a.key == b.key else None, content=text,
                 content_hash=content_hash(text), category=a.category, kind=a.kind,
                 confidence=max(a.confidence, b.confidence if b else 0), importance=a.importance,
                 source=Fact.Source.USER_CORRECTION, version=a.version + 1, supersedes=a,
-                embedding=embed_one(text), valid_from=timezone.now(), created_by=principal.actor,
+                embedding=merged_vector, valid_from=timezone.now(), created_by=principal.actor,
             )
             for side in (a, b):
                 if side is not None and side.status == Fact.Status.ACTIVE:

@@ -210,14 +210,19 @@ def fact_write(
         same = active.filter(content_hash=fact.content_hash).first()
         if same is not None and slot is None:
             return done(*_touch(same, conf, "same content as an active fact"))
+        verdicts: dict = {}
         neighbours = list(
             active.exclude(pk=slot.pk if slot else None)
             .annotate(distance=CosineDistance("embedding", fact.embedding))
             .order_by("distance")[:NEIGHBOURS]
         )
-        # 4c. Near-identical text: merge (newer text, higher confidence).
+        # 4c. Near-identical text: merge (newer text, higher confidence). A negation flip ("is" / "is
+        # not") embeds almost identically, so the judge gets a say before anything is merged away.
         if slot is None and neighbours and 1 - neighbours[0].distance >= tenant.dedup_similarity:
-            return done(*_merge(neighbours[0], fact, 1 - neighbours[0].distance))
+            nearest = neighbours[0]
+            verdicts[nearest.pk] = judge(nearest.content, fact.content, tenant_id=principal.tenant_id)
+            if not verdicts[nearest.pk].contradictory:
+                return done(*_merge(nearest, fact, 1 - nearest.distance))
 
         # 5. Contradiction with the notebook: the notebook wins.
         overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
@@ -244,7 +249,7 @@ def fact_write(
             similarity = 1 - other.distance
             if similarity < tenant.contradiction_similarity:
                 break
-            verdict = judge(other.content, fact.content, tenant_id=principal.tenant_id)
+            verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
             if verdict.contradictory:
                 return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
                                             tenant.auto_resolve_gap))
@@ -373,7 +378,6 @@ def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fa
     return victims
 
 
-@transaction.atomic
 def fact_correct(
     *, principal: Principal, fact_id, content: str, confidence: float | None = None,
     category: str | None = None, reason: str = "",
@@ -382,30 +386,33 @@ def fact_correct(
     chain can be corrected; correcting an older one answers 409 with the current id."""
     old = writable_fact(principal, fact_id)
     check_fact_size(content)
+    # Screen outside the transaction: a refusal's block record must survive the refusal.
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
-    if old.memory_user_id:
-        _lock_user(old.memory_user_id)
-    old.refresh_from_db()
-    if old.status == Fact.Status.SUPERSEDED:
-        raise Conflict("This fact was already corrected; correct its newest version instead.",
-                       code="already_superseded", current_id=str(old.superseded_by_id or ""))
-    new = Fact(
-        id=uuid.uuid4(), tenant_id=old.tenant_id, memory_user_id=old.memory_user_id, scope=old.scope,
-        task_ref=old.task_ref, key=old.key, content=content, content_hash=content_hash(content),
-        category=category or old.category, kind=old.kind,
-        confidence=1.0 if confidence is None else confidence, importance=old.importance,
-        source=Fact.Source.USER_CORRECTION, version=old.version + 1, supersedes=old,
-        embedding=embed_one(content), pinned=old.pinned, valid_from=timezone.now(), metadata=old.metadata,
-        agent_id=principal.agent_id, created_by=principal.actor,
-    )
-    before = fact_snapshot(old)
-    _supersede(old, by=new, reason=reason or "corrected")
-    new.save(force_insert=True)
-    Edge.objects.create(tenant_id=new.tenant_id or principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=new,
-                        dst_fact=old, created_by=principal.actor)
-    _close_contradictions_of(principal, old, note="superseded by a correction")
-    audit(principal, "fact.correct", outcome="superseded", target=new, before=before, after=fact_snapshot(new),
-          reason=reason)
+    vector = embed_one(content)
+    with transaction.atomic():
+        if old.memory_user_id:
+            _lock_user(old.memory_user_id)
+        old.refresh_from_db()
+        if old.status == Fact.Status.SUPERSEDED:
+            raise Conflict("This fact was already corrected; correct its newest version instead.",
+                           code="already_superseded", current_id=str(old.superseded_by_id or ""))
+        new = Fact(
+            id=uuid.uuid4(), tenant_id=old.tenant_id, memory_user_id=old.memory_user_id, scope=old.scope,
+            task_ref=old.task_ref, key=old.key, content=content, content_hash=content_hash(content),
+            category=category or old.category, kind=old.kind,
+            confidence=1.0 if confidence is None else confidence, importance=old.importance,
+            source=Fact.Source.USER_CORRECTION, version=old.version + 1, supersedes=old,
+            embedding=vector, pinned=old.pinned, valid_from=timezone.now(), metadata=old.metadata,
+            agent_id=principal.agent_id, created_by=principal.actor,
+        )
+        before = fact_snapshot(old)
+        _supersede(old, by=new, reason=reason or "corrected")
+        new.save(force_insert=True)
+        Edge.objects.create(tenant_id=new.tenant_id or principal.tenant_id, type=Edge.Type.SUPERSEDES,
+                            src_fact=new, dst_fact=old, created_by=principal.actor)
+        _close_contradictions_of(principal, old, note="superseded by a correction")
+        audit(principal, "fact.correct", outcome="superseded", target=new, before=before,
+              after=fact_snapshot(new), reason=reason)
     return new
 
 
