@@ -73,4 +73,4 @@ def _db_down(request, exc: DatabaseError):
 
 
 # Routers register themselves on import.
-from memory_admin.api import facts, memory, system  # noqa: E402, F401
+from memory_admin.api import facts, memory, retrieval, system  # noqa: E402, F401

@@ -1,0 +1,264 @@
+"""Ranked retrieval of facts (SPEC §6): vector, keyword, recency and importance fused into one list.
+
+    final = (w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance)
+            × effective confidence × (0.5 if stale)
+
+Weights come from TenantSettings.search_weights; effective confidence and staleness are the ones of
+`memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
+
+- vector: cosine similarity of the query and fact embeddings (pgvector `<=>`), clipped at 0.
+- keyword: BM25-style weight of the query's lexemes (Postgres `english` text search: stemmed, stopwords
+  removed) that a fact contains, with IDF over the facts the user can see, relative to the best match.
+  Postgres' own ts_rank has no IDF, so "the" and a rare name would count alike; and an AND query
+  (plainto_tsquery) misses every fact that lacks one word of a long question.
+- recency: exp(−days since the fact became true / RECENCY_DAYS).
+- importance: the fact's importance.
+
+Candidates: a user's own facts are few, so all of them are scored exactly (filtered by user inside the
+query, then distance). Shared (org/global) facts can be many: the nearest ones come from the partial
+HNSW index `fact_shared_embedding_hnsw`, plus the best full-text matches through the GIN index.
+Every query starts from `visible()`, the one access check.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import SimpleNamespace
+from typing import Any
+
+from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.db import connection, transaction
+from django.db.models import F, FloatField, IntegerField, QuerySet
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory_admin import scoring
+from memory_admin.embeddings import embed_one
+from memory_admin.models import Fact, MemoryUser
+from memory_admin.selectors.access import CURATE, Principal, visible
+from memory_admin.services.settings import tenant_settings
+
+DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
+INCLUDABLE = ("superseded", "evicted", "quarantined")
+RECENCY_DAYS = 30.0
+# BM25 constants (the usual ones); tf is 1 per lexeme, so k1 only shapes the length normalisation.
+BM25_K1 = 1.2
+BM25_B = 0.75
+STALE_WEIGHT = 0.5
+# A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
+# pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
+OWN_EXACT_LIMIT = 5000
+SHARED_KEYWORD_SCAN = 2000
+WORD = re.compile(r"[^\W_]+", re.UNICODE)
+
+# The query's lexemes as Postgres' english configuration makes them; `%s` is the query text.
+_QUERY_LEXEMES = "tsvector_to_array(to_tsvector('english', %s))"
+_FIELDS = ("id", "memory_user_id", "confidence", "kind", "pinned", "status", "contested", "importance",
+           "valid_from", "created_at", "last_accessed_at", "access_count")
+
+
+@dataclass
+class Hit:
+    fact: Fact
+    vector: float
+    keyword: float
+    recency: float
+    importance: float
+    effective_confidence: float
+    staleness: float
+    stale: bool
+    final: float
+
+    def components(self) -> dict[str, Any]:
+        return {
+            "vector": round(self.vector, 4),
+            "keyword": round(self.keyword, 4),
+            "recency": round(self.recency, 4),
+            "importance": round(self.importance, 4),
+            "effective_confidence": round(self.effective_confidence, 4),
+            "staleness": round(self.staleness, 4),
+            "stale": self.stale,
+            "final": round(self.final, 6),
+        }
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    candidates: int
+    weights: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def or_tsquery(text: str) -> str:
+    """A raw tsquery matching any word of the text ('a | b | c'); the english configuration stems the
+    words and drops stopwords. Only letters and digits get through, so the text cannot inject syntax."""
+    words = list(dict.fromkeys(w.lower() for w in WORD.findall(text)))[:64]
+    return " | ".join(words)
+
+
+def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    if not include:
+        return ()
+    parts = include.split(",") if isinstance(include, str) else list(include)
+    return tuple(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
+
+
+def _annotate(qs: QuerySet[Fact], query: str, vector: list[float] | None) -> QuerySet[Fact]:
+    """Per row: cosine distance, the query lexemes it contains, and its length in lexemes."""
+    qs = qs.annotate(
+        # The query text is a bound parameter; the SQL around it is constant.
+        matched=RawSQL(  # noqa: S611
+            "ARRAY(SELECT unnest(tsvector_to_array(memory_admin_fact.search_vector))"
+            f" INTERSECT SELECT unnest({_QUERY_LEXEMES}))",
+            (query,),
+        ),
+        doc_len=Coalesce(RawSQL("length(memory_admin_fact.search_vector)", (), output_field=IntegerField()), 0),
+    )
+    if vector is not None:
+        qs = qs.annotate(distance=CosineDistance("embedding", vector))
+    else:
+        qs = qs.annotate(distance=RawSQL("1.0", (), output_field=FloatField()))
+    return qs
+
+
+def _rows(qs: QuerySet[Fact]) -> list[dict]:
+    return list(qs.values(*_FIELDS, "distance", "matched", "doc_len"))
+
+
+def fact_search(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+    shared: bool = True,
+    record: bool = True,
+    exclude_ids: set | None = None,
+    now: datetime | None = None,
+) -> SearchResult:
+    """The k best facts for `query` among the user's own and the shared (org/global) facts the
+    principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
+    Access counts of the returned facts are bumped in one UPDATE unless `record` is false."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    if "quarantined" in include:
+        principal.require(CURATE)
+    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    query = (query or "").strip()
+    if query and query_vector is None:
+        t0 = time.perf_counter()
+        query_vector = embed_one(query)
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+    weights = {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1},
+               **tenant_settings(principal.tenant_id).search_weights}
+    now = now or timezone.now()
+    vec = query_vector if query else None
+
+    # 1. The user's own facts: exact, filtered by user inside the query.
+    own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
+    own = _annotate(own, query, vec)
+    if vec is not None:
+        own = own.order_by("distance")
+    rows = _rows(own[:OWN_EXACT_LIMIT])
+    if len(rows) == OWN_EXACT_LIMIT and query:
+        seen = {r["id"] for r in rows}
+        keyword_own = visible(principal, Fact.objects.filter(
+            memory_user=memory_user, status__in=statuses,
+            search_vector=SearchQuery(or_tsquery(query), search_type="raw", config="english")))
+        rows += [r for r in _rows(_annotate(keyword_own, query, vec)[:OWN_EXACT_LIMIT]) if r["id"] not in seen]
+
+    # 2. Shared scopes (memory_user NULL): approximate nearest neighbours plus full-text matches.
+    if shared and query:
+        n = max(4 * k, 40)
+        seen = {r["id"] for r in rows}
+        shared_qs = visible(principal, Fact.objects.filter(memory_user__isnull=True))
+        # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
+        nearest = _annotate(shared_qs.filter(status=Fact.Status.ACTIVE), query, vec).order_by("distance")[:n]
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom
+                # for the rows of other tenants the access filter removes after the index scan.
+                cursor.execute("SET LOCAL hnsw.ef_search = %s", [min(1000, max(100, 2 * n))])
+            rows += [r for r in _rows(nearest) if r["id"] not in seen]
+        seen = {r["id"] for r in rows}
+        tsq = or_tsquery(query)
+        if tsq:
+            sq = SearchQuery(tsq, search_type="raw", config="english")
+            matching = shared_qs.filter(status__in=statuses, search_vector=sq)
+            # Rank only a bounded number of matches: a common word can match most of a large org scope.
+            bounded = Fact.objects.filter(pk__in=matching.values("pk")[:SHARED_KEYWORD_SCAN])
+            best = _annotate(bounded.annotate(rank=SearchRank(F("search_vector"), sq)), query, vec)
+            rows += [r for r in _rows(best.order_by("-rank")[:n]) if r["id"] not in seen]
+    timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
+
+    if exclude_ids:
+        rows = [r for r in rows if r["id"] not in exclude_ids]
+    scored = _score(rows, weights, now)
+    top = scored[:k]
+    facts = {
+        f.pk: f
+        for f in visible(principal, Fact.objects.filter(pk__in=[s[1]["id"] for s in top]))
+        .select_related("memory_user", "superseded_by_notebook")
+        .defer("embedding", "search_vector")
+    }
+    hits = [Hit(fact=facts[row["id"]], **parts) for _, row, parts in top if row["id"] in facts]
+    if record and hits:
+        from memory_admin.services.facts import record_access
+
+        record_access([h.fact.pk for h in hits])
+    timings["total_ms"] = (time.perf_counter() - started) * 1000
+    timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
+    rounded = {name: round(value, 3) for name, value in timings.items()}
+    return SearchResult(hits=hits, candidates=len(rows), weights=weights, timings=rounded)
+
+
+def _score(rows: list[dict], weights: dict[str, float], now: datetime) -> list[tuple[float, dict, dict]]:
+    """Fuse the components of every candidate; best first."""
+    if not rows:
+        return []
+    n = len(rows)
+    df: dict[str, int] = {}
+    for row in rows:
+        for lexeme in row["matched"] or ():
+            df[lexeme] = df.get(lexeme, 0) + 1
+    idf = {lex: math.log(1 + (n - c + 0.5) / (c + 0.5)) for lex, c in df.items()}
+    avg_len = sum(r["doc_len"] for r in rows) / n or 1.0
+    bm25 = []
+    for row in rows:
+        norm = 1 - BM25_B + BM25_B * (row["doc_len"] / avg_len)
+        per_term = (BM25_K1 + 1) / (1 + BM25_K1 * norm)
+        bm25.append(sum(idf[lex] for lex in row["matched"] or ()) * per_term)
+    best_keyword = max(bm25) or 1.0
+
+    out = []
+    for row, kw in zip(rows, bm25, strict=True):
+        fact = SimpleNamespace(**{name: row[name] for name in _FIELDS})
+        eff = scoring.effective_confidence(fact, now)
+        stale_score = scoring.staleness(fact, now)
+        stale = scoring.is_stale(fact, now)
+        age_days = max(0.0, (now - row["valid_from"]).total_seconds() / 86400.0)
+        parts = {
+            "vector": max(0.0, 1.0 - float(row["distance"])) if row["distance"] is not None else 0.0,
+            "keyword": kw / best_keyword,
+            "recency": math.exp(-age_days / RECENCY_DAYS),
+            "importance": float(row["importance"]),
+            "effective_confidence": eff,
+            "staleness": stale_score,
+            "stale": stale,
+        }
+        relevance = sum(weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency",
+                                                                            "importance"))
+        final = relevance * eff * (STALE_WEIGHT if stale else 1.0)
+        parts["final"] = final
+        out.append((final, row, parts))
+    out.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1]["id"])))
+    return out
