@@ -1,0 +1,20 @@
+"""gunicorn settings for `manage.py up` and production (`gunicorn -c python:memory_admin.gunicorn_conf`)."""
+
+import os
+
+bind = os.environ.get("BIND", "127.0.0.1:8000")
+workers = int(os.environ.get("WEB_WORKERS", "2"))
+threads = int(os.environ.get("WEB_THREADS", "4"))
+worker_class = "gthread"
+timeout = 60
+accesslog = os.environ.get("ACCESS_LOG") or None
+wsgi_app = "memory_admin.wsgi:application"
+
+
+def post_worker_init(worker):
+    # Load the embedding model and the tokenizer before the first request, not during it.
+    from memory_admin.embeddings import embed_one
+    from memory_admin.tokens import count_tokens
+
+    embed_one("warm-up")
+    count_tokens("warm-up")
