@@ -141,9 +141,9 @@ class Command(BaseCommand):
                          reason="the user said the project shipped")
         # Contested beliefs for the review queue (close confidences, nothing in the notebook about it).
         if index % 3 == 1:
-            a, b = rng.sample(["Slack huddles", "Zoom calls", "in-person chats", "async written updates"], 2)
-            write(f"{first} prefers {a} for quick team syncs", category="preference", confidence=0.8)
-            write(f"{first} prefers {b} for quick team syncs", category="preference", confidence=0.85)
+            a, b = rng.sample(["tea", "coffee", "matcha", "hot chocolate"], 2)
+            write(f"{first} prefers {a} in the morning", category="preference", confidence=0.8)
+            write(f"{first} prefers {b} in the morning", category="preference", confidence=0.85)
         # Refused writes: secrets and contact PII (blocked by default policy), and poisoning attempts.
         if index % 5 == 0:
             write(f"{first}'s deploy token is ghp_{rng.getrandbits(160):040x}"[:60])
