@@ -1,0 +1,415 @@
+"""Reads behind the dashboard pages. Every queryset starts from `visible(principal, ...)`, so the
+tenant (and, for members, the memory user) filter is inside the SQL; every list is built to run a
+bounded number of queries whatever its length."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
+from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Floor, Least, TruncDate
+from django.utils import timezone
+
+from memory_admin.models import (
+    AuditEvent,
+    Contradiction,
+    Edge,
+    ExtractionBatch,
+    Fact,
+    LlmCall,
+    MemoryUser,
+    PiiBlock,
+)
+from memory_admin.scoring import (
+    ACCESS_SCALE_DAYS,
+    AGE_SCALE_DAYS,
+    DECAY_LAMBDA,
+    EVICTION_THRESHOLD,
+    REINFORCEMENT_MAX,
+    REINFORCEMENT_SCALE,
+    STALE_THRESHOLD,
+    annotate_scores,
+    effective_confidence,
+    staleness,
+    staleness_sql,
+)
+from memory_admin.selectors.access import Principal, visible
+
+OVERVIEW_DAYS = 14
+# Outcomes of the write path, in the order the overview stacks them.
+WRITE_OUTCOMES = (
+    "created", "updated", "deduplicated", "merged", "superseded_existing", "queued_for_review", "overruled",
+    "quarantined", "rejected_low_confidence", "blocked", "redacted", "flagged", "capped",
+)
+
+
+# --- Overview -------------------------------------------------------------------------------------
+
+def _days(n: int) -> list[date]:
+    today = timezone.localdate()
+    return [today - timedelta(days=i) for i in range(n - 1, -1, -1)]
+
+
+def _since(n: int) -> datetime:
+    return timezone.make_aware(datetime.combine(_days(n)[0], time.min))
+
+
+def writes_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[str, Any]:
+    """Write-path outcomes per day from the audit log (every write, including refusals, is audited)."""
+    rows = (
+        visible(principal, AuditEvent.objects.all())
+        .filter(action__endswith=".write", created_at__gte=_since(days))
+        .annotate(day=TruncDate("created_at"))
+        .values("day", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    table: dict[date, dict[str, int]] = {d: {} for d in _days(days)}
+    totals: dict[str, int] = {}
+    for row in rows:
+        table.setdefault(row["day"], {})[row["outcome"]] = row["n"]
+        totals[row["outcome"]] = totals.get(row["outcome"], 0) + row["n"]
+    total = sum(totals.values())
+    deduped = totals.get("deduplicated", 0) + totals.get("merged", 0)
+    return {
+        "table": table,
+        "totals": totals,
+        "total": total,
+        "dedup_rate": (deduped / total) if total else None,
+        "outcomes": [o for o in WRITE_OUTCOMES if o in totals] + sorted(set(totals) - set(WRITE_OUTCOMES)),
+    }
+
+
+def open_contradictions(principal: Principal) -> dict[str, Any]:
+    now = timezone.now()
+    qs = visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
+    buckets = qs.aggregate(
+        total=Count("id"),
+        under_1d=Count("id", filter=Q(created_at__gte=now - timedelta(days=1))),
+        d1_7=Count("id", filter=Q(created_at__lt=now - timedelta(days=1), created_at__gte=now - timedelta(days=7))),
+        d7_30=Count("id", filter=Q(created_at__lt=now - timedelta(days=7), created_at__gte=now - timedelta(days=30))),
+        over_30d=Count("id", filter=Q(created_at__lt=now - timedelta(days=30))),
+    )
+    oldest = qs.order_by("created_at").values_list("created_at", flat=True).first()
+    return {
+        "total": buckets.pop("total"),
+        "buckets": [("< 1 day", buckets["under_1d"]), ("1–7 days", buckets["d1_7"]),
+                    ("7–30 days", buckets["d7_30"]), ("> 30 days", buckets["over_30d"])],
+        "oldest": oldest,
+    }
+
+
+def score_distributions(principal: Principal) -> dict[str, Any]:
+    """Active facts in ten bins of effective confidence and of staleness (one query)."""
+    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
+    qs = qs.annotate(
+        cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
+        sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
+    )
+    conf = [0] * 10
+    stale = [0] * 10
+    for cbin, sbin, n in qs.values_list("cbin", "sbin").annotate(n=Count("id")).order_by():
+        conf[int(cbin or 0)] += n
+        stale[int(sbin or 0)] += n
+    return {"confidence": conf, "staleness": stale, "active": sum(conf),
+            "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9]}
+
+
+def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, int]:
+    rows = (
+        visible(principal, PiiBlock.objects.filter(created_at__gte=_since(days)))
+        .annotate(day=TruncDate("created_at")).values("day").annotate(n=Count("id")).order_by()
+    )
+    out = {d: 0 for d in _days(days)}
+    for row in rows:
+        out[row["day"]] = row["n"]
+    return out
+
+
+def llm_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, dict[str, Any]]:
+    rows = (
+        visible(principal, LlmCall.objects.filter(created_at__gte=_since(days)))
+        .annotate(day=TruncDate("created_at")).values("day")
+        .annotate(calls=Count("id"), tokens=Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
+                  cost=Coalesce(Sum("cost_usd", output_field=FloatField()), 0.0, output_field=FloatField()),
+                  failed=Count("id", filter=Q(ok=False)))
+        .order_by()
+    )
+    out = {d: {"calls": 0, "tokens": 0, "cost": 0.0, "failed": 0} for d in _days(days)}
+    for row in rows:
+        out[row["day"]] = {k: row[k] for k in ("calls", "tokens", "cost", "failed")}
+    return out
+
+
+def failed_batches(principal: Principal, limit: int = 5) -> tuple[int, list[ExtractionBatch]]:
+    qs = visible(principal, ExtractionBatch.objects.filter(status=ExtractionBatch.Status.FAILED))
+    return qs.count(), list(qs.select_related("memory_user", "thread").order_by("-created_at")[:limit])
+
+
+# --- Charts: geometry computed here, drawn by templates (so every label is auto-escaped) -----------
+
+CHART_W, CHART_H, PAD_L, PAD_B = 560, 160, 36, 20
+
+
+@dataclass
+class Bar:
+    x: float
+    y: float
+    w: float
+    h: float
+    label: str
+    value: float
+    series: int = 0
+
+
+def _nice_max(value: float) -> float:
+    if value <= 0:
+        return 1
+    exp = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * exp:
+            return step * exp
+    return 10 * exp
+
+
+def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None) -> dict[str, Any]:
+    """Stacked bars: `series[i][j]` is series i at label j."""
+    n = max(1, len(labels))
+    totals = [sum(s[j] for s in series) for j in range(len(labels))]
+    top = _nice_max(max(totals, default=0))
+    plot_w, plot_h = CHART_W - PAD_L, CHART_H - PAD_B
+    slot = plot_w / n
+    width = max(2.0, slot * 0.72)
+    bars: list[Bar] = []
+    for j, label in enumerate(labels):
+        base = 0.0
+        for i, s in enumerate(series):
+            if not s[j]:
+                continue
+            h = plot_h * s[j] / top
+            bars.append(Bar(x=round(PAD_L + j * slot + (slot - width) / 2, 1),
+                            y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
+                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=i))
+            base += h
+    step = max(1, n // 7)
+    ticks = [{"x": round(PAD_L + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
+    return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
+            "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2, "names": names or [],
+            "empty": not any(totals)}
+
+
+# --- Memory users ---------------------------------------------------------------------------------
+
+USER_SORTS = {
+    "name": ("external_id",),
+    "facts": ("-fact_count", "external_id"),
+    "contradictions": ("-open_contradictions", "external_id"),
+    "staleness": (F("avg_staleness").desc(nulls_last=True), "external_id"),
+    "recent": ("-created_at",),
+}
+
+
+def memory_users(principal: Principal, *, q: str = "", sort: str = "facts") -> QuerySet[MemoryUser]:
+    """Memory users with their active-fact count, open contradictions and mean staleness, one query."""
+    facts = Fact.objects.filter(memory_user=OuterRef("pk"), status=Fact.Status.ACTIVE).order_by()
+    open_ = Contradiction.objects.filter(memory_user=OuterRef("pk"), status=Contradiction.Status.OPEN).order_by()
+    qs = visible(principal, MemoryUser.objects.filter(erased_at__isnull=True)).annotate(
+        fact_count=Coalesce(Subquery(facts.values("memory_user").annotate(n=Count("id")).values("n")), 0),
+        open_contradictions=Coalesce(Subquery(open_.values("memory_user").annotate(n=Count("id")).values("n")), 0),
+        # Raw SQL: the staleness formula is defined once, in scoring.py, over a named table alias.
+        avg_staleness=RawSQL(  # noqa: S611 -- constant SQL from scoring.py, no user input
+            f"(SELECT avg({staleness_sql('sf')}) FROM memory_admin_fact sf "
+            "WHERE sf.memory_user_id = memory_admin_memoryuser.id AND sf.status = 'active')",
+            (), output_field=FloatField(),
+        ),
+    )
+    if q:
+        qs = qs.filter(Q(external_id__icontains=q) | Q(display_name__icontains=q))
+    return qs.order_by(*USER_SORTS.get(sort, USER_SORTS["facts"]))
+
+
+# --- Facts ----------------------------------------------------------------------------------------
+
+def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dict[str, str]) -> QuerySet[Fact]:
+    """The facts tab: filters by status/category/kind/source/stale/text, with scores computed in SQL."""
+    qs = visible(principal, Fact.objects.all())
+    if memory_user is not None:
+        qs = qs.filter(memory_user=memory_user)
+    status = filters.get("status", "active")
+    if status and status != "all":
+        qs = qs.filter(status=status)
+    for name in ("category", "kind", "source"):
+        if filters.get(name):
+            qs = qs.filter(**{name: filters[name]})
+    if filters.get("q"):
+        qs = qs.filter(Q(content__icontains=filters["q"]) | Q(key__icontains=filters["q"]))
+    qs = annotate_scores(qs)
+    if filters.get("stale") == "yes":
+        qs = qs.filter(Q(status=Fact.Status.STALE) | Q(stale_score__gt=STALE_THRESHOLD))
+    elif filters.get("stale") == "no":
+        qs = qs.exclude(status=Fact.Status.STALE).filter(stale_score__lte=STALE_THRESHOLD)
+    return qs.select_related("memory_user").order_by("-pinned", "-created_at", "-pk")
+
+
+def fact_with_scores(principal: Principal, fact_id) -> Fact:
+    from memory_admin.selectors.access import get_visible
+
+    return get_visible(
+        principal,
+        annotate_scores(Fact.objects.select_related("memory_user", "message", "message__thread", "batch",
+                                                    "superseded_by_notebook", "agent")),
+        pk=fact_id,
+    )
+
+
+def score_breakdown(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
+    """The terms of effective confidence and staleness for one fact, as the API and ranking use them."""
+    now = now or timezone.now()
+    lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
+    last = fact.last_accessed_at or fact.valid_from or fact.created_at
+    days_since_access = max(0.0, (now - last).total_seconds() / 86400)
+    age_days = max(0.0, (now - (fact.valid_from or fact.created_at)).total_seconds() / 86400)
+    decay = 1.0 if fact.pinned else math.exp(-lam * days_since_access)
+    reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
+    age_factor = 1 - math.exp(-age_days / AGE_SCALE_DAYS)
+    access_decay = 1 - math.exp(-days_since_access / ACCESS_SCALE_DAYS)
+    return {
+        "confidence": fact.confidence, "lambda": lam, "days_since_access": days_since_access, "decay": decay,
+        "access_count": fact.access_count, "reinforcement": 1.0 if fact.pinned else reinforcement,
+        "effective": effective_confidence(fact, now), "pinned": fact.pinned,
+        "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay,
+        "contested": fact.contested, "staleness": staleness(fact, now),
+        "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
+    }
+
+
+def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
+    return list(
+        visible(principal, Edge.objects.filter(Q(src_fact=fact) | Q(dst_fact=fact)))
+        .select_related("src_fact", "dst_fact", "src_episode", "dst_episode").order_by("created_at")[:200]
+    )
+
+
+# --- Beliefs as of a date -------------------------------------------------------------------------
+
+LEAVING_ACTIONS = ("fact.forget", "fact.evict", "fact.stale", "fact.expire", "fact.gc", "quarantine.discard")
+
+
+def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetime, limit: int = 500) -> list[Fact]:
+    """Facts that were active at `moment`: already written and true (valid_from), not yet replaced.
+
+    A fact leaves the active set when its successor is written (superseded_by's created_at), when the
+    notebook overrules it (the revision's time), or when it is forgotten, evicted or marked stale (the
+    audit event of that change; updated_at when there is none). A fact whose successor is older than
+    itself was overruled on arrival and was never believed. Three queries whatever the count."""
+    candidates = list(
+        visible(principal, Fact.objects.filter(memory_user=memory_user))
+        .filter(created_at__lte=moment, valid_from__lte=moment)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
+        .exclude(status=Fact.Status.QUARANTINED)
+        .select_related("superseded_by", "superseded_by_notebook")
+        .order_by("-valid_from")
+    )
+    leaving_ids = [str(f.pk) for f in candidates if f.status in (Fact.Status.EVICTED, Fact.Status.STALE)]
+    left_at: dict[str, datetime] = {}
+    if leaving_ids:
+        for target_id, at in (
+            visible(principal, AuditEvent.objects.filter(target_type="fact", target_id__in=leaving_ids))
+            .filter(Q(action__in=LEAVING_ACTIONS) | Q(outcome__in=("evicted", "stale")))
+            .order_by("created_at").values_list("target_id", "created_at")
+        ):
+            left_at.setdefault(target_id, at)
+    believed = []
+    for fact in candidates:
+        if fact.superseded_by_id:
+            end = fact.superseded_by.created_at
+        elif fact.superseded_by_notebook_id:
+            end = fact.superseded_by_notebook.created_at
+        elif fact.status in (Fact.Status.EVICTED, Fact.Status.STALE):
+            end = left_at.get(str(fact.pk), fact.updated_at)
+        else:
+            end = None
+        if end is not None and end <= fact.created_at:
+            continue  # overruled on arrival: never believed
+        if end is None or end > moment:
+            believed.append(fact)
+        if len(believed) >= limit:
+            break
+    return believed
+
+
+# --- Review queues --------------------------------------------------------------------------------
+
+def review_queue(principal: Principal, filters: dict[str, str]) -> QuerySet[Contradiction]:
+    qs = visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
+    if filters.get("detector"):
+        qs = qs.filter(detector=filters["detector"])
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+    if filters.get("category"):
+        qs = qs.filter(fact_a__category=filters["category"])
+    return qs.select_related("memory_user", "fact_a", "fact_b", "notebook_revision").order_by("created_at", "pk")
+
+
+def eviction_candidates(principal: Principal) -> QuerySet[Fact]:
+    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE, pinned=False)))
+    return qs.filter(stale_score__gt=EVICTION_THRESHOLD).select_related("memory_user").order_by("-stale_score", "pk")
+
+
+def quarantined(principal: Principal) -> QuerySet[Fact]:
+    return (
+        visible(principal, Fact.objects.filter(status=Fact.Status.QUARANTINED))
+        .select_related("memory_user", "agent").order_by("created_at", "pk")
+    )
+
+
+# --- PII blocks -----------------------------------------------------------------------------------
+
+def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlock]:
+    qs = visible(principal, PiiBlock.objects.all())
+    if filters.get("kind"):
+        qs = qs.filter(kinds__contains=[filters["kind"]])
+    if filters.get("route"):
+        qs = qs.filter(route=filters["route"])
+    if filters.get("action"):
+        qs = qs.filter(action=filters["action"])
+    if filters.get("agent"):
+        qs = qs.filter(agent__name__icontains=filters["agent"])
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+    if filters.get("since"):
+        qs = qs.filter(created_at__date__gte=filters["since"])
+    if filters.get("until"):
+        qs = qs.filter(created_at__date__lte=filters["until"])
+    repeats = (
+        PiiBlock.objects.filter(tenant_id=OuterRef("tenant_id"), fingerprint=OuterRef("fingerprint"))
+        .order_by().values("fingerprint").annotate(n=Count("id")).values("n")
+    )
+    return qs.annotate(repeat_count=Subquery(repeats)).select_related("agent", "memory_user").order_by(
+        "-created_at", "pk")
+
+
+# --- Audit log ------------------------------------------------------------------------------------
+
+def audit_events(principal: Principal, filters: dict[str, str], memory_user: MemoryUser | None = None):
+    qs = visible(principal, AuditEvent.objects.all())
+    if memory_user is not None:
+        qs = qs.filter(memory_user=memory_user)
+    for name in ("actor", "action", "outcome"):
+        if filters.get(name):
+            qs = qs.filter(**{f"{name}__icontains": filters[name]})
+    if filters.get("actor_type"):
+        qs = qs.filter(actor_type=filters["actor_type"])
+    if filters.get("target"):
+        qs = qs.filter(Q(target_id__startswith=filters["target"]) | Q(target_type=filters["target"]))
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+    if filters.get("since"):
+        qs = qs.filter(created_at__date__gte=filters["since"])
+    if filters.get("until"):
+        qs = qs.filter(created_at__date__lte=filters["until"])
+    return qs.select_related("memory_user").order_by("-created_at", "-pk")

@@ -1,0 +1,42 @@
+"""Dashboard accounts: a signed-in person's role in one tenant, as the same `Principal` the API uses.
+
+A dashboard account reaches a tenant only through a Membership; without one the tenant looks like it
+does not exist (404), exactly as another tenant's objects do for an API key.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from memory_admin.errors import NotFound
+from memory_admin.models import Membership, Tenant
+from memory_admin.selectors.access import Principal
+
+
+def memberships_of(user: AbstractBaseUser | AnonymousUser) -> list[Membership]:
+    """Every tenant this account belongs to, with the tenant and (for members) the memory user."""
+    if not user.is_authenticated:
+        return []
+    return list(
+        Membership.objects.filter(user_id=user.pk).select_related("tenant", "memory_user").order_by("tenant__slug")
+    )
+
+
+def principal_from_membership(membership: Membership, username: str) -> Principal:
+    return Principal(
+        tenant_id=membership.tenant_id,
+        role=membership.role,
+        actor=f"staff:{username}",
+        actor_type="staff",
+        # A member reaches exactly its own memory user; every other role sees the whole tenant.
+        member_user_id=membership.memory_user_id if membership.role == Membership.Role.MEMBER else None,
+    )
+
+
+def principal_for_staff(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | str) -> Principal:
+    """The principal of a dashboard account in one tenant (by object or slug); NotFound without a membership."""
+    slug = tenant if isinstance(tenant, str) else tenant.slug
+    for membership in memberships_of(user):
+        if membership.tenant.slug == slug:
+            return principal_from_membership(membership, user.get_username())
+    raise NotFound("No tenant with that name is visible to you.")

@@ -1,0 +1,93 @@
+"""Review-queue actions beside contradictions: quarantined writes (release, discard) and eviction
+candidates (evict, keep). Each is locked, idempotent-safe for two reviewers, and audited."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory_admin.errors import AlreadyResolved
+from memory_admin.models import Edge, Fact
+from memory_admin.selectors.access import CURATE, Principal, get_visible
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.facts import _supersede
+
+
+def _locked(principal: Principal, fact_id, expected: str) -> Fact:
+    fact = get_visible(principal, Fact.objects.select_for_update(of=("self",)), pk=fact_id)
+    if fact.status != expected:
+        raise AlreadyResolved(
+            f"This fact is {fact.status} now, not {expected}: someone acted on it first; nothing was changed.",
+            status_now=fact.status,
+        )
+    return fact
+
+
+@transaction.atomic
+def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact:
+    """A reviewer vouches for a quarantined write: it becomes active. If its key already has an active
+    value, the released fact is the newer version of that slot (the old one is superseded)."""
+    principal.require(CURATE)
+    fact = _locked(principal, fact_id, Fact.Status.QUARANTINED)
+    before = fact_snapshot(fact)
+    slot = None
+    if fact.key:
+        slot = (
+            Fact.objects.select_for_update()
+            .filter(memory_user_id=fact.memory_user_id, task_ref=fact.task_ref, key=fact.key,
+                    status=Fact.Status.ACTIVE)
+            .first()
+        )
+    if slot is not None:
+        _supersede(slot, by=fact, reason="replaced by a released quarantined write")
+        # `supersedes` is one-to-one: link the chain only if nothing else already corrects the slot.
+        if not Fact.objects.filter(supersedes_id=slot.pk).exists():
+            fact.supersedes_id = slot.pk
+        fact.version = slot.version + 1
+        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=fact, dst_fact=slot,
+                            created_by=principal.actor)
+    fact.status = Fact.Status.ACTIVE
+    fact.status_reason = f"released from quarantine by {principal.actor}"[:300]
+    fact.save(update_fields=["status", "status_reason", "supersedes", "version", "updated_at"])
+    audit(principal, "quarantine.release", outcome="released", target=fact, before=before,
+          after=fact_snapshot(fact), reason=note)
+    return fact
+
+
+@transaction.atomic
+def quarantine_discard(*, principal: Principal, fact_id, note: str = "") -> Fact:
+    principal.require(CURATE)
+    fact = _locked(principal, fact_id, Fact.Status.QUARANTINED)
+    before = fact_snapshot(fact)
+    fact.status = Fact.Status.EVICTED
+    fact.status_reason = f"discarded from quarantine: {note}"[:300] if note else "discarded from quarantine"
+    fact.save(update_fields=["status", "status_reason", "updated_at"])
+    audit(principal, "quarantine.discard", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
+          reason=note)
+    return fact
+
+
+@transaction.atomic
+def eviction_evict(*, principal: Principal, fact_id, note: str = "") -> Fact:
+    principal.require(CURATE)
+    fact = _locked(principal, fact_id, Fact.Status.ACTIVE)
+    before = fact_snapshot(fact)
+    fact.status = Fact.Status.EVICTED
+    fact.status_reason = "evicted by review: stale"
+    fact.save(update_fields=["status", "status_reason", "updated_at"])
+    audit(principal, "fact.evict", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
+          reason=note or "eviction candidate confirmed by a reviewer")
+    return fact
+
+
+@transaction.atomic
+def eviction_keep(*, principal: Principal, fact_id, note: str = "") -> Fact:
+    """Keep a stale fact: count it as just read, which resets its access decay (and so its staleness)."""
+    principal.require(CURATE)
+    fact = _locked(principal, fact_id, Fact.Status.ACTIVE)
+    before = fact_snapshot(fact)
+    fact.last_accessed_at = timezone.now()
+    fact.save(update_fields=["last_accessed_at", "updated_at"])
+    audit(principal, "fact.keep", outcome="kept", target=fact, before=before, after=fact_snapshot(fact),
+          reason=note or "eviction candidate kept by a reviewer")
+    return fact

@@ -1,0 +1,75 @@
+"""Template helpers for the dashboard. Memory content is untrusted: the only filter that returns
+markup is `markdown`, and it sanitises with nh3 after rendering."""
+
+from __future__ import annotations
+
+import markdown as md
+import nh3
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+
+from memory_admin.scoring import EVICTION_THRESHOLD, STALE_THRESHOLD
+
+register = template.Library()
+
+# Tags a notebook or skill may use; no images (they fetch URLs when the page loads), no raw HTML.
+_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i",
+    "li", "ol", "p", "pre", "s", "strong", "sub", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul",
+}
+
+
+@register.filter(name="markdown")
+def render_markdown(text: str | None) -> SafeString:
+    html = md.markdown(text or "", extensions=["fenced_code", "tables", "sane_lists"], output_format="html")
+    clean = nh3.clean(
+        html, tags=_TAGS, attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
+        url_schemes={"http", "https", "mailto"}, link_rel="noopener noreferrer nofollow",
+    )
+    return mark_safe(clean)  # noqa: S308 -- sanitised by nh3 just above
+
+
+@register.filter
+def pct(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    return f"{float(value) * 100:.{digits}f}%"
+
+
+@register.filter
+def num(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    return f"{float(value):.{digits}f}"
+
+
+@register.filter
+def staleness_level(score: float | None) -> str:
+    """fresh / stale / evict: the badge a staleness score earns (SPEC §7 thresholds)."""
+    if score is None:
+        return "fresh"
+    if score > EVICTION_THRESHOLD:
+        return "evict"
+    if score > STALE_THRESHOLD:
+        return "stale"
+    return "fresh"
+
+
+@register.filter
+def short_id(value) -> str:
+    return str(value)[:8]
+
+
+@register.filter
+def get_item(mapping: dict, key: str):
+    return mapping.get(key, "") if hasattr(mapping, "get") else ""
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """JSON for display inside <pre>; the template escapes it like any other text."""
+    import json
+
+    if value is None:
+        return ""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)

@@ -1,0 +1,81 @@
+"""What every dashboard page shares: sign-in, the tenant from the URL, the principal, errors as pages.
+
+`tenant_view` turns (request.user, tenant slug) into the same `Principal` the API uses, so every
+page reads through `selectors.access.visible`/`get_visible`: another tenant's or another user's
+object is a 404, never a 403.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils.http import url_has_allowed_host_and_scheme
+
+from memory_admin.errors import DomainError, Forbidden, NotFound
+from memory_admin.selectors.access import ADMIN, AUDIT, CURATE, READ, WRITE_MEMORY
+from memory_admin.selectors.staff import memberships_of, principal_from_membership
+
+PER_PAGE = 50
+
+
+def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
+    """Decorate a view taking (request, slug, ...). `staff_only` pages are not for members, who see
+    only their own notebook and facts (SPEC §1)."""
+
+    def decorator(view: Callable) -> Callable:
+        @login_required
+        @wraps(view)
+        def wrapper(request: HttpRequest, slug: str, *args, **kwargs) -> HttpResponse:
+            memberships = memberships_of(request.user)
+            membership = next((m for m in memberships if m.tenant.slug == slug), None)
+            if membership is None:
+                raise Http404("No tenant with that name is visible to you.")
+            principal = principal_from_membership(membership, request.user.get_username())
+            request.tenant = membership.tenant
+            request.membership = membership
+            request.memberships = memberships
+            request.principal = principal
+            request.can = {name: principal.can(name) for name in (READ, WRITE_MEMORY, CURATE, ADMIN, AUDIT)}
+            request.is_member = principal.member_user_id is not None
+            if staff_only and request.is_member:
+                return forbidden(request, "Members see their own notebook and facts only.")
+            if not principal.can(ability):
+                return forbidden(request, f"Your role ({principal.role}) may not open this page.")
+            try:
+                return view(request, *args, **kwargs)
+            except NotFound as exc:
+                raise Http404(exc.detail) from exc
+            except Forbidden as exc:
+                return forbidden(request, exc.detail)
+
+        return wrapper
+
+    return decorator
+
+
+def forbidden(request: HttpRequest, detail: str) -> HttpResponse:
+    return render(request, "dashboard/error.html", {"title": "Not allowed", "detail": detail}, status=403)
+
+
+def domain_error(request: HttpRequest, exc: DomainError, *, template: str = "dashboard/_flash.html") -> HttpResponse:
+    """A refused action, shown where it happened (htmx) or as a page."""
+    return render(request, template, {"level": "error", "detail": exc.detail, "code": exc.code}, status=exc.status
+                  if not request.htmx else 200)
+
+
+def paginate(request: HttpRequest, queryset: QuerySet | list, per_page: int = PER_PAGE) -> Page:
+    """One COUNT and one LIMIT/OFFSET query, whatever the page."""
+    return Paginator(queryset, per_page).get_page(request.GET.get("page"))
+
+
+def safe_next(request: HttpRequest, fallback: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return fallback

@@ -1,0 +1,102 @@
+"""For auditors (and admins): PII blocks with CSV export, and the audit log. Read only."""
+
+from __future__ import annotations
+
+import csv
+
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+
+from memory_admin.models import PII_KINDS, AuditEvent, PiiBlock
+from memory_admin.selectors import dashboard as sel
+from memory_admin.selectors.access import AUDIT, get_visible, visible
+from memory_admin.views.base import paginate, tenant_view
+
+PII_FILTERS = ("kind", "route", "action", "agent", "user", "since", "until")
+AUDIT_FILTERS = ("actor", "actor_type", "action", "outcome", "target", "user", "since", "until")
+
+
+def _filters(request: HttpRequest, names: tuple[str, ...]) -> dict[str, str]:
+    out = {name: request.GET.get(name, "").strip() for name in names}
+    for name in ("since", "until"):
+        # A malformed date would be a 500 inside the query; ignore it instead.
+        if out.get(name) and not _is_date(out[name]):
+            out[name] = ""
+    return out
+
+
+def _is_date(text: str) -> bool:
+    from datetime import date
+
+    try:
+        date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
+
+
+@tenant_view(ability=AUDIT)
+def pii_list(request: HttpRequest) -> HttpResponse:
+    filters = _filters(request, PII_FILTERS)
+    page = paginate(request, sel.pii_blocks(request.principal, filters))
+    routes = (visible(request.principal, PiiBlock.objects.all()).order_by().values_list("route", flat=True)
+              .distinct())
+    return render(request, "dashboard/pii.html", {
+        "page": page, "filters": filters, "kinds": [*PII_KINDS, "secret", "api_key", "jwt", "private_key", "card"],
+        "routes": sorted(routes), "actions": PiiBlock.Action.values,
+    })
+
+
+@tenant_view(ability=AUDIT)
+def pii_detail(request: HttpRequest, block_id) -> HttpResponse:
+    block = get_visible(request.principal, PiiBlock.objects.select_related("agent", "memory_user"), pk=block_id)
+    repeats = visible(request.principal, PiiBlock.objects.filter(fingerprint=block.fingerprint))
+    return render(request, "dashboard/pii_detail.html", {
+        "block": block,
+        "repeat_count": repeats.count(),
+        "repeats": list(repeats.select_related("agent", "memory_user").order_by("-created_at")[:50]),
+        "events": list(visible(request.principal, AuditEvent.objects.filter(
+            target_type="piiblock", target_id=str(block.pk))).order_by("created_at")[:20]),
+    })
+
+
+class _Echo:
+    def write(self, value: str) -> str:
+        return value
+
+
+def _cell(value) -> str:
+    """Spreadsheet-safe: a cell starting with = + - @ would run as a formula when the CSV is opened."""
+    text = "" if value is None else str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
+@tenant_view(ability=AUDIT)
+def pii_export(request: HttpRequest) -> StreamingHttpResponse:
+    filters = _filters(request, PII_FILTERS)
+    rows = sel.pii_blocks(request.principal, filters)
+    writer = csv.writer(_Echo())
+    header = ["id", "created_at", "action", "kinds", "route", "agent", "memory_user", "actor", "fingerprint",
+              "repeat_count", "redacted_preview"]
+
+    def stream():
+        yield writer.writerow(header)
+        for b in rows.iterator(chunk_size=500):
+            yield writer.writerow([_cell(v) for v in (
+                b.pk, b.created_at.isoformat(), b.action, ";".join(b.kinds), b.route,
+                b.agent.name if b.agent else "", b.memory_user.external_id if b.memory_user else "", b.actor,
+                b.fingerprint, b.repeat_count, b.redacted_preview)])
+
+    response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = f'attachment; filename="pii-blocks-{request.tenant.slug}-{stamp}.csv"'
+    return response
+
+
+@tenant_view(staff_only=True)
+def audit_log(request: HttpRequest) -> HttpResponse:
+    filters = _filters(request, AUDIT_FILTERS)
+    page = paginate(request, sel.audit_events(request.principal, filters))
+    return render(request, "dashboard/audit.html", {"page": page, "filters": filters,
+                                                    "actor_types": ["agent", "staff", "system"]})

@@ -1,0 +1,49 @@
+"""Overview: memory health at a glance, charts drawn server-side as inline SVG."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from memory_admin.selectors import dashboard as sel
+from memory_admin.views.base import tenant_view
+
+
+@tenant_view(staff_only=True)
+def overview(request: HttpRequest) -> HttpResponse:
+    p = request.principal
+    writes = sel.writes_per_day(p)
+    days = list(writes["table"])
+    labels = [d.strftime("%b %d") for d in days]
+    outcomes = writes["outcomes"]
+    writes_chart = sel.bar_chart(labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], outcomes)
+    contradictions = sel.open_contradictions(p)
+    scores = sel.score_distributions(p)
+    bins = [f"{i / 10:.1f}" for i in range(10)]
+    pii = sel.pii_per_day(p)
+    llm = sel.llm_per_day(p)
+    failed_count, failed = sel.failed_batches(p)
+    llm_days = list(llm)
+    return render(request, "dashboard/overview.html", {
+        "writes": writes,
+        "writes_chart": writes_chart,
+        "contradictions": contradictions,
+        "age_chart": sel.bar_chart([b[0] for b in contradictions["buckets"]],
+                                   [[b[1] for b in contradictions["buckets"]]]),
+        "scores": scores,
+        "conf_chart": sel.bar_chart(bins, [scores["confidence"]]),
+        "stale_chart": sel.bar_chart(bins, [scores["staleness"]]),
+        "pii_chart": sel.bar_chart([d.strftime("%b %d") for d in pii], [list(pii.values())]),
+        "pii_total": sum(pii.values()),
+        "llm_calls_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
+                                         [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days],
+                                          [llm[d]["failed"] for d in llm_days]], ["ok", "failed"]),
+        "llm_tokens_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
+                                          [[llm[d]["tokens"] for d in llm_days]]),
+        "llm_cost_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
+                                        [[round(llm[d]["cost"], 4) for d in llm_days]]),
+        "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
+        "failed_count": failed_count,
+        "failed": failed,
+        "days": sel.OVERVIEW_DAYS,
+    })

@@ -1,0 +1,139 @@
+"""The review queue (contradictions) and its siblings: eviction candidates and quarantined writes."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from memory_admin.errors import AlreadyResolved, DomainError, NotFound
+from memory_admin.models import Contradiction, Fact
+from memory_admin.selectors import dashboard as sel
+from memory_admin.selectors.access import CURATE, get_visible
+from memory_admin.services.contradictions import ACTIONS, contradiction_resolve
+from memory_admin.services.curation import eviction_evict, eviction_keep, quarantine_discard, quarantine_release
+from memory_admin.views.base import paginate, safe_next, tenant_view
+
+REVIEW_FILTERS = ("detector", "user", "category")
+ACTION_LABELS = {"keep_a": "Kept A", "keep_b": "Kept B", "both_true": "Both true", "merge": "Merged",
+                 "dismiss": "Dismissed"}
+
+
+@tenant_view(staff_only=True)
+def review_queue(request: HttpRequest) -> HttpResponse:
+    filters = {name: request.GET.get(name, "") for name in REVIEW_FILTERS}
+    page = paginate(request, sel.review_queue(request.principal, filters), 20)
+    return render(request, "dashboard/review.html", {
+        "page": page, "filters": filters, "detectors": Contradiction.Detector.values,
+        "categories": Fact.Category.values, "queue": "contradictions",
+    })
+
+
+@require_POST
+@tenant_view(ability=CURATE)
+def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
+    action = request.POST.get("action", "")
+    try:
+        item = contradiction_resolve(principal=request.principal, contradiction_id=contradiction_id, action=action,
+                                     note=request.POST.get("note", ""),
+                                     merged_text=request.POST.get("merged_text", ""))
+        outcome = {"level": "success", "detail": f"{ACTION_LABELS.get(action, action)}."}
+    except NotFound:
+        raise
+    except AlreadyResolved as exc:
+        item = get_visible(request.principal, Contradiction.objects.all(), pk=contradiction_id)
+        outcome = {"level": "warning", "detail": exc.detail, "already": True}
+    except DomainError as exc:
+        if not request.htmx:
+            messages.error(request, exc.detail)
+            return redirect(safe_next(request, _queue_url(request)))
+        item = get_visible(request.principal, Contradiction.objects.select_related(
+            "memory_user", "fact_a", "fact_b"), pk=contradiction_id)
+        return render(request, "dashboard/_review_card.html", {"item": item, "card_error": exc.detail})
+    if request.htmx:
+        return render(request, "dashboard/_review_done.html", {"item": item, **outcome})
+    getattr(messages, outcome["level"])(request, outcome["detail"])
+    return redirect(safe_next(request, _queue_url(request)))
+
+
+@require_POST
+@tenant_view(ability=CURATE)
+def review_bulk(request: HttpRequest) -> HttpResponse:
+    """One action on many contradictions; each is resolved on its own, so one already resolved by
+    someone else is reported and skipped, never applied twice."""
+    action = request.POST.get("action", "")
+    ids = request.POST.getlist("ids")
+    if action not in ACTIONS or action == "merge":
+        messages.error(request, "Choose keep A, keep B, both true or dismiss for a bulk action.")
+        return redirect(safe_next(request, _queue_url(request)))
+    done = skipped = 0
+    for cid in ids[:200]:
+        try:
+            contradiction_resolve(principal=request.principal, contradiction_id=cid, action=action,
+                                  note=request.POST.get("note", ""))
+            done += 1
+        except (AlreadyResolved, NotFound):
+            skipped += 1
+        except DomainError as exc:
+            messages.error(request, exc.detail)
+            skipped += 1
+    messages.success(request, f"{ACTION_LABELS[action]}: {done} resolved"
+                     + (f", {skipped} skipped (already resolved or not visible)" if skipped else "") + ".")
+    return redirect(safe_next(request, _queue_url(request)))
+
+
+def _queue_url(request: HttpRequest) -> str:
+    from django.urls import reverse
+
+    return reverse("review", args=[request.tenant.slug])
+
+
+@tenant_view(staff_only=True)
+def eviction_queue(request: HttpRequest) -> HttpResponse:
+    page = paginate(request, sel.eviction_candidates(request.principal))
+    return render(request, "dashboard/review_facts.html", {
+        "page": page, "queue": "eviction", "title": "Eviction candidates",
+        "intro": "Active facts whose staleness is above 0.9: old, unread for long, or contested. Evict them "
+                 "(they stop being served, history is kept) or keep them (counts as a fresh read).",
+        "actions": [("keep", "Keep"), ("evict", "Evict")],
+    })
+
+
+@tenant_view(staff_only=True)
+def quarantine_queue(request: HttpRequest) -> HttpResponse:
+    page = paginate(request, sel.quarantined(request.principal))
+    return render(request, "dashboard/review_facts.html", {
+        "page": page, "queue": "quarantine", "title": "Quarantined writes",
+        "intro": "Writes the poisoning guard held back: text that reads like instructions to a model, or "
+                 "came from an external source. They are never served until released.",
+        "actions": [("release", "Release"), ("discard", "Discard")],
+    })
+
+
+FACT_QUEUE_ACTIONS = {
+    ("eviction", "evict"): (eviction_evict, "Evicted."),
+    ("eviction", "keep"): (eviction_keep, "Kept; counted as read."),
+    ("quarantine", "release"): (quarantine_release, "Released: now active."),
+    ("quarantine", "discard"): (quarantine_discard, "Discarded."),
+}
+
+
+@require_POST
+@tenant_view(ability=CURATE)
+def fact_queue_action(request: HttpRequest, queue: str, fact_id, action: str) -> HttpResponse:
+    entry = FACT_QUEUE_ACTIONS.get((queue, action))
+    if entry is None:
+        raise Http404("No such action.")
+    service, label = entry
+    try:
+        service(principal=request.principal, fact_id=fact_id, note=request.POST.get("note", ""))
+        level, detail = "success", label
+    except NotFound:
+        raise
+    except DomainError as exc:
+        level, detail = "warning", exc.detail
+    if request.htmx:
+        return render(request, "dashboard/_flash_row.html", {"level": level, "detail": detail, "colspan": 7})
+    getattr(messages, level)(request, detail)
+    return redirect(safe_next(request, request.path))

@@ -1,0 +1,79 @@
+// Keyboard shortcuts for the review queue. Everything works without this file: it only moves focus
+// and clicks the same buttons a mouse would.
+(function () {
+  "use strict";
+  var current = null;
+
+  function cards() {
+    return Array.prototype.slice.call(document.querySelectorAll(".review-card"));
+  }
+  function openCards() {
+    return cards().filter(function (c) { return !c.dataset.done; });
+  }
+  function focus(card) {
+    if (current) current.classList.remove("focused");
+    current = card || null;
+    if (!current) return;
+    current.classList.add("focused");
+    current.focus({ preventScroll: true });
+    current.scrollIntoView({ block: "nearest", behavior: "smooth" });
+  }
+  function move(step) {
+    var list = cards();
+    if (!list.length) return;
+    var i = current ? list.indexOf(current) : -1;
+    if (i === -1 && current && current.id) {
+      // The focused card was swapped by htmx: find its replacement by id.
+      i = list.findIndex(function (c) { return c.id === current.id; });
+    }
+    focus(list[Math.max(0, Math.min(list.length - 1, i + step))]);
+  }
+  function typing(target) {
+    return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (!document.querySelector(".review-card")) return;
+    if (typing(event.target)) {
+      if (event.key === "Escape") event.target.blur();
+      return;
+    }
+    var key = event.key.toLowerCase();
+    if (key === "j") { move(1); event.preventDefault(); return; }
+    if (key === "k") { move(-1); event.preventDefault(); return; }
+    if (!current || !document.body.contains(current)) {
+      focus(openCards()[0]);
+      if (!current) return;
+    }
+    if (key === "x") {
+      var box = current.querySelector("input[type=checkbox]");
+      if (box) box.checked = !box.checked;
+      event.preventDefault();
+      return;
+    }
+    if (key === "m") {
+      var merge = current.querySelector("details.merge");
+      if (merge) { merge.open = true; merge.querySelector("textarea").focus(); event.preventDefault(); }
+      return;
+    }
+    var button = current.querySelector('button[data-key="' + key + '"]');
+    if (button) { button.click(); event.preventDefault(); }
+  });
+
+  // After a card is resolved (htmx swapped it), move on to the next open card.
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var swapped = event.detail.target;
+    if (!swapped || !swapped.id || swapped.id.indexOf("c-") !== 0) return;
+    var card = document.getElementById(swapped.id);
+    var list = cards();
+    var i = list.indexOf(card);
+    var next = list.slice(i + 1).find(function (c) { return !c.dataset.done; });
+    focus(next || card);
+  });
+
+  document.addEventListener("DOMContentLoaded", function () {
+    var first = openCards()[0];
+    if (first) { current = first; first.classList.add("focused"); }
+  });
+})();
