@@ -23,7 +23,7 @@ from memory_admin.services.tenant_admin import (
 from memory_admin.views.base import paginate, tenant_view
 
 # Where the extraction engineer's `batch_retry` may live; the retry button appears once it exists.
-_RETRY_MODULES = ("extraction.services", "extraction.pipeline", "extraction.tasks", "extraction")
+_RETRY_MODULES = ("memory_admin.services.extraction", "extraction.pipeline")
 
 
 def batch_retry_fn():
@@ -59,9 +59,6 @@ def batch_retry_view(request: HttpRequest, batch_id: int) -> HttpResponse:
         raise Http404("Retry is not available in this installation.")
     try:
         retry(principal=request.principal, batch_id=batch.pk)
-        messages.success(request, f"Batch {batch.pk} queued for another attempt.")
-    except TypeError:
-        retry(batch.pk)  # a positional signature
         messages.success(request, f"Batch {batch.pk} queued for another attempt.")
     except DomainError as exc:
         messages.error(request, exc.detail)
