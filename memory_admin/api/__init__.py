@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest
 from ninja import NinjaAPI
@@ -34,19 +38,27 @@ def _domain_error(request, exc: DomainError):
     return api.create_response(request, exc.as_dict(), status=exc.status)
 
 
+# Parts of a pydantic error location that name a union branch or a dict key check, not a field the
+# client sent: `confidence.float`, `confidence.int`, `pii_policy.password.[key]` are all about one field.
+_NOT_A_FIELD = re.compile(r"^(?:float|int|str|bool|none|list|dict)$|[\[\]]|^(?:function|constrained|lax|strict)-")
+_CONTAINERS = ("body", "payload", "query", "path", "filters")
+
+
+def _invalid(errors: list[dict[str, str]]):
+    first = errors[0] if errors else {"field": "body", "reason": "invalid"}
+    return {"code": "invalid", "detail": f"{first['field']}: {first['reason']}", "field": first["field"],
+            "errors": errors}
+
+
 @api.exception_handler(ValidationError)
 def _validation_error(request, exc: ValidationError):
-    errors = []
+    errors: dict[str, str] = {}
     for error in exc.errors:
-        loc = [str(part) for part in error.get("loc", []) if part not in ("body", "payload", "query", "path")]
-        errors.append({"field": ".".join(loc) or "body", "reason": error.get("msg", "invalid")})
-    first = errors[0] if errors else {"field": "body", "reason": "invalid"}
-    return api.create_response(
-        request,
-        {"code": "invalid", "detail": f"{first['field']}: {first['reason']}", "field": first["field"],
-         "errors": errors},
-        status=422,
-    )
+        loc = [str(part) for part in error.get("loc", [])
+               if part not in _CONTAINERS and not _NOT_A_FIELD.search(str(part))]
+        errors.setdefault(".".join(loc) or "body", error.get("msg", "invalid"))
+    listed = [{"field": field, "reason": reason} for field, reason in errors.items()]
+    return api.create_response(request, _invalid(listed), status=422)
 
 
 @api.exception_handler(AuthenticationError)
@@ -59,8 +71,23 @@ def _auth_error(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+        # ninja's "Cannot parse request body": malformed JSON (or not UTF-8) is invalid input (SPEC §11).
+        return api.create_response(
+            request, _invalid([{"field": "body", "reason": "the request body is not valid JSON"}]), status=422
+        )
     code = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "error")
     return api.create_response(request, {"code": code, "detail": str(exc)}, status=exc.status_code)
+
+
+@api.exception_handler(RequestDataTooBig)
+def _body_too_big(request, exc):
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return api.create_response(
+        request, {"code": "content_too_large", "detail": f"A request body may hold at most {limit} bytes.",
+                  "limit": limit},
+        status=413,
+    )
 
 
 @api.exception_handler(OperationalError)
@@ -73,4 +100,4 @@ def _db_down(request, exc: DatabaseError):
 
 
 # Routers register themselves on import.
-from memory_admin.api import facts, memory, retrieval, system  # noqa: E402, F401
+from memory_admin.api import facts, memory, messages, retrieval, system  # noqa: E402, F401

@@ -20,7 +20,7 @@ from memory_admin.api.schemas import (
 )
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
-from memory_admin.services.facts import fact_correct, fact_forget, fact_pin, fact_write
+from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_pin, fact_write
 
 router = Router(tags=["facts"])
 
@@ -49,6 +49,7 @@ def list_facts(request, user_id: str, filters: Query[FactFilters]):
 
 @router.post("/users/{user_id}/facts", response={200: WriteOut, 201: WriteOut})
 def write_fact(request, user_id: str, payload: FactIn):
+    check_fact_size(payload.content, payload.metadata)  # before the first write creates the user
     user = memory_user_for(request.principal, user_id, create=True)
     data = payload.dict(exclude_none=True)
     task_ref = data.pop("task_id", "")

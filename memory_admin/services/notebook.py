@@ -35,16 +35,21 @@ def notebook_for(tenant_id: int, memory_user: MemoryUser | None) -> Notebook | N
     return Notebook.objects.filter(tenant_id=tenant_id, memory_user=memory_user).first()
 
 
+def check_notebook_size(content: str) -> None:
+    """Raise TooLarge for a notebook over the limit (callers check before creating anything)."""
+    size = len(content.encode())
+    if size > settings.MAX_NOTEBOOK_BYTES:
+        raise TooLarge(f"A notebook may hold at most {settings.MAX_NOTEBOOK_BYTES} bytes; this one has {size}.",
+                       code="content_too_large", limit=settings.MAX_NOTEBOOK_BYTES)
+
+
 def notebook_save(
     *, principal: Principal, memory_user: MemoryUser | None, content: str, base_version: int, note: str = ""
 ) -> Notebook:
     """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
     current version and overwrite nothing. Facts that contradict the new text are overruled."""
     principal.require(WRITE_MEMORY)
-    size = len(content.encode())
-    if size > settings.MAX_NOTEBOOK_BYTES:
-        raise TooLarge(f"A notebook may hold at most {settings.MAX_NOTEBOOK_BYTES} bytes; this one has {size}.",
-                       code="content_too_large", limit=settings.MAX_NOTEBOOK_BYTES)
+    check_notebook_size(content)
     user_id = memory_user.pk if memory_user else None
     content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content
     statements = notebook_statements(content)

@@ -24,6 +24,14 @@ def check_skill_path(path: str) -> str:
     return path
 
 
+def check_skill_size(content: str) -> None:
+    """Raise TooLarge for a skill over the limit (callers check before creating anything)."""
+    size = len(content.encode())
+    if size > settings.MAX_SKILL_BYTES:
+        raise TooLarge(f"A skill may hold at most {settings.MAX_SKILL_BYTES} bytes; this one has {size}.",
+                       code="content_too_large", limit=settings.MAX_SKILL_BYTES)
+
+
 def skill_save(
     *, principal: Principal, path: str, content: str, base_version: int | None,
     memory_user: MemoryUser | None = None,
@@ -32,10 +40,7 @@ def skill_save(
     raises Conflict with the current version."""
     principal.require(WRITE_MEMORY)
     path = check_skill_path(path)
-    size = len(content.encode())
-    if size > settings.MAX_SKILL_BYTES:
-        raise TooLarge(f"A skill may hold at most {settings.MAX_SKILL_BYTES} bytes; this one has {size}.",
-                       code="content_too_large", limit=settings.MAX_SKILL_BYTES)
+    check_skill_size(content)
     user_id = memory_user.pk if memory_user else None
     content = screen_text(principal, content, route="skill", memory_user_id=user_id).content
     with transaction.atomic():
