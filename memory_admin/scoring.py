@@ -94,8 +94,8 @@ def staleness_sql(table: str = "memory_admin_fact") -> str:
 def annotate_scores(queryset):
     """Add `eff_conf` and `stale_score` computed by Postgres (one formula, shared with Python)."""
     return queryset.annotate(
-        eff_conf=RawSQL(effective_confidence_sql(), (), output_field=FloatField()),
-        stale_score=RawSQL(staleness_sql(), (), output_field=FloatField()),
+        eff_conf=RawSQL(effective_confidence_sql(), (), output_field=FloatField()),  # noqa: S611 - constants only
+        stale_score=RawSQL(staleness_sql(), (), output_field=FloatField()),  # noqa: S611 - constants only
     )
 
 

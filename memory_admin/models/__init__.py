@@ -17,8 +17,8 @@ from memory_admin.models.tenancy import (
     PII_KINDS,
     Agent,
     ApiKey,
-    MemoryUser,
     Membership,
+    MemoryUser,
     Tenant,
     TenantSettings,
 )

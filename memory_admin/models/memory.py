@@ -124,7 +124,8 @@ class Fact(models.Model):
     )
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
     task_ref = models.CharField(max_length=200, blank=True, default="")
-    key = models.CharField(max_length=200, null=True, blank=True)
+    # NULL, not "": the unique constraint on active keys must ignore key-less facts.
+    key = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
     content = models.TextField()
     content_hash = models.CharField(max_length=64)
     category = models.CharField(max_length=16, choices=Category.choices, default=Category.OTHER)

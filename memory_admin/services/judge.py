@@ -76,6 +76,6 @@ def judge(a: str, b: str, *, tenant_id: int) -> Verdict:
             data = llm.chat_json(tenant_id=tenant_id, layer="judge", system=_LLM_SYSTEM,
                                  user=f"Statement A: {a}\nStatement B: {b}")
             return Verdict(bool(data.get("contradictory")), str(data.get("reason", ""))[:300], "llm")
-        except Exception:  # noqa: BLE001 - an unavailable judge must not fail a write: fall back to rules
+        except Exception:  # noqa: BLE001, S110 - an unavailable judge must not fail a write: fall back to rules
             pass
     return rules_judge(a, b)

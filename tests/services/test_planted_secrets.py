@@ -73,7 +73,8 @@ def test_no_planted_secret_survives_any_write_route(api):
                 assert needle not in r.content.decode(), (kind, route)
             block = PiiBlock.objects.get(pk=body["block_id"])
             assert kind in block.kinds and block.route == route
-            assert AuditEvent.objects.filter(target_type="piiblock", target_id=str(block.pk), outcome="blocked").exists()
+            events = AuditEvent.objects.filter(target_type="piiblock", target_id=str(block.pk), outcome="blocked")
+            assert events.exists()
             refusals += 1
     assert PiiBlock.objects.count() == refusals == len(SECRETS) * 4
     assert Fact.objects.count() == 1  # only the seed fact; the correction never happened

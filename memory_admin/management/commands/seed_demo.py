@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory_admin.errors import Blocked
-from memory_admin.models import Episode, Fact, MemoryUser, Membership, Message, Thread
+from memory_admin.models import Episode, Fact, Membership, MemoryUser, Message, Thread
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.services.facts import fact_correct, fact_write
 from memory_admin.services.keys import api_key_create
