@@ -144,6 +144,9 @@ def fact_write(
 
     # 1. Secrets and PII.
     content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
+    if key or metadata:
+        key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
+                                                 memory_user_id=memory_user.pk)
     conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
     fact = Fact(
         id=uuid.uuid4(),
@@ -261,6 +264,31 @@ def fact_write(
             fact.status = Fact.Status.EVICTED
             return done(WriteResult("capped", fact, reason="at the cap, and the weakest fact", evicted=evicted))
         return done(WriteResult("created", fact, evicted=evicted))
+
+
+def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str, memory_user_id: int):
+    """The slot name and the agent's metadata are stored verbatim too: scanned like the content (a
+    secret refuses the write), and redacted string by string where the policy says so."""
+    import json
+
+    from memory_admin.services.pii import scan
+
+    result = screen_text(principal, json.dumps({"key": key, "metadata": metadata}, ensure_ascii=False),
+                         route=route, memory_user_id=memory_user_id)
+    if not result.redacted:
+        return key, metadata
+    policy = tenant_settings(principal.tenant_id).pii_policy
+
+    def redact(value):
+        if isinstance(value, str):
+            return scan(value, policy).content
+        if isinstance(value, dict):
+            return {redact(k): redact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [redact(v) for v in value]
+        return value
+
+    return redact(key), redact(metadata)
 
 
 def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]:
