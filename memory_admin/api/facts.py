@@ -20,7 +20,7 @@ from memory_admin.api.schemas import (
 )
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
-from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_pin, fact_write
+from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_pin, fact_promote, fact_write
 
 router = Router(tags=["facts"])
 
@@ -95,6 +95,16 @@ def forget_fact(request, fact_id: UUID, payload: ForgetIn | None = None):
 def pin_fact(request, fact_id: UUID, payload: PinIn):
     fact = fact_pin(principal=request.principal, fact_id=fact_id, pinned=payload.pinned)
     return FactOut.of(fact_get_for(request.principal, fact.pk))
+
+
+class PromoteIn(Schema):
+    to: Literal["user", "org"]
+
+
+@router.post("/facts/{fact_id}/promote", response={201: FactOut})
+def promote_fact(request, fact_id: UUID, payload: PromoteIn):
+    new = fact_promote(principal=request.principal, fact_id=fact_id, to=payload.to)
+    return 201, FactOut.of(fact_get_for(request.principal, new.pk))
 
 
 api.add_router("", router)

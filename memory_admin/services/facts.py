@@ -500,3 +500,44 @@ def record_access(fact_ids) -> None:
     ids = list(fact_ids)
     if ids:
         Fact.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed_at=timezone.now())
+
+
+def fact_promote(*, principal: Principal, fact_id, to: str) -> Fact:
+    """Move a fact up the scope tree (task → user → org, SPEC §3): a copy in the parent scope
+    supersedes it. Promoting to the org scope is curation (admins and operators)."""
+    if to not in ("user", "org"):
+        raise Invalid("A fact is promoted to the user or the org scope.", field="to")
+    old = writable_fact(principal, fact_id)
+    order = {"task": 0, "user": 1, "org": 2, "global": 3}
+    if order[to] <= order[old.scope]:
+        raise Invalid(f"A {old.scope} fact cannot be promoted to {to}: promotion only moves up.", field="to")
+    if to == "org":
+        principal.require(CURATE)
+    with transaction.atomic():
+        if old.memory_user_id:
+            _lock_user(old.memory_user_id)
+        old.refresh_from_db()
+        if old.status != Fact.Status.ACTIVE:
+            raise Conflict("Only an active fact can be promoted.", code="not_active", status_now=old.status)
+        new = Fact(
+            id=uuid.uuid4(), tenant_id=old.tenant_id, memory_user_id=old.memory_user_id if to == "user" else None,
+            scope=to, task_ref="", key=old.key, content=old.content, content_hash=old.content_hash,
+            category=old.category, kind=old.kind, confidence=old.confidence, importance=old.importance,
+            source=old.source, version=old.version + 1, supersedes=old, embedding=old.embedding, pinned=old.pinned,
+            valid_from=old.valid_from, metadata=old.metadata, agent_id=principal.agent_id,
+            created_by=principal.actor, extractor=old.extractor,
+        )
+        before = fact_snapshot(old)
+        # The target slot may already hold this key: the promoted copy replaces it as a new version.
+        if new.key:
+            target = Fact.objects.filter(tenant_id=new.tenant_id, memory_user_id=new.memory_user_id, task_ref="",
+                                         key=new.key, status=Fact.Status.ACTIVE).first()
+            if target is not None:
+                _supersede(target, by=new, reason=f"replaced by a promoted {old.scope} fact")
+        _supersede(old, by=new, reason=f"promoted to {to}")
+        new.save(force_insert=True)
+        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=new, dst_fact=old,
+                            created_by=principal.actor)
+        audit(principal, "fact.promote", outcome=to, target=new, memory_user_id=old.memory_user_id, before=before,
+              after=fact_snapshot(new))
+    return new

@@ -174,3 +174,23 @@ def test_correcting_an_old_version_answers_409_with_the_current_one(api):
     r = api.post(f"facts/{fact['id']}/correct", {"content": "Alice runs ultramarathons"})
     assert r.status_code == 409
     assert r.json()["code"] == "already_superseded" and r.json()["current_id"] == newer["id"]
+
+
+def test_task_facts_promote_to_the_user_and_then_the_org_scope(api, admin_api, tenant, make_api):
+    task_fact = write(api, "The staging cluster is called blue-42", task_id="deploy-7", source="tool_verified")
+    assert task_fact["fact"]["scope"] == "task"
+    up = api.post(f"facts/{task_fact['fact']['id']}/promote", {"to": "user"})
+    assert up.status_code == 201 and up.json()["scope"] == "user"
+    # An agent key may not write the shared org scope; curation may (here: the system principal's service).
+    refused = api.post(f"facts/{up.json()['id']}/promote", {"to": "org"})
+    assert refused.status_code == 403
+    from memory_admin.selectors.access import Principal
+    from memory_admin.services.facts import fact_promote
+
+    org = fact_promote(principal=Principal(tenant_id=tenant.pk, role="operator", actor="staff:op", actor_type="staff"),
+                       fact_id=up.json()["id"], to="org")
+    assert org.scope == "org" and org.memory_user_id is None
+    # Another user of the tenant now reads it (a child reads its ancestors); another tenant does not.
+    assert api.get(f"facts/{org.pk}").json()["scope"] == "org"
+    history = api.get(f"facts/{org.pk}/history").json()
+    assert [f["scope"] for f in history["chain"]] == ["task", "user", "org"]
