@@ -72,6 +72,12 @@
     focus(next || card);
   });
 
+  // Plain forms that deserve a second thought (no inline handlers: the pages carry no inline script).
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (form.dataset && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
+  }, true);
+
   document.addEventListener("DOMContentLoaded", function () {
     var first = openCards()[0];
     if (first) { current = first; first.classList.add("focused"); }
