@@ -6,6 +6,7 @@ Every call is recorded as an LlmCall with model, tokens and cost, tagged by tena
 from __future__ import annotations
 
 import json
+import os
 import time
 from decimal import Decimal
 from functools import lru_cache
@@ -19,8 +20,25 @@ PRICES: dict[str, tuple[Decimal, Decimal]] = {
     "gpt-4o": (Decimal("2.50"), Decimal("10.00")),
     "gpt-4.1-mini": (Decimal("0.40"), Decimal("1.60")),
     "gpt-4.1-nano": (Decimal("0.10"), Decimal("0.40")),
+    "gpt-4.1": (Decimal("2.00"), Decimal("8.00")),
+    "o4-mini": (Decimal("1.10"), Decimal("4.40")),
+    "o3-mini": (Decimal("1.10"), Decimal("4.40")),
+    "gpt-3.5-turbo": (Decimal("0.50"), Decimal("1.50")),
     "text-embedding-3-small": (Decimal("0.02"), Decimal("0")),
+    "text-embedding-3-large": (Decimal("0.13"), Decimal("0")),
 }
+
+
+@lru_cache(maxsize=1)
+def _prices() -> dict[str, tuple[Decimal, Decimal]]:
+    """The table above plus LLM_PRICES from the environment, e.g. for a self-hosted model:
+    LLM_PRICES='{"llama-3.1-8b": [0.05, 0.08]}' (USD per 1M prompt, completion tokens)."""
+    prices = dict(PRICES)
+    raw = os.environ.get("LLM_PRICES", "")
+    if raw:
+        for name, (prompt, completion) in json.loads(raw).items():
+            prices[name] = (Decimal(str(prompt)), Decimal(str(completion)))
+    return prices
 
 
 def configured() -> bool:
@@ -39,8 +57,20 @@ def client(max_retries: int = 0):
     )
 
 
+def price_of(model: str) -> tuple[Decimal, Decimal]:
+    """Exact name first, then the longest known prefix: dated snapshots such as
+    gpt-4o-mini-2024-07-18 cost what their family costs."""
+    prices = _prices()
+    if model in prices:
+        return prices[model]
+    for name in sorted(prices, key=len, reverse=True):
+        if model.startswith(name + "-"):
+            return prices[name]
+    return Decimal(0), Decimal(0)
+
+
 def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> Decimal:
-    prompt_price, completion_price = PRICES.get(model, (Decimal(0), Decimal(0)))
+    prompt_price, completion_price = price_of(model)
     return (prompt_price * prompt_tokens + completion_price * completion_tokens) / Decimal(1_000_000)
 
 
@@ -65,21 +95,36 @@ def record_call(*, tenant_id: int, layer: str, model: str, prompt_tokens: int = 
 def chat_json(*, tenant_id: int, layer: str, system: str, user: str, batch_id: int | None = None,
               model: str | None = None) -> dict[str, Any]:
     """One chat completion asking for a JSON object; records the call (failed ones too)."""
+    data, _ = complete_json(tenant_id=tenant_id, layer=layer, system=system, user=user, batch_id=batch_id,
+                            model=model)
+    return data
+
+
+def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_id: int | None = None,
+                  model: str | None = None, max_tokens: int | None = None) -> tuple[dict[str, Any], Any]:
+    """Like `chat_json`, and also returns the recorded LlmCall (tokens, cost) of a successful call.
+
+    Raises the SDK's own exceptions (timeouts, 429, 5xx...) or MalformedOutput; `classify()` tells
+    the caller which of them are worth a retry. The SDK's built-in retries are off: callers own retries
+    so that every attempt is recorded and bounded.
+    """
     model = model or settings.OPENAI_MODEL
     started = time.monotonic()
+    extra: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens else {}
     try:
         response = client().chat.completions.create(
             model=model,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
             response_format={"type": "json_object"},
             temperature=0,
+            **extra,
         )
     except Exception as exc:
         record_call(tenant_id=tenant_id, layer=layer, model=model, ok=False, error=f"{type(exc).__name__}: {exc}",
                     duration_ms=int((time.monotonic() - started) * 1000), batch_id=batch_id)
         raise
     usage = response.usage
-    text = response.choices[0].message.content or ""
+    text = (response.choices[0].message.content or "") if response.choices else ""
     try:
         data = json.loads(text)
         if not isinstance(data, dict):
@@ -87,14 +132,44 @@ def chat_json(*, tenant_id: int, layer: str, system: str, user: str, batch_id: i
         error = ""
     except ValueError as exc:
         data, error = None, f"malformed JSON: {exc}"
-    record_call(tenant_id=tenant_id, layer=layer, model=model,
-                prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                ok=data is not None, error=error, duration_ms=int((time.monotonic() - started) * 1000),
-                batch_id=batch_id)
+    call = record_call(tenant_id=tenant_id, layer=layer, model=model,
+                       prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+                       completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+                       ok=data is not None, error=error, duration_ms=int((time.monotonic() - started) * 1000),
+                       batch_id=batch_id)
     if data is None:
         raise MalformedOutput(error)
-    return data
+    return data, call
+
+
+def classify(exc: BaseException) -> tuple[bool, str, float | None]:
+    """(retryable, a reason a person can read, seconds the server asked us to wait) for an LLM failure.
+
+    Timeouts, connection errors, 429 and 5xx are transient; malformed output is worth another try
+    (temperature 0 is not fully deterministic across servers). Other 4xx (bad key, unknown model,
+    request too large) will fail the same way again, so they are not retried.
+    """
+    import openai
+
+    if isinstance(exc, MalformedOutput):
+        return True, f"the model returned malformed output ({exc})", None
+    if isinstance(exc, openai.APITimeoutError):
+        return True, f"the model did not answer within {settings.OPENAI_TIMEOUT_SECONDS:g} s (timeout)", None
+    if isinstance(exc, openai.APIConnectionError):
+        return True, f"cannot reach the model server ({type(exc).__name__})", None
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retry_after = None
+        try:
+            retry_after = float(exc.response.headers.get("retry-after", ""))
+        except (TypeError, ValueError):
+            retry_after = None
+        if status == 429:
+            return True, "rate limited by the model server (429)", retry_after
+        if status >= 500:
+            return True, f"the model server failed ({status})", retry_after
+        return False, f"the model server refused the request ({status}: {str(exc)[:200]})", None
+    return False, f"{type(exc).__name__}: {str(exc)[:200]}", None
 
 
 class MalformedOutput(ValueError):

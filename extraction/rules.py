@@ -1,0 +1,187 @@
+"""The offline extractor: no model, no network, so the product works out of the box.
+
+It reads the user's own first-person statements (identity, work, preferences, tools, plans) and
+rewrites them in the third person. It is deliberately conservative: questions, hedges ("I think",
+"maybe") and hypotheticals are skipped, because a wrong memory costs more than a missing one.
+Facts it writes are labelled `extractor="rules-v1"` so nobody mistakes them for a model's output.
+It also writes the extractive episode summary used when no model is configured.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+NAME = "rules-v1"
+
+
+@dataclass(frozen=True)
+class RuleFact:
+    content: str
+    category: str
+    kind: str
+    confidence: float
+    key: str | None
+    message_index: int
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
+# "I use vim and I live in Berlin": two statements.
+_CLAUSE_SPLIT = re.compile(r",?\s+(?:and|but|so|also)\s+(?=(?:i|i'm|i've|my)\b)", re.I)
+_HEDGE = re.compile(
+    r"\b(maybe|perhaps|probably|might|not sure|i think|i guess|i wonder|if i|would i|should i|"
+    r"could i|do i|am i|can i|was wondering|hypothetically|imagine|pretend|let's say)\b", re.I
+)
+_NAME_VALUE = r"([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,2})"
+_VALUE = r"(.{2,160}?)"
+_END = r"\s*[.!]?$"
+
+# (pattern over one clause, category, kind, key, template). Templates use {0}, {1} for groups.
+_RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
+    (re.compile(rf"^(?:my name is|call me|i am called|i'm called)\s+{_NAME_VALUE}{_END}", re.I),
+     "personal", "fact", "user.name", "The user's name is {0}."),
+    (re.compile(rf"^my timezone is\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", "user.timezone", "The user's timezone is {0}."),
+    (re.compile(rf"^i(?:'m| am) (?:based|located) in\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", "user.location", "The user is based in {0}."),
+    (re.compile(rf"^i live in\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", "user.location", "The user lives in {0}."),
+    (re.compile(rf"^i(?:'m| am) from\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", None, "The user is from {0}."),
+    (re.compile(rf"^i (?:work|am working|'m working) (?:at|for)\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", "work.employer", "The user works at {0}."),
+    (re.compile(rf"^i (?:work|am working|'m working) on\s+{_VALUE}{_END}", re.I),
+     "project", "fact", None, "The user works on {0}."),
+    (re.compile(rf"^i(?:'m| am) (?:a|an)\s+{_VALUE}(?: at\s+(.{{2,80}}?))?{_END}", re.I),
+     "personal", "fact", "work.role", "The user is a {0}."),
+    (re.compile(rf"^my (?:job|role|title) is\s+{_VALUE}{_END}", re.I),
+     "personal", "fact", "work.role", "The user's role is {0}."),
+    (re.compile(rf"^my (?:favou?rite)\s+([\w .+#-]{{2,40}}?)\s+is\s+{_VALUE}{_END}", re.I),
+     "preference", "preference", None, "The user's favourite {0} is {1}."),
+    (re.compile(rf"^i (?:really |strongly )?(prefer|like|love|enjoy|hate|dislike|avoid)\s+{_VALUE}{_END}", re.I),
+     "preference", "preference", None, "The user {0}s {1}."),
+    (re.compile(rf"^i (?:don't|do not) (like|use|want|enjoy)\s+{_VALUE}{_END}", re.I),
+     "preference", "preference", None, "The user does not {0} {1}."),
+    (re.compile(rf"^(?:i|we) (?:mostly |usually |always |mainly )?(?:use|am using|'m using|are using|'re using)\s+"
+                rf"{_VALUE}{_END}", re.I),
+     "technical", "fact", None, "The user uses {0}."),
+    (re.compile(rf"^i (?:switched|moved|migrated) (?:from\s+(.{{2,60}}?)\s+)?to\s+{_VALUE}{_END}", re.I),
+     "technical", "fact", None, "The user switched to {1}."),
+    (re.compile(rf"^my (?:main |primary )?(editor|language|os|shell|ide|stack|laptop|setup) is\s+{_VALUE}{_END}", re.I),
+     "technical", "fact", "tools.{0}", "The user's {0} is {1}."),
+    (re.compile(rf"^i(?:'ve| have) decided to\s+{_VALUE}{_END}|^i decided to\s+{_VALUE}{_END}", re.I),
+     "project", "decision", None, "The user decided to {0}."),
+    (re.compile(rf"^i(?:'m| am) (?:planning|going|about) to\s+{_VALUE}{_END}|^i plan to\s+{_VALUE}{_END}", re.I),
+     "project", "fact", None, "The user plans to {0}."),
+    (re.compile(rf"^my (?:goal|plan) is to\s+{_VALUE}{_END}", re.I),
+     "project", "fact", None, "The user plans to {0}."),
+]
+
+_PRONOUNS = [
+    (re.compile(r"\bmy\b", re.I), "their"),
+    (re.compile(r"\bour\b", re.I), "their"),
+    (re.compile(r"\bwe\b", re.I), "they"),
+    (re.compile(r"\bmine\b", re.I), "theirs"),
+    (re.compile(r"\bmyself\b", re.I), "themself"),
+    (re.compile(r"\bme\b", re.I), "them"),
+    (re.compile(r"\bI'm\b"), "they are"),
+    (re.compile(r"\bI've\b"), "they have"),
+    (re.compile(r"\bI\b"), "they"),
+]
+_VERB_S = {"prefer": "prefers", "like": "likes", "love": "loves", "enjoy": "enjoys", "hate": "hates",
+           "dislike": "dislikes", "avoid": "avoids"}
+
+
+def _third_person(text: str) -> str:
+    for pattern, repl in _PRONOUNS:
+        text = pattern.sub(repl, text)
+    return text.strip().rstrip(".,;:")
+
+
+def statements(text: str) -> list[str]:
+    out: list[str] = []
+    for sentence in _SENTENCE_END.split(text):
+        sentence = sentence.strip()
+        if not sentence:
+            continue
+        # Leading discourse words carry nothing: "Oh, and I use vim" / "Also I live in Berlin".
+        for clause in _CLAUSE_SPLIT.split(sentence):
+            clause = re.sub(r"^(?:(?:oh|well|also|btw|by the way|and|actually|so|yes|yeah|ok|okay|fyi|hi|hello|"
+                            r"hey)[,!]?\s+)+", "", clause.strip(), flags=re.I)
+            if clause:
+                out.append(clause)
+    return out
+
+
+def extract(messages: list[tuple[int, str, str]]) -> list[RuleFact]:
+    """Facts from (index, role, text) triples; only the user's own words count."""
+    found: list[RuleFact] = []
+    seen: set[str] = set()
+    for index, role, text in messages:
+        if role != "user":
+            continue
+        for clause in statements(text):
+            if clause.endswith("?") or _HEDGE.search(clause) or "[REDACTED:" in clause:
+                continue
+            for pattern, category, kind, key, template in _RULES:
+                m = pattern.match(clause)
+                if not m:
+                    continue
+                groups = [g for g in m.groups() if g is not None]
+                if not groups:
+                    break
+                if template.startswith("The user {0}s"):
+                    groups[0] = _VERB_S.get(groups[0].lower(), groups[0].lower())[:-1]
+                values = [_third_person(g) for g in groups]
+                if template == "The user switched to {1}." and len(values) == 1:
+                    values = ["", values[0]]
+                if any(len(v) < 2 for v in values if v is not None) and template.count("{") == 1:
+                    break
+                content = template.format(*values)
+                content = re.sub(r"\s+", " ", content).strip()
+                slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
+                norm = content.lower()
+                if norm not in seen:
+                    seen.add(norm)
+                    found.append(RuleFact(content=content, category=category, kind=kind, confidence=0.9,
+                                          key=slot, message_index=index))
+                break
+    return found
+
+
+_SUCCESS = re.compile(r"\b(thanks?|thank you|that worked|it works|works now|worked|fixed|solved|perfect|great|"
+                      r"done|resolved|all good|awesome)\b", re.I)
+_FAILURE = re.compile(r"\b(still (?:fails|failing|broken|doesn't work|not working)|doesn't work|didn't work|"
+                      r"not working|give up|gave up|no luck|still an error|won't work|failed)\b", re.I)
+
+
+def outcome_of(messages: list[tuple[str, str]]) -> str:
+    """success / failure / unknown from the last user turns (an offline, honest guess)."""
+    user_turns = [text for role, text in messages if role == "user"][-2:]
+    tail = " ".join(user_turns)
+    if _FAILURE.search(tail):
+        return "failure"
+    if _SUCCESS.search(tail):
+        return "success"
+    return "unknown"
+
+
+def _first_sentence(text: str, limit: int = 200) -> str:
+    """The first sentence that says something (greetings such as "Hi!" are skipped)."""
+    sentences = [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+    sentence = next((s for s in sentences if len(s.split()) >= 3), sentences[0] if sentences else "")
+    return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
+
+
+def summarize(messages: list[tuple[str, str]]) -> str:
+    """An extractive summary: what the user opened with, what else they said, how it ended."""
+    user = [text for role, text in messages if role == "user" and text.strip()]
+    if not user:
+        return f"{len(messages)} messages without user turns."
+    parts = [f"The user opened with: “{_first_sentence(user[0])}”"]
+    if len(user) > 2:
+        parts.append(f"Along the way: “{_first_sentence(user[len(user) // 2])}”")
+    if len(user) > 1:
+        parts.append(f"Last user turn: “{_first_sentence(user[-1])}”")
+    parts.append(f"({len(messages)} messages.)")
+    return " ".join(parts)

@@ -1,0 +1,161 @@
+"""A real OpenAI-compatible HTTP server for tests (http.server on 127.0.0.1, in a thread).
+
+It answers POST /v1/chat/completions like the real API (JSON body, `choices`, `usage`), from a
+responder that reads the transcript, or from fixtures set by the test. A test can script failures
+per call: "500", "429", "stall" (longer than any client timeout), "slow:<seconds>", "badjson",
+"badschema". It counts calls, so tests can assert exactly how many the pipeline made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_LINE = re.compile(r"^\[(\d+)\] (\w+) \([^)]*\): (.*)$")
+
+
+def default_extraction(prompt: str) -> dict[str, Any]:
+    """Every user line that says "I ..." becomes one fact about the user (deterministic)."""
+    facts = []
+    for line in prompt.splitlines():
+        m = _LINE.match(line)
+        if not m or m.group(2) != "user":
+            continue
+        text = m.group(3).strip()
+        if not text.lower().startswith(("i ", "i'm ", "my ")):
+            continue
+        facts.append({"content": "The user said: " + text.rstrip(".") + ".", "category": "other", "kind": "fact",
+                      "confidence": 0.9, "key": None, "message": int(m.group(1))})
+    return {"facts": facts, "user_context": []}
+
+
+def default_summary(prompt: str) -> dict[str, Any]:
+    return {"summary": f"A conversation of {len(prompt.splitlines())} lines.", "outcome": "success"}
+
+
+class FakeOpenAI:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.script: list[str] = []
+        self.extraction: Callable[[str], dict[str, Any]] = default_extraction
+        self.summary: Callable[[str], dict[str, Any]] = default_summary
+        self.stall_seconds = 30.0
+        # Persistent failures for prompts containing a substring: {substring: [modes, cycled]}.
+        self.matching: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    # --- control -------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.calls.clear()
+            self.script.clear()
+            self.matching.clear()
+        self.extraction = default_extraction
+        self.summary = default_summary
+
+    def fail_next(self, *modes: str) -> None:
+        with self._lock:
+            self.script.extend(modes)
+
+    def fail_matching(self, substring: str, *modes: str) -> None:
+        """Every call whose prompt contains `substring` fails with the given modes in turn (cycled)."""
+        with self._lock:
+            self.matching[substring] = list(modes)
+
+    def count(self, layer: str | None = None) -> int:
+        with self._lock:
+            return sum(1 for c in self.calls if layer is None or c["layer"] == layer)
+
+    # --- serving -------------------------------------------------------------------------------
+
+    def _next_mode(self, prompt: str) -> str:
+        with self._lock:
+            for substring, modes in self.matching.items():
+                if substring in prompt:
+                    mode = modes.pop(0)
+                    modes.append(mode)
+                    return mode
+            return self.script.pop(0) if self.script else "ok"
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                data = json.dumps(body).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    for k, v in (headers or {}).items():
+                        self.send_header(k, v)
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout): exactly what a stalled server sees
+
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path != "/v1/chat/completions":
+                    self._send(404, {"error": {"message": "not found"}})
+                    return
+                system = body["messages"][0]["content"]
+                prompt = body["messages"][-1]["content"]
+                layer = "summary" if system.startswith("You summarise") else "extraction"
+                mode = fake._next_mode(prompt)
+                with fake._lock:
+                    fake.calls.append({"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"),
+                                       "at": time.time()})
+                if mode == "500":
+                    self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}})
+                    return
+                if mode == "429":
+                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
+                               {"Retry-After": "0"})
+                    return
+                if mode == "stall":
+                    time.sleep(fake.stall_seconds)
+                if mode.startswith("slow:"):
+                    time.sleep(float(mode.split(":", 1)[1]))
+                if mode == "badjson":
+                    content = '{"facts": [ {"content": "unterminated'
+                elif mode == "badschema":
+                    content = json.dumps({"facts": "not a list"})
+                else:
+                    answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
+                    content = json.dumps(answer)
+                self._send(200, {
+                    "id": f"chatcmpl-{len(fake.calls)}", "object": "chat.completion", "created": int(time.time()),
+                    "model": body.get("model"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                    "usage": {"prompt_tokens": len(prompt) // 4 + 50, "completion_tokens": len(content) // 4,
+                              "total_tokens": len(prompt) // 4 + 50 + len(content) // 4},
+                })
+
+        return Handler
