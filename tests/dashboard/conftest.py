@@ -108,3 +108,9 @@ def make_block(db):
                                        fingerprint=fingerprint)
 
     return make
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # PBKDF2 at production strength costs ~0.5 s per account on this machine; tests create many.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
