@@ -1,11 +1,13 @@
-"""The embedded broker: Postgres through kombu's SQLAlchemy transport, with two fixes.
+"""The embedded broker: Postgres through kombu's SQLAlchemy transport, with three fixes.
 
 kombu 5.7's SQLAlchemy channel passes every transport option to `create_engine()`, including the
 virtual transport's own `polling_interval`, so a worker configured with a polling interval (we use
 0.5 s, the default 1 s adds a second of latency to every task) dies with
 "Invalid argument(s) 'polling_interval' sent to create_engine()". It also creates its two tables
 with `metadata.create_all()` on first use; a worker and beat starting together on a fresh database
-race on that and one of them crashes. This subclass strips the option and retries the race.
+race on that and one of them crashes. And its engine cache is per class, so prefork children reuse
+the parent's connections after fork (messages published from a child were lost). This subclass
+strips the option, retries the race and keeps one engine per process.
 
 `memory_admin/celery.py` registers it under the `sqla` alias, so the broker URL stays the standard
 `sqla+postgresql+psycopg://...`. Production brokers (Redis, RabbitMQ) do not go through here.
@@ -18,6 +20,7 @@ the beat-driven sweeper re-dispatches (see `extraction.pipeline`).
 
 from __future__ import annotations
 
+import os
 import time
 
 from kombu.transport import sqlalchemy as kombu_sqla
@@ -41,7 +44,10 @@ class Channel(kombu_sqla.Channel):
         return create_engine(self.connection.client.hostname, **options)
 
     def _open(self):
-        hostname = self.connection.client.hostname
+        # Keyed by process too: a prefork worker child inherits the parent's engine, whose pooled
+        # connections share sockets with the parent. Publishing from a child (the sweeper dispatching
+        # batches) through them silently lost every message; each process needs its own engine.
+        hostname = (self.connection.client.hostname, os.getpid())
         with kombu_sqla._MUTEX:
             if hostname not in self._engines:
                 engine = self._engine_from_config()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from celery import shared_task
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init
 
 from extraction import lifecycle, pipeline
 
@@ -56,10 +56,27 @@ def broker_cleanup() -> int:
     return lifecycle.broker_cleanup()
 
 
+@worker_init.connect
+def _load_embedder_before_fork(**_kwargs) -> None:
+    """Load the local embedding model once in the worker's main process, before the pool forks:
+    children share it copy-on-write instead of each spending ~6 s (and memory) loading their own.
+    No inference happens here, so no torch thread pool exists yet to be broken by fork."""
+    from django.conf import settings
+
+    if settings.EMBEDDER != "local":
+        return
+    try:
+        from memory_admin.embeddings import get_embedder
+
+        get_embedder()
+    except Exception:  # noqa: BLE001 - children load it themselves then
+        logging.getLogger(__name__).warning("embedding preload failed", exc_info=True)
+
+
 @worker_process_init.connect
 def _warm_embedder(**_kwargs) -> None:
-    """Load the local embedding model when a worker child starts (~6 s), not inside the first batch:
-    keeps the first extraction's latency and lease predictable."""
+    """First inference in each child (cheap once the model is loaded): keeps the first batch's
+    latency and lease predictable."""
     from django.conf import settings
 
     if settings.EMBEDDER != "local":
@@ -68,5 +85,6 @@ def _warm_embedder(**_kwargs) -> None:
         from memory_admin.embeddings import embed
 
         embed(["warm up"])
+        logging.getLogger(__name__).info("embedding model warm")
     except Exception:  # noqa: BLE001 - a failed warm-up is retried by the first real use
         logging.getLogger(__name__).warning("embedding warm-up failed", exc_info=True)

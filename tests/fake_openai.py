@@ -126,7 +126,8 @@ class FakeOpenAI:
                     return
                 system = body["messages"][0]["content"]
                 prompt = body["messages"][-1]["content"]
-                layer = "summary" if system.startswith("You summarise") else "extraction"
+                layer = ("summary" if system.startswith("You summarise")
+                         else "judge" if system.startswith("You judge") else "extraction")
                 mode = fake._next_mode(prompt)
                 with fake._lock:
                     fake.calls.append({"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"),
@@ -147,7 +148,10 @@ class FakeOpenAI:
                 elif mode == "badschema":
                     content = json.dumps({"facts": "not a list"})
                 else:
-                    answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
+                    if layer == "judge":
+                        answer = {"contradictory": False, "reason": "the fake judge never objects"}
+                    else:
+                        answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)
                 self._send(200, {
                     "id": f"chatcmpl-{len(fake.calls)}", "object": "chat.completion", "created": int(time.time()),
