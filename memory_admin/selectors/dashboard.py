@@ -58,6 +58,10 @@ def _since(n: int) -> datetime:
     return timezone.make_aware(datetime.combine(_days(n)[0], time.min))
 
 
+def outcome_color(outcome: str) -> int:
+    return WRITE_OUTCOMES.index(outcome) if outcome in WRITE_OUTCOMES else len(WRITE_OUTCOMES) - 1
+
+
 def writes_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[str, Any]:
     """Write-path outcomes per day from the audit log (every write, including refusals, is audited)."""
     rows = (
@@ -176,8 +180,11 @@ def _nice_max(value: float) -> float:
     return 10 * exp
 
 
-def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None) -> dict[str, Any]:
-    """Stacked bars: `series[i][j]` is series i at label j."""
+def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None,
+              colors: list[int] | None = None) -> dict[str, Any]:
+    """Stacked bars: `series[i][j]` is series i at label j; `colors[i]` picks series i's palette slot so
+    that one outcome keeps its colour from day to day and chart to chart."""
+    colors = colors or list(range(len(series)))
     n = max(1, len(labels))
     totals = [sum(s[j] for s in series) for j in range(len(labels))]
     top = _nice_max(max(totals, default=0))
@@ -193,12 +200,13 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
             h = plot_h * s[j] / top
             bars.append(Bar(x=round(PAD_L + j * slot + (slot - width) / 2, 1),
                             y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
-                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=i))
+                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i]))
             base += h
     step = max(1, n // 7)
     ticks = [{"x": round(PAD_L + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
     return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
-            "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2, "names": names or [],
+            "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
+            "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
             "empty": not any(totals)}
 
 

@@ -16,7 +16,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     days = list(writes["table"])
     labels = [d.strftime("%b %d") for d in days]
     outcomes = writes["outcomes"]
-    writes_chart = sel.bar_chart(labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], outcomes)
+    writes_chart = sel.bar_chart(labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], outcomes,
+                                 [sel.outcome_color(o) for o in outcomes])
     contradictions = sel.open_contradictions(p)
     scores = sel.score_distributions(p)
     bins = [f"{i / 10:.1f}" for i in range(10)]
@@ -37,7 +38,7 @@ def overview(request: HttpRequest) -> HttpResponse:
         "pii_total": sum(pii.values()),
         "llm_calls_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
                                          [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days],
-                                          [llm[d]["failed"] for d in llm_days]], ["ok", "failed"]),
+                                          [llm[d]["failed"] for d in llm_days]], ["ok", "failed"], [0, 9]),
         "llm_tokens_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
                                           [[llm[d]["tokens"] for d in llm_days]]),
         "llm_cost_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],

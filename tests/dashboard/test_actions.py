@@ -194,3 +194,28 @@ def test_context_preview_calls_the_context_builder(operator, tenant, memory_user
                      {"task": "deploy", "budget": "500"})
     body = r.content.decode()
     assert r.status_code == 200 and 'id="context-text"' in body and "deploys with Helm" in body
+
+
+def test_a_failed_batch_can_be_retried(operator, tenant, memory_user):
+    from memory_admin.models import ExtractionBatch, Thread
+
+    thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="t1")
+    batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="failed",
+                                           error="model returned garbage")
+    page = operator.get(reverse("batches", args=[tenant.slug]) + "?status=failed").content.decode()
+    assert "model returned garbage" in page and "Retry" in page
+    r = operator.post(reverse("batch_retry", args=[tenant.slug, batch.pk]), follow=True)
+    assert "queued for another attempt" in r.content.decode()
+    batch.refresh_from_db()
+    assert batch.status == "pending"
+    r = operator.post(reverse("batch_retry", args=[tenant.slug, batch.pk]), follow=True)
+    assert "only failed batches can be retried" in r.content.decode()
+
+
+def test_overview_counts_writes_by_outcome_and_the_dedup_rate(operator, tenant, memory_user):
+    for outcome in ("created", "created", "deduplicated", "blocked"):
+        AuditEvent.objects.create(tenant=tenant, memory_user=memory_user, actor_type="agent", actor="agent:x",
+                                  action="fact.write", outcome=outcome)
+    body = operator.get(reverse("overview", args=[tenant.slug])).content.decode()
+    assert "25%" in body  # 1 of 4 writes deduplicated
+    assert "deduplicated 1" in body and "blocked 1" in body  # bar tooltips
