@@ -304,15 +304,16 @@ def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
 
 # --- Beliefs as of a date -------------------------------------------------------------------------
 
-LEAVING_ACTIONS = ("fact.forget", "fact.evict", "fact.stale", "fact.expire", "fact.gc", "quarantine.discard")
+LEAVING_ACTIONS = ("fact.forget", "fact.evict", "fact.lifecycle", "quarantine.discard", "user.erase")
 
 
 def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetime, limit: int = 500) -> list[Fact]:
     """Facts that were active at `moment`: already written and true (valid_from), not yet replaced.
 
     A fact leaves the active set when its successor is written (superseded_by's created_at), when the
-    notebook overrules it (the revision's time), or when it is forgotten, evicted or marked stale (the
-    audit event of that change; updated_at when there is none). A fact whose successor is older than
+    notebook overrules it (the revision's time), or when it is forgotten or evicted (the audit event of
+    that change; updated_at when there is none). Stale facts are still served (at half weight), so they
+    still count as beliefs. A fact whose successor is older than
     itself was overruled on arrival and was never believed. Three queries whatever the count."""
     candidates = list(
         visible(principal, Fact.objects.filter(memory_user=memory_user))
@@ -322,12 +323,12 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
         .select_related("superseded_by", "superseded_by_notebook")
         .order_by("-valid_from")
     )
-    leaving_ids = [str(f.pk) for f in candidates if f.status in (Fact.Status.EVICTED, Fact.Status.STALE)]
+    leaving_ids = [str(f.pk) for f in candidates if f.status == Fact.Status.EVICTED]
     left_at: dict[str, datetime] = {}
     if leaving_ids:
         for target_id, at in (
             visible(principal, AuditEvent.objects.filter(target_type="fact", target_id__in=leaving_ids))
-            .filter(Q(action__in=LEAVING_ACTIONS) | Q(outcome__in=("evicted", "stale")))
+            .filter(action__in=LEAVING_ACTIONS, outcome="evicted")
             .order_by("created_at").values_list("target_id", "created_at")
         ):
             left_at.setdefault(target_id, at)
@@ -337,7 +338,7 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
             end = fact.superseded_by.created_at
         elif fact.superseded_by_notebook_id:
             end = fact.superseded_by_notebook.created_at
-        elif fact.status in (Fact.Status.EVICTED, Fact.Status.STALE):
+        elif fact.status == Fact.Status.EVICTED:
             end = left_at.get(str(fact.pk), fact.updated_at)
         else:
             end = None

@@ -219,3 +219,19 @@ def test_overview_counts_writes_by_outcome_and_the_dedup_rate(operator, tenant, 
     body = operator.get(reverse("overview", args=[tenant.slug])).content.decode()
     assert "25%" in body  # 1 of 4 writes deduplicated
     assert "deduplicated 1" in body and "blocked 1" in body  # bar tooltips
+
+
+def test_as_of_shows_what_was_believed_before_a_correction(operator, tenant, memory_user, make_fact):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    paris = make_fact(memory_user, "Alice lives in Paris", key="city")
+    Fact.objects.filter(pk=paris.pk).update(created_at=timezone.now() - timedelta(days=30),
+                                            valid_from=timezone.now() - timedelta(days=30))
+    operator.post(reverse("fact_correct", args=[tenant.slug, paris.pk]), {"content": "Alice lives in Berlin"})
+    url = reverse("user_asof", args=[tenant.slug, memory_user.pk])
+    then = operator.get(url, {"date": (timezone.now() - timedelta(days=10)).date().isoformat()}).content.decode()
+    now = operator.get(url, {"date": (timezone.now() + timedelta(days=1)).date().isoformat()}).content.decode()
+    assert "Alice lives in Paris" in then and "Alice lives in Berlin" not in then
+    assert "Alice lives in Berlin" in now and "Alice lives in Paris" not in now
