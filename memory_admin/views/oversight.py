@@ -8,9 +8,10 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from memory_admin.models import PII_KINDS, AuditEvent, PiiBlock
+from memory_admin.models import AuditEvent, PiiBlock
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import AUDIT, get_visible, visible
+from memory_admin.services.pii import CONTACT_KINDS, SECRET_KINDS
 from memory_admin.views.base import paginate, tenant_view
 
 PII_FILTERS = ("kind", "route", "action", "agent", "user", "since", "until")
@@ -43,7 +44,7 @@ def pii_list(request: HttpRequest) -> HttpResponse:
     routes = (visible(request.principal, PiiBlock.objects.all()).order_by().values_list("route", flat=True)
               .distinct())
     return render(request, "dashboard/pii.html", {
-        "page": page, "filters": filters, "kinds": [*PII_KINDS, "secret", "api_key", "jwt", "private_key", "card"],
+        "page": page, "filters": filters, "kinds": [*CONTACT_KINDS, *SECRET_KINDS],
         "routes": sorted(routes), "actions": PiiBlock.Action.values,
     })
 
