@@ -363,3 +363,22 @@ def test_idle_threads_become_episodes_and_filters_work(api, tenant, offline, dis
     page = api.get("users/alice/episodes", limit=1).json()
     assert len(page["items"]) == 1 and page["next_cursor"]
     assert api.get("users/alice/episodes", outcome="bogus").status_code == 422
+
+
+def test_user_context_updates_are_keyed_facts_and_a_new_value_supersedes(api, tenant, fake_llm, dispatched):
+    zone = {"value": "Europe/Berlin"}
+    fake_llm.extraction = lambda prompt: {"facts": [], "user_context": [
+        {"key": "timezone", "statement": f"The user's timezone is {zone['value']}", "confidence": 0.95,
+         "message": 0},
+        {"key": "Not A Valid Key!", "statement": "dropped: the item breaks the schema", "confidence": 0.9}]}
+    post(api, "alice", "t1", "I am in Berlin for the foreseeable future.")
+    drain(now=later())
+    first = Fact.objects.get(key="user.timezone")
+    assert first.content == "The user's timezone is Europe/Berlin" and first.category == "personal"
+    zone["value"] = "America/New_York"
+    post(api, "alice", "t1", "I just moved to New York, new job and all.")
+    drain(now=later())
+    first.refresh_from_db()
+    current = Fact.objects.get(key="user.timezone", status="active")
+    assert first.status == "superseded" and current.content.endswith("America/New_York")
+    assert current.supersedes_id == first.pk and Fact.objects.count() == 2

@@ -74,7 +74,7 @@ class Processes:
         for proc in (self.beat, self.worker):
             if proc is not None:
                 try:
-                    proc.wait(15)
+                    proc.wait(5)
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(5)
