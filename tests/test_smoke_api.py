@@ -1,3 +1,6 @@
+from django.urls import reverse
+
+
 def test_health_answers_without_a_key(client, db):
     r = client.get("/api/v1/health")
     assert r.status_code == 200
@@ -12,3 +15,10 @@ def test_a_fact_written_is_read_back(api):
     assert body["outcome"] == "created"
     got = api.get(f"facts/{body['fact']['id']}")
     assert got.json()["content"] == "Alice prefers vim"
+
+
+def test_pages_forbid_inline_script_even_if_escaping_failed(client, db):
+    r = client.get(reverse("login"))
+    assert r.status_code == 200
+    csp = r.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp.split("script-src")[1].split(";")[0]
