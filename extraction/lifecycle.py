@@ -189,9 +189,10 @@ def contradiction_scan_all(*, window_hours: float = 2) -> dict[str, int]:
     return totals
 
 
-def broker_cleanup(*, older_than_hours: float = 1) -> int:
+def broker_cleanup() -> int:
     """The embedded broker keeps every delivered message as an invisible row (kombu never deletes
-    them); with a sweep every 2 s that is ~43,000 rows a day. Delete delivered rows older than an hour.
+    them); with a sweep every 2 s that is ~43,000 rows a day. Invisible rows are dead: kombu never
+    makes a row visible again (an unacked message is restored as a new row). Delete them.
     A no-op with Redis or RabbitMQ."""
     from django.conf import settings
 
@@ -201,8 +202,7 @@ def broker_cleanup(*, older_than_hours: float = 1) -> int:
         cursor.execute("SELECT to_regclass('kombu_message') IS NOT NULL")
         if not cursor.fetchone()[0]:
             return 0
-        cursor.execute("DELETE FROM kombu_message WHERE visible = false AND sent_at < now() - %s * interval '1 hour'",
-                       [older_than_hours])
+        cursor.execute("DELETE FROM kombu_message WHERE visible = false")
         return cursor.rowcount
 
 
