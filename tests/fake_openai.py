@@ -38,12 +38,17 @@ def default_summary(prompt: str) -> dict[str, Any]:
     return {"summary": f"A conversation of {len(prompt.splitlines())} lines.", "outcome": "success"}
 
 
+def default_judge(prompt: str) -> dict[str, Any]:
+    return {"contradictory": False, "reason": "the fake judge never objects"}
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.script: list[str] = []
         self.extraction: Callable[[str], dict[str, Any]] = default_extraction
         self.summary: Callable[[str], dict[str, Any]] = default_summary
+        self.judge: Callable[[str], dict[str, Any]] = default_judge
         self.stall_seconds = 30.0
         # Persistent failures for prompts containing a substring: {substring: [modes, cycled]}.
         self.matching: dict[str, list[str]] = {}
@@ -73,6 +78,7 @@ class FakeOpenAI:
             self.matching.clear()
         self.extraction = default_extraction
         self.summary = default_summary
+        self.judge = default_judge
 
     def fail_next(self, *modes: str) -> None:
         with self._lock:
@@ -149,7 +155,7 @@ class FakeOpenAI:
                     content = json.dumps({"facts": "not a list"})
                 else:
                     if layer == "judge":
-                        answer = {"contradictory": False, "reason": "the fake judge never objects"}
+                        answer = fake.judge(prompt)
                     else:
                         answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)
