@@ -408,17 +408,28 @@ def audit_events(principal: Principal, filters: dict[str, str], memory_user: Mem
     qs = visible(principal, AuditEvent.objects.all())
     if memory_user is not None:
         qs = qs.filter(memory_user=memory_user)
-    for name in ("actor", "action", "outcome"):
+    for name in ("actor", "action"):
         if filters.get(name):
             qs = qs.filter(**{f"{name}__icontains": filters[name]})
+    if filters.get("outcome"):
+        # Exact, so the (tenant, outcome, -created_at) index serves it.
+        qs = qs.filter(outcome=filters["outcome"])
     if filters.get("actor_type"):
         qs = qs.filter(actor_type=filters["actor_type"])
     if filters.get("target"):
         qs = qs.filter(Q(target_id__startswith=filters["target"]) | Q(target_type=filters["target"]))
     if filters.get("user"):
         qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+    # Whole local days as a range on created_at itself: `created_at__date` casts every row and
+    # cannot use the index.
     if filters.get("since"):
-        qs = qs.filter(created_at__date__gte=filters["since"])
+        qs = qs.filter(created_at__gte=_day_start(filters["since"]))
     if filters.get("until"):
-        qs = qs.filter(created_at__date__lte=filters["until"])
+        qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
+    # Read off the (tenant, -created_at) index; "-pk" only orders ties (an incremental sort of a
+    # few rows), so no event is skipped or shown twice between pages.
     return qs.select_related("memory_user").order_by("-created_at", "-pk")
+
+
+def _day_start(day: str) -> datetime:
+    return timezone.make_aware(datetime.combine(date.fromisoformat(day), time.min))
