@@ -62,9 +62,83 @@ def get_embedder() -> LocalEmbedder | OpenAIEmbedder:
     return LocalEmbedder()
 
 
+class _MicroBatcher:
+    """Coalesces single texts from concurrent threads into one encode call.
+
+    One text costs about as much to encode as a batch of a dozen on this CPU (fixed per-call overhead),
+    and a threaded server embeds one query or fact per request. Whoever finds the encoder idle becomes
+    the leader: it takes everything queued (up to MAX_BATCH) and encodes it at once, while requests that
+    arrive meanwhile queue for the next round. No timer and no extra thread: a lone request is encoded
+    immediately, so latency never grows when there is nothing to batch.
+    """
+
+    MAX_BATCH = 64
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queue: list[_Pending] = []
+        self._busy = False
+
+    def submit(self, text: str, encode) -> list[float]:
+        item = _Pending(text)
+        with self._cond:
+            self._queue.append(item)
+            while True:
+                if item.done:
+                    return item.result()
+                if not self._busy:
+                    break
+                self._cond.wait()
+            self._busy = True
+        # Leader: encode rounds until its own text is done (its item may sit beyond MAX_BATCH).
+        try:
+            while not item.done:
+                with self._cond:
+                    batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
+                try:
+                    vectors = encode([p.text for p in batch])
+                    for pending, vector in zip(batch, vectors, strict=True):
+                        pending.vector = vector
+                except BaseException as exc:  # noqa: BLE001 - handed to every waiter of this batch
+                    for pending in batch:
+                        pending.error = exc
+                with self._cond:
+                    for pending in batch:
+                        pending.done = True
+                    self._cond.notify_all()
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+        return item.result()
+
+
+class _Pending:
+    __slots__ = ("text", "vector", "error", "done")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.vector: list[float] | None = None
+        self.error: BaseException | None = None
+        self.done = False
+
+    def result(self) -> list[float]:
+        if self.error is not None:
+            raise self.error
+        assert self.vector is not None
+        return self.vector
+
+
+_batcher = _MicroBatcher()
+
+
 def embed(texts: Sequence[str]) -> list[list[float]]:
     return get_embedder().embed(texts)
 
 
 def embed_one(text: str) -> list[float]:
-    return embed([text])[0]
+    """One text; concurrent callers in this process share encode calls (see _MicroBatcher)."""
+    embedder = get_embedder()
+    if not isinstance(embedder, LocalEmbedder) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
+        return embedder.embed([text])[0]
+    return _batcher.submit(text, embedder.embed)

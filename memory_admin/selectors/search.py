@@ -26,8 +26,6 @@ import math
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
-from types import SimpleNamespace
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchRank
@@ -35,7 +33,6 @@ from django.db import connection, transaction
 from django.db.models import F, FloatField, IntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
-from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory_admin import scoring
@@ -57,10 +54,7 @@ OWN_EXACT_LIMIT = 5000
 SHARED_KEYWORD_SCAN = 2000
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
-# The query's lexemes as Postgres' english configuration makes them; `%s` is the query text.
-_QUERY_LEXEMES = "tsvector_to_array(to_tsvector('english', %s))"
-_FIELDS = ("id", "memory_user_id", "confidence", "kind", "pinned", "status", "contested", "importance",
-           "valid_from", "created_at", "last_accessed_at", "access_count")
+MAX_LEXEMES = 32
 
 
 @dataclass
@@ -110,16 +104,36 @@ def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[st
     return tuple(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
 
 
-def _annotate(qs: QuerySet[Fact], query: str, vector: list[float] | None) -> QuerySet[Fact]:
-    """Per row: cosine distance, the query lexemes it contains, and its length in lexemes."""
-    qs = qs.annotate(
-        # The query text is a bound parameter; the SQL around it is constant.
-        matched=RawSQL(  # noqa: S611
-            "ARRAY(SELECT unnest(tsvector_to_array(memory_admin_fact.search_vector))"
-            f" INTERSECT SELECT unnest({_QUERY_LEXEMES}))",
-            (query,),
-        ),
+def query_lexemes(query: str) -> list[str]:
+    """The query as Postgres' english configuration sees it: stemmed lexemes, stopwords removed."""
+    if not query:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [query[:2000]])
+        return list(cursor.fetchone()[0] or [])[:MAX_LEXEMES]
+
+
+def _tsquery_literal(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _annotate(qs: QuerySet[Fact], lexemes: list[str], vector: list[float] | None) -> QuerySet[Fact]:
+    """Per row, all computed by Postgres so that only numbers travel: cosine distance, which query
+    lexemes the fact contains, its length in lexemes, its age, and effective confidence and staleness
+    in the SQL form of `scoring` (the same formulas FactOut uses in Python)."""
+    if lexemes:
+        # One tsvector lookup per lexeme (a binary search); the lexemes are bound parameters.
+        matched = RawSQL(  # noqa: S611
+            "ARRAY[" + ", ".join(["memory_admin_fact.search_vector @@ %s::tsquery"] * len(lexemes)) + "]",
+            [_tsquery_literal(lex) for lex in lexemes],
+        )
+    else:
+        matched = RawSQL("ARRAY[]::boolean[]", ())
+    qs = scoring.annotate_scores(qs).annotate(
+        matched=matched,
         doc_len=Coalesce(RawSQL("length(memory_admin_fact.search_vector)", (), output_field=IntegerField()), 0),
+        age_days=RawSQL("GREATEST(0, EXTRACT(EPOCH FROM (now() - memory_admin_fact.valid_from)) / 86400.0)", (),
+                        output_field=FloatField()),
     )
     if vector is not None:
         qs = qs.annotate(distance=CosineDistance("embedding", vector))
@@ -128,8 +142,11 @@ def _annotate(qs: QuerySet[Fact], query: str, vector: list[float] | None) -> Que
     return qs
 
 
+_COLUMNS = ("id", "status", "importance", "eff_conf", "stale_score", "age_days", "distance", "matched", "doc_len")
+
+
 def _rows(qs: QuerySet[Fact]) -> list[dict]:
-    return list(qs.values(*_FIELDS, "distance", "matched", "doc_len"))
+    return [dict(zip(_COLUMNS, values, strict=True)) for values in qs.values_list(*_COLUMNS)]
 
 
 def fact_search(
@@ -143,7 +160,6 @@ def fact_search(
     shared: bool = True,
     record: bool = True,
     exclude_ids: set | None = None,
-    now: datetime | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
@@ -160,12 +176,12 @@ def fact_search(
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
     weights = {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1},
                **tenant_settings(principal.tenant_id).search_weights}
-    now = now or timezone.now()
     vec = query_vector if query else None
+    lexemes = query_lexemes(query)
 
     # 1. The user's own facts: exact, filtered by user inside the query.
     own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
-    own = _annotate(own, query, vec)
+    own = _annotate(own, lexemes, vec)
     if vec is not None:
         own = own.order_by("distance")
     rows = _rows(own[:OWN_EXACT_LIMIT])
@@ -174,7 +190,7 @@ def fact_search(
         keyword_own = visible(principal, Fact.objects.filter(
             memory_user=memory_user, status__in=statuses,
             search_vector=SearchQuery(or_tsquery(query), search_type="raw", config="english")))
-        rows += [r for r in _rows(_annotate(keyword_own, query, vec)[:OWN_EXACT_LIMIT]) if r["id"] not in seen]
+        rows += [r for r in _rows(_annotate(keyword_own, lexemes, vec)[:OWN_EXACT_LIMIT]) if r["id"] not in seen]
 
     # 2. Shared scopes (memory_user NULL): approximate nearest neighbours plus full-text matches.
     if shared and query:
@@ -182,7 +198,7 @@ def fact_search(
         seen = {r["id"] for r in rows}
         shared_qs = visible(principal, Fact.objects.filter(memory_user__isnull=True))
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-        nearest = _annotate(shared_qs.filter(status=Fact.Status.ACTIVE), query, vec).order_by("distance")[:n]
+        nearest = _annotate(shared_qs.filter(status=Fact.Status.ACTIVE), lexemes, vec).order_by("distance")[:n]
         with transaction.atomic():
             with connection.cursor() as cursor:
                 # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom
@@ -196,13 +212,13 @@ def fact_search(
             matching = shared_qs.filter(status__in=statuses, search_vector=sq)
             # Rank only a bounded number of matches: a common word can match most of a large org scope.
             bounded = Fact.objects.filter(pk__in=matching.values("pk")[:SHARED_KEYWORD_SCAN])
-            best = _annotate(bounded.annotate(rank=SearchRank(F("search_vector"), sq)), query, vec)
+            best = _annotate(bounded.annotate(rank=SearchRank(F("search_vector"), sq)), lexemes, vec)
             rows += [r for r in _rows(best.order_by("-rank")[:n]) if r["id"] not in seen]
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:
         rows = [r for r in rows if r["id"] not in exclude_ids]
-    scored = _score(rows, weights, now)
+    scored = _score(rows, weights)
     top = scored[:k]
     facts = {
         f.pk: f
@@ -221,43 +237,38 @@ def fact_search(
     return SearchResult(hits=hits, candidates=len(rows), weights=weights, timings=rounded)
 
 
-def _score(rows: list[dict], weights: dict[str, float], now: datetime) -> list[tuple[float, dict, dict]]:
+def _score(rows: list[dict], weights: dict[str, float]) -> list[tuple[float, dict, dict]]:
     """Fuse the components of every candidate; best first."""
     if not rows:
         return []
     n = len(rows)
-    df: dict[str, int] = {}
-    for row in rows:
-        for lexeme in row["matched"] or ():
-            df[lexeme] = df.get(lexeme, 0) + 1
-    idf = {lex: math.log(1 + (n - c + 0.5) / (c + 0.5)) for lex, c in df.items()}
+    width = len(rows[0]["matched"] or ())
+    df = [sum(1 for r in rows if r["matched"][i]) for i in range(width)]
+    idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
     avg_len = sum(r["doc_len"] for r in rows) / n or 1.0
     bm25 = []
     for row in rows:
         norm = 1 - BM25_B + BM25_B * (row["doc_len"] / avg_len)
         per_term = (BM25_K1 + 1) / (1 + BM25_K1 * norm)
-        bm25.append(sum(idf[lex] for lex in row["matched"] or ()) * per_term)
+        bm25.append(sum(w for w, hit in zip(idf, row["matched"] or (), strict=False) if hit) * per_term)
     best_keyword = max(bm25) or 1.0
 
     out = []
     for row, kw in zip(rows, bm25, strict=True):
-        fact = SimpleNamespace(**{name: row[name] for name in _FIELDS})
-        eff = scoring.effective_confidence(fact, now)
-        stale_score = scoring.staleness(fact, now)
-        stale = scoring.is_stale(fact, now)
-        age_days = max(0.0, (now - row["valid_from"]).total_seconds() / 86400.0)
+        stale_score = float(row["stale_score"])
         parts = {
             "vector": max(0.0, 1.0 - float(row["distance"])) if row["distance"] is not None else 0.0,
             "keyword": kw / best_keyword,
-            "recency": math.exp(-age_days / RECENCY_DAYS),
+            "recency": math.exp(-float(row["age_days"]) / RECENCY_DAYS),
             "importance": float(row["importance"]),
-            "effective_confidence": eff,
+            "effective_confidence": float(row["eff_conf"]),
             "staleness": stale_score,
-            "stale": stale,
+            # scoring.is_stale, on the SQL score.
+            "stale": row["status"] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
         }
         relevance = sum(weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency",
                                                                             "importance"))
-        final = relevance * eff * (STALE_WEIGHT if stale else 1.0)
+        final = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
         parts["final"] = final
         out.append((final, row, parts))
     out.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1]["id"])))
