@@ -1,6 +1,9 @@
 """Decay and staleness (SPEC §7), defined once: in Python for single facts, in SQL for queries.
 
 effective confidence = confidence × exp(−λ(kind)·days since last access) × reinforcement(access count)
+    "last access" of a fact never read is when it was stored (created_at), not when it became true
+    (valid_from): importing a 2023 conversation today must not make all of it fade at once, and an
+    old observation must not outrank a newer one only by being written later.
     reinforcement = 1 + R·(1 − exp(−access_count / A)), bounded by 1 + R; never zero for unread facts.
     The product is capped at 1. Pinned facts do not decay (their confidence is returned as is).
 staleness = 0.4·age factor + 0.3·access decay + 0.3·contradiction flag, in 0..1
@@ -47,7 +50,7 @@ def effective_confidence(fact, now: datetime | None = None) -> float:
         return float(fact.confidence)
     now = now or timezone.now()
     lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
-    last = fact.last_accessed_at or fact.valid_from or fact.created_at
+    last = fact.last_accessed_at or fact.created_at or fact.valid_from
     reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
     return min(1.0, float(fact.confidence) * math.exp(-lam * _days(last, now)) * reinforcement)
 
@@ -73,7 +76,7 @@ def _lambda_sql(kind_column: str) -> str:
 
 
 def effective_confidence_sql(table: str = "memory_admin_fact") -> str:
-    last = f"COALESCE({table}.last_accessed_at, {table}.valid_from, {table}.created_at)"
+    last = f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
     days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - {last})) / 86400.0)"
     reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
     decayed = f"LEAST(1.0, {table}.confidence * exp(-{_lambda_sql(table + '.kind')} * {days}) * {reinforcement})"
