@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memory_admin.api import api
-from memory_admin.views import admin, auth, facts, oversight, overview, review, skills, users
+from memory_admin.views import admin, auth, facts, lifecycle, notebooks, oversight, overview, review, skills, users
 
 tenant_patterns = [
     path("", auth.tenant_home, name="tenant_home"),
@@ -27,6 +27,11 @@ tenant_patterns = [
     path("review/eviction/", review.eviction_queue, name="eviction"),
     path("review/quarantine/", review.quarantine_queue, name="quarantine"),
     path("review/<str:queue>/<uuid:fact_id>/<str:action>/", review.fact_queue_action, name="fact_queue_action"),
+    path("lifecycle/", lifecycle.lifecycle, name="lifecycle"),
+    path("lifecycle/gc/", lifecycle.lifecycle_gc_now, name="lifecycle_gc_now"),
+    path("lifecycle/scan/", lifecycle.contradiction_scan_now, name="contradiction_scan_now"),
+    path("notebook/", notebooks.tenant_notebook, name="tenant_notebook"),
+    path("notebook/restore/", notebooks.tenant_notebook_restore, name="tenant_notebook_restore"),
     path("pii/", oversight.pii_list, name="pii"),
     path("pii/export.csv", oversight.pii_export, name="pii_export"),
     path("pii/<uuid:block_id>/", oversight.pii_detail, name="pii_detail"),

@@ -6,18 +6,17 @@ from datetime import datetime, time
 
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from memory_admin.errors import Conflict, DomainError
-from memory_admin.models import Episode, Fact, MemoryUser, Notebook, NotebookRevision
+from memory_admin.errors import DomainError
+from memory_admin.models import Episode, Fact, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
-from memory_admin.services.notebook import notebook_restore, notebook_save
 from memory_admin.views.base import paginate, tenant_view
-from memory_admin.views.diffs import line_diff
+from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post
 
 # Tabs of a user's page; members see only the first two (their own notebook and facts).
 TABS = [("notebook", "Notebook"), ("facts", "Facts"), ("episodes", "Episodes"), ("context", "Context preview"),
@@ -43,72 +42,26 @@ def _user_context(request: HttpRequest, user_id: int, tab: str) -> dict:
     return {"memory_user": memory_user, "tab": tab, "tabs": tabs}
 
 
-# --- Notebook -------------------------------------------------------------------------------------
+# --- Notebook (the editor itself lives in views.notebooks, shared with the tenant notebook) --------
 
-def _notebook_page(request: HttpRequest, ctx: dict, *, draft: str | None = None, base_version: int | None = None,
-                   conflict: dict | None = None, preview: bool = False, status: int = 200) -> HttpResponse:
-    memory_user = ctx["memory_user"]
-    notebook = visible(request.principal, Notebook.objects.filter(memory_user=memory_user)).first()
-    revisions = []
-    diff = None
-    if notebook is not None:
-        revisions = list(
-            visible(request.principal, NotebookRevision.objects.filter(notebook=notebook))
-            .only("version", "author", "note", "created_at", "notebook_id").order_by("-version")[:50]
-        )
-        diff_version = request.GET.get("diff")
-        if diff_version and diff_version.isdigit():
-            pair = {r.version: r for r in visible(request.principal, NotebookRevision.objects.filter(
-                notebook=notebook, version__in=[int(diff_version) - 1, int(diff_version)]))}
-            new = pair.get(int(diff_version))
-            if new is not None:
-                old = pair.get(int(diff_version) - 1)
-                diff = {"version": new.version, "rows": line_diff(old.content if old else "", new.content,
-                                                                  old_label=f"v{new.version - 1}",
-                                                                  new_label=f"v{new.version}")}
-    current = notebook.content if notebook else ""
+def _notebook_ctx(request: HttpRequest, user_id: int) -> dict:
+    ctx = _user_context(request, user_id, "notebook")
+    slug = request.tenant.slug
     ctx.update({
-        "notebook": notebook,
-        "draft": current if draft is None else draft,
-        "base_version": (notebook.version if notebook else 0) if base_version is None else base_version,
-        "revisions": revisions,
-        "diff": diff,
-        "conflict": conflict,
-        "preview": preview,
+        "template": "dashboard/user_notebook.html",
+        "save_url": reverse("user_notebook", args=[slug, user_id]),
+        "restore_url": reverse("notebook_restore", args=[slug, user_id]),
         "can_edit": request.principal.can(WRITE_MEMORY),
     })
-    return render(request, "dashboard/user_notebook.html", ctx, status=status)
+    return ctx
 
 
 @tenant_view()
 def user_notebook(request: HttpRequest, user_id: int) -> HttpResponse:
-    ctx = _user_context(request, user_id, "notebook")
+    ctx = _notebook_ctx(request, user_id)
     if request.method != "POST":
-        return _notebook_page(request, ctx)
-    draft = request.POST.get("content", "").replace("\r\n", "\n")
-    try:
-        base_version = int(request.POST.get("base_version", "0"))
-    except ValueError:
-        base_version = 0
-    if "preview" in request.POST:  # the no-JavaScript preview: render the draft, save nothing
-        return _notebook_page(request, ctx, draft=draft, base_version=base_version, preview=True)
-    try:
-        notebook_save(principal=request.principal, memory_user=ctx["memory_user"], content=draft,
-                      base_version=base_version, note=request.POST.get("note", "")[:500])
-    except Conflict as exc:
-        current = Notebook.objects.get(tenant_id=request.principal.tenant_id, memory_user=ctx["memory_user"])
-        conflict = {
-            "detail": exc.detail, "their_version": current.version, "your_base": base_version,
-            "current": current.content, "updated_by": current.updated_by, "updated_at": current.updated_at,
-            "rows": line_diff(current.content, draft, old_label=f"saved v{current.version}", new_label="your draft"),
-        }
-        # The draft stays in the editor; saving again now (base = current) is a deliberate overwrite.
-        return _notebook_page(request, ctx, draft=draft, base_version=current.version, conflict=conflict,
-                              status=409)
-    except DomainError as exc:
-        ctx["error"] = exc.detail
-        return _notebook_page(request, ctx, draft=draft, base_version=base_version, status=exc.status)
-    return redirect(reverse("user_notebook", args=[request.tenant.slug, user_id]) + "?saved=1")
+        return notebook_page(request, ctx)
+    return notebook_post(request, ctx)
 
 
 @require_POST
@@ -120,18 +73,7 @@ def markdown_preview(request: HttpRequest) -> HttpResponse:
 
 @tenant_view(ability=WRITE_MEMORY)
 def notebook_restore_view(request: HttpRequest, user_id: int) -> HttpResponse:
-    ctx = _user_context(request, user_id, "notebook")
-    if request.method != "POST":
-        return redirect("user_notebook", request.tenant.slug, user_id)
-    try:
-        notebook_restore(principal=request.principal, memory_user=ctx["memory_user"],
-                         version=int(request.POST["version"]), base_version=int(request.POST["base_version"]))
-    except (KeyError, ValueError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
-        raise Http404("No such revision.") from exc
-    except DomainError as exc:
-        ctx["error"] = exc.detail
-        return _notebook_page(request, ctx, status=exc.status)
-    return redirect(reverse("user_notebook", args=[request.tenant.slug, user_id]) + "?saved=1")
+    return notebook_restore_post(request, _notebook_ctx(request, user_id))
 
 
 # --- Facts ----------------------------------------------------------------------------------------
