@@ -10,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.selectors.search import or_tsquery
+from memory_admin.selectors.search import NEIGHBOUR_WEIGHT, or_tsquery
 
 pytestmark = pytest.mark.django_db
 
@@ -41,9 +41,11 @@ def test_ranks_the_relevant_fact_first_with_components(api):
     score = body["hits"][0]["score"]
     for name in ("vector", "keyword", "recency", "importance", "effective_confidence", "stale", "final"):
         assert name in score
-    assert score["keyword"] == 1.0 and score["vector"] > 0.3
-    expected = (0.4 * score["vector"] + 0.3 * score["keyword"] + 0.2 * score["recency"]
-                + 0.1 * score["importance"]) * score["effective_confidence"]
+    assert score["keyword"] == 1.0 and score["vector"] == 1.0 and score["cosine"] > 0.3
+    relevance = (0.4 * score["vector"] + 0.3 * score["keyword"] + 0.2 * score["recency"]
+                 + 0.1 * score["importance"])
+    assert score["relevance"] == pytest.approx(relevance, abs=1e-3)
+    expected = (relevance + NEIGHBOUR_WEIGHT * score["neighbour"]) * score["effective_confidence"]
     assert score["final"] == pytest.approx(expected, abs=1e-3)
     # FactOut and the score agree on decay.
     assert body["hits"][0]["fact"]["effective_confidence"] == pytest.approx(score["effective_confidence"], abs=1e-3)
@@ -57,8 +59,7 @@ def test_weights_come_from_tenant_settings(api, admin_api):
     body = search(api, "bob", "theremin")
     hit = body["hits"][0]
     assert hit["fact"]["id"] == kw
-    assert hit["score"]["final"] == pytest.approx(hit["score"]["importance"] * hit["score"]["effective_confidence"],
-                                                  abs=1e-3)
+    assert hit["score"]["relevance"] == pytest.approx(hit["score"]["importance"], abs=1e-3)
     assert body["weights"]["importance"] == 1
 
 
@@ -78,10 +79,9 @@ def test_stale_fact_ranks_below_an_equal_fresh_one(api):
     assert stale_hit["score"]["stale"] is True and stale_hit["fact"]["stale"] is True
     assert fresh_hit["score"]["stale"] is False
     # Half weight, not removed.
-    relevance = lambda s: s["final"] / s["effective_confidence"]  # noqa: E731
-    assert relevance(stale_hit["score"]) == pytest.approx(0.5 * (
-        0.4 * stale_hit["score"]["vector"] + 0.3 * stale_hit["score"]["keyword"]
-        + 0.2 * stale_hit["score"]["recency"] + 0.1 * stale_hit["score"]["importance"]), abs=1e-3)
+    s = stale_hit["score"]
+    assert s["final"] == pytest.approx(
+        0.5 * (s["relevance"] + NEIGHBOUR_WEIGHT * s["neighbour"]) * s["effective_confidence"], abs=1e-3)
 
 
 def test_staleness_from_scoring_halves_weight(api):

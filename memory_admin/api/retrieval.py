@@ -21,9 +21,12 @@ MAX_QUERY_CHARS = 2000
 
 class ScoreOut(Schema):
     vector: float
+    cosine: float
     keyword: float
     recency: float
     importance: float
+    relevance: float
+    neighbour: float
     effective_confidence: float
     staleness: float
     stale: bool

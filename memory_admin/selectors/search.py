@@ -1,18 +1,20 @@
 """Ranked retrieval of facts (SPEC §6): vector, keyword, recency and importance fused into one list.
 
-    final = (w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance)
-            × effective confidence × (0.5 if stale)
+    relevance = w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance
+    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × effective confidence × (0.5 if stale)
 
 Weights come from TenantSettings.search_weights; effective confidence and staleness are the ones of
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
 
-- vector: cosine similarity of the query and fact embeddings (pgvector `<=>`), clipped at 0.
-- keyword: BM25-style weight of the query's lexemes (Postgres `english` text search: stemmed, stopwords
-  removed) that a fact contains, with IDF over the facts the user can see, relative to the best match.
-  Postgres' own ts_rank has no IDF, so "the" and a rare name would count alike; and an AND query
-  (plainto_tsquery) misses every fact that lacks one word of a long question.
+- vector: cosine similarity of query and fact embeddings (pgvector `<=>`, exact `cosine` reported too),
+  rescaled min-max over the candidates.
+- keyword: BM25 weight of the query's lexemes (Postgres `english` text search: stemmed, stopwords
+  removed) that a fact contains, IDF over the candidate facts, relative to the best match. Any lexeme
+  may match (an OR query): an AND query misses every fact that lacks one word of a long question, and
+  Postgres' ts_rank has no IDF, so a common word and a rare name would count alike.
 - recency: exp(−days since the fact became true / RECENCY_DAYS).
 - importance: the fact's importance.
+- neighbour: the best relevance among other candidates observed within NEIGHBOUR_MINUTES.
 
 Candidates: a user's own facts are few, so all of them are scored exactly (filtered by user inside the
 query, then distance). Shared (org/global) facts can be many: the nearest ones come from the partial
@@ -22,6 +24,7 @@ Every query starts from `visible()`, the one access check.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 import time
@@ -46,7 +49,14 @@ INCLUDABLE = ("superseded", "evicted", "quarantined")
 RECENCY_DAYS = 30.0
 # BM25 constants (the usual ones); tf is 1 per lexeme, so k1 only shapes the length normalisation.
 BM25_K1 = 1.2
-BM25_B = 0.75
+# Facts are short single statements of similar length: weak length normalisation (0.75 is the usual
+# value for documents; on short statements it over-rewards the shortest ones).
+BM25_B = 0.3
+# Memories recorded together (one conversation, one extraction batch) share context: a fact observed
+# within NEIGHBOUR_MINUTES of a strongly matching fact gets NEIGHBOUR_WEIGHT × that fact's relevance.
+# It lifts the turn that answers a question when a neighbouring turn carries the question's words.
+NEIGHBOUR_MINUTES = 30.0
+NEIGHBOUR_WEIGHT = 0.25
 STALE_WEIGHT = 0.5
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
@@ -61,9 +71,12 @@ MAX_LEXEMES = 32
 class Hit:
     fact: Fact
     vector: float
+    cosine: float
     keyword: float
     recency: float
     importance: float
+    relevance: float
+    neighbour: float
     effective_confidence: float
     staleness: float
     stale: bool
@@ -72,9 +85,12 @@ class Hit:
     def components(self) -> dict[str, Any]:
         return {
             "vector": round(self.vector, 4),
+            "cosine": round(self.cosine, 4),
             "keyword": round(self.keyword, 4),
             "recency": round(self.recency, 4),
             "importance": round(self.importance, 4),
+            "relevance": round(self.relevance, 6),
+            "neighbour": round(self.neighbour, 6),
             "effective_confidence": round(self.effective_confidence, 4),
             "staleness": round(self.staleness, 4),
             "stale": self.stale,
@@ -252,12 +268,18 @@ def _score(rows: list[dict], weights: dict[str, float]) -> list[tuple[float, dic
         per_term = (BM25_K1 + 1) / (1 + BM25_K1 * norm)
         bm25.append(sum(w for w, hit in zip(idf, row["matched"] or (), strict=False) if hit) * per_term)
     best_keyword = max(bm25) or 1.0
+    # Cosine similarity is rescaled over the candidates (min-max), as the keyword score is relative to
+    # the best match: raw cosines of one embedding model crowd into a narrow band, which would make the
+    # vector weight mean less than its nominal share.
+    cosines = [max(0.0, 1.0 - float(r["distance"])) if r["distance"] is not None else 0.0 for r in rows]
+    lo, hi = min(cosines), max(cosines)
 
     out = []
-    for row, kw in zip(rows, bm25, strict=True):
+    for row, kw, cosine in zip(rows, bm25, cosines, strict=True):
         stale_score = float(row["stale_score"])
         parts = {
-            "vector": max(0.0, 1.0 - float(row["distance"])) if row["distance"] is not None else 0.0,
+            "vector": (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0),
+            "cosine": cosine,
             "keyword": kw / best_keyword,
             "recency": math.exp(-float(row["age_days"]) / RECENCY_DAYS),
             "importance": float(row["importance"]),
@@ -266,10 +288,21 @@ def _score(rows: list[dict], weights: dict[str, float]) -> list[tuple[float, dic
             # scoring.is_stale, on the SQL score.
             "stale": row["status"] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
         }
-        relevance = sum(weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency",
-                                                                            "importance"))
-        final = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
-        parts["final"] = final
-        out.append((final, row, parts))
-    out.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1]["id"])))
-    return out
+        parts["relevance"] = sum(weights.get(name, 0.0) * parts[name]
+                                 for name in ("vector", "keyword", "recency", "importance"))
+        out.append((row, parts))
+
+    # Neighbour support: the best relevance among other candidates observed close in time.
+    by_time = sorted(range(len(out)), key=lambda i: out[i][0]["age_days"])
+    minutes = [out[i][0]["age_days"] * 1440.0 for i in by_time]
+    for pos, i in enumerate(by_time):
+        lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES)
+        hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES)
+        support = max((out[by_time[j]][1]["relevance"] for j in range(lo_pos, hi_pos) if j != pos), default=0.0)
+        parts = out[i][1]
+        parts["neighbour"] = support
+        relevance = parts["relevance"] + NEIGHBOUR_WEIGHT * support
+        parts["final"] = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
+    scored = [(parts["final"], row, parts) for row, parts in out]
+    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1]["id"])))
+    return scored
