@@ -63,6 +63,7 @@ class Vectors:
 def load(url: str, args, vocab: list[str]) -> None:
     import psycopg
     from pgvector.psycopg import register_vector
+    from psycopg.types.json import Jsonb
 
     setup_django(url)
     from memory_admin.services.tenants import tenant_create
@@ -112,7 +113,7 @@ def load(url: str, args, vocab: list[str]) -> None:
                     copy.write_row((
                         uuid.uuid4(), tenant.pk, uid, scope, "", content, uuid.uuid4().hex, "other", "fact",
                         rng.uniform(0.7, 1.0), 0.5, "user_stated", "active", "", 1, vec, False, False,
-                        now - age, now - age, now - age, 0, "{}", "bench", "",
+                        now - age, now - age, now - age, 0, Jsonb({}), "bench", "",
                     ))
             written += len(part)
             print(f"  {written:,} facts loaded ({time.time() - t0:.0f} s)", flush=True)
