@@ -178,6 +178,10 @@ class Fact(models.Model):
             models.Index(fields=["tenant", "status", "-created_at"], name="fact_tenant_status_created"),
             models.Index(fields=["memory_user", "content_hash"], name="fact_user_hash"),
             GinIndex(fields=["search_vector"], name="fact_search_vector_gin"),
+            # Pinned facts head every context block; few rows, so a small partial index finds them
+            # without scanning a large org scope.
+            models.Index(fields=["tenant", "memory_user"], name="fact_pinned_active",
+                         condition=Q(pinned=True, status="active")),
             # Shared scopes (org/global) are large: approximate search. A user's own facts are
             # searched exactly, filtered by user first (SPEC §6).
             HnswIndex(
