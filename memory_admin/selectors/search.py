@@ -61,7 +61,7 @@ STALE_WEIGHT = 0.5
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
-SHARED_KEYWORD_SCAN = 2000
+SHARED_KEYWORD_SCAN = 300
 WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 MAX_LEXEMES = 32
@@ -210,7 +210,7 @@ def fact_search(
 
     # 2. Shared scopes (memory_user NULL): approximate nearest neighbours plus full-text matches.
     if shared and query:
-        n = max(4 * k, 40)
+        n = max(2 * k, 20)
         seen = {r["id"] for r in rows}
         shared_qs = visible(principal, Fact.objects.filter(memory_user__isnull=True))
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
@@ -226,10 +226,13 @@ def fact_search(
         if tsq:
             sq = SearchQuery(tsq, search_type="raw", config="english")
             matching = shared_qs.filter(status__in=statuses, search_vector=sq)
-            # Rank only a bounded number of matches: a common word can match most of a large org scope.
+            # Rank only a bounded number of matches (a common word can match most of a large org scope),
+            # and score only the best n of them.
             bounded = Fact.objects.filter(pk__in=matching.values("pk")[:SHARED_KEYWORD_SCAN])
-            best = _annotate(bounded.annotate(rank=SearchRank(F("search_vector"), sq)), lexemes, vec)
-            rows += [r for r in _rows(best.order_by("-rank")[:n]) if r["id"] not in seen]
+            ranked = bounded.annotate(rank=SearchRank(F("search_vector"), sq)).order_by("-rank")
+            top_ids = ranked.values_list("pk", flat=True)[:n]
+            best = _annotate(Fact.objects.filter(pk__in=list(top_ids)), lexemes, vec)
+            rows += [r for r in _rows(best) if r["id"] not in seen]
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:

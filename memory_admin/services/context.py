@@ -111,11 +111,14 @@ def _gather(principal: Principal, memory_user: MemoryUser, task: str) -> tuple[l
         sections["tenant_notebook"].items.append(_Item(f"notebook:{tenant_nb.pk}:v{tenant_nb.version}",
                                                        _neutralise(tenant_nb.content.strip()) + "\n"))
 
-    pinned = list(
-        visible(principal, Fact.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True),
-                                               pinned=True, status=Fact.Status.ACTIVE))
-        .defer("embedding", "search_vector").order_by("-confidence", "-created_at")[:PINNED_LIMIT]
-    )
+    # Two queries, each served by the partial index on pinned facts (an OR of the user and the shared
+    # scope would scan the whole org scope).
+    pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
+    pinned = sorted(
+        [*visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT],
+         *visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]],
+        key=lambda f: (-f.confidence, -f.created_at.timestamp()),
+    )[:PINNED_LIMIT]
     for fact in pinned:
         sections["pinned"].items.append(_Item(str(fact.pk), _fact_line(fact)))
 
