@@ -182,6 +182,9 @@ class Fact(models.Model):
             # without scanning a large org scope.
             models.Index(fields=["tenant", "memory_user"], name="fact_pinned_active",
                          condition=Q(pinned=True, status="active")),
+            # Full-text search over the shared scopes alone: the index over all facts matches a word in
+            # every user's facts and then has to be intersected with "memory_user IS NULL".
+            GinIndex(fields=["search_vector"], name="fact_shared_search_gin", condition=Q(memory_user__isnull=True)),
             # Shared scopes (org/global) are large: approximate search. A user's own facts are
             # searched exactly, filtered by user first (SPEC §6).
             HnswIndex(
