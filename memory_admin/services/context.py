@@ -27,7 +27,7 @@ from memory_admin.tokens import count_tokens, truncate_to_tokens
 
 MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
-FACT_CANDIDATES = 60
+FACT_CANDIDATES = 30
 PINNED_LIMIT = 100
 SKILL_LIMIT = 5
 EPISODE_LIMIT = 5
