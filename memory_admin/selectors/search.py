@@ -18,7 +18,8 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
 
 Candidates: a user's own facts are few, so all of them are scored exactly (filtered by user inside the
 query, then distance). Shared (org/global) facts can be many: the nearest ones come from the partial
-HNSW index `fact_shared_embedding_hnsw`, plus the best full-text matches through the partial GIN index `fact_shared_search_gin`.
+HNSW index `fact_shared_embedding_hnsw`, plus the best full-text matches through the partial GIN index
+`fact_shared_search_gin`.
 Every query starts from `visible()`, the one access check.
 """
 
