@@ -306,7 +306,11 @@ def _merge(existing: Fact, new: Fact, similarity: float) -> tuple[WriteResult, F
     existing.content_hash = new.content_hash
     existing.embedding = new.embedding
     existing.confidence = max(existing.confidence, new.confidence)
-    existing.metadata = {**existing.metadata, **new.metadata}
+    # The agent gets its metadata back verbatim: the standing fact keeps its own, and each write
+    # folded into it is listed under "merged" (so an agent's ids for those writes are not lost).
+    if new.metadata:
+        merged = list(existing.metadata.get("merged", []))[-49:] + [new.metadata]
+        existing.metadata = {**existing.metadata, "merged": merged}
     existing.save(update_fields=["content", "content_hash", "embedding", "confidence", "metadata", "updated_at"])
     return WriteResult("merged", existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact",
                        other=existing), before

@@ -53,12 +53,14 @@ def test_deduplicated_same_text_touches_the_existing_fact(api):
 
 
 def test_merged_near_identical_text_keeps_newer_text_and_higher_confidence(api):
-    first = write(api, "Alice prefers a dark theme in her code editor", confidence=0.9, source="tool_verified")
-    merged = write(api, "Alice prefers the dark theme in her code editor", confidence=0.8)
+    first = write(api, "Alice prefers a dark theme in her code editor", confidence=0.9, source="tool_verified",
+                  metadata={"turn": "D1:3"})
+    merged = write(api, "Alice prefers the dark theme in her code editor", confidence=0.8, metadata={"turn": "D4:7"})
     assert merged["outcome"] == "merged"
     assert merged["fact"]["id"] == first["fact"]["id"]
     assert merged["fact"]["content"] == "Alice prefers the dark theme in her code editor"
     assert merged["fact"]["confidence"] == 0.9
+    assert merged["fact"]["metadata"] == {"turn": "D1:3", "merged": [{"turn": "D4:7"}]}
     assert Fact.objects.filter(memory_user__external_id="alice", status="active").count() == 1
     event = AuditEvent.objects.get(action="fact.write", outcome="merged")
     assert event.before["content"] == "Alice prefers a dark theme in her code editor"
