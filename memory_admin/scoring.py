@@ -8,7 +8,7 @@ effective confidence = confidence × exp(−λ(kind)·days since last access) ×
     The product is capped at 1. Pinned facts do not decay (their confidence is returned as is).
 staleness = 0.4·age factor + 0.3·access decay + 0.3·contradiction flag, in 0..1
     age factor   = 1 − exp(−days since valid_from / AGE_SCALE_DAYS)
-    access decay = 1 − exp(−days since last access / ACCESS_SCALE_DAYS)
+    access decay = 1 − exp(−days since last access / ACCESS_SCALE_DAYS)   (the same "last access")
     contradiction flag = 1 while the fact is part of an open contradiction.
     stale above 0.7 (half weight in ranking), eviction candidate above 0.9.
 """
@@ -45,12 +45,16 @@ def _days(since: datetime | None, now: datetime) -> float:
     return max(0.0, (now - since).total_seconds() / 86400.0)
 
 
+def _last_access(fact) -> datetime | None:
+    return fact.last_accessed_at or fact.created_at or fact.valid_from
+
+
 def effective_confidence(fact, now: datetime | None = None) -> float:
     if fact.pinned:
         return float(fact.confidence)
     now = now or timezone.now()
     lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
-    last = fact.last_accessed_at or fact.created_at or fact.valid_from
+    last = _last_access(fact)
     reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
     return min(1.0, float(fact.confidence) * math.exp(-lam * _days(last, now)) * reinforcement)
 
@@ -58,8 +62,7 @@ def effective_confidence(fact, now: datetime | None = None) -> float:
 def staleness(fact, now: datetime | None = None) -> float:
     now = now or timezone.now()
     age = 1 - math.exp(-_days(fact.valid_from or fact.created_at, now) / AGE_SCALE_DAYS)
-    last = fact.last_accessed_at or fact.valid_from or fact.created_at
-    access = 1 - math.exp(-_days(last, now) / ACCESS_SCALE_DAYS)
+    access = 1 - math.exp(-_days(_last_access(fact), now) / ACCESS_SCALE_DAYS)
     flag = 1.0 if fact.contested else 0.0
     return round(min(1.0, 0.4 * age + 0.3 * access + 0.3 * flag), 4)
 
@@ -75,8 +78,12 @@ def _lambda_sql(kind_column: str) -> str:
     return f"(CASE {kind_column} {cases} ELSE {DECAY_LAMBDA['fact']} END)"
 
 
+def _last_access_sql(table: str) -> str:
+    return f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
+
+
 def effective_confidence_sql(table: str = "memory_admin_fact") -> str:
-    last = f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
+    last = _last_access_sql(table)
     days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - {last})) / 86400.0)"
     reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
     decayed = f"LEAST(1.0, {table}.confidence * exp(-{_lambda_sql(table + '.kind')} * {days}) * {reinforcement})"
@@ -85,7 +92,7 @@ def effective_confidence_sql(table: str = "memory_admin_fact") -> str:
 
 def staleness_sql(table: str = "memory_admin_fact") -> str:
     age_days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - COALESCE({table}.valid_from, {table}.created_at))) / 86400.0)"
-    last = f"COALESCE({table}.last_accessed_at, {table}.valid_from, {table}.created_at)"
+    last = _last_access_sql(table)
     access_days = f"GREATEST(0, EXTRACT(EPOCH FROM (now() - {last})) / 86400.0)"
     return (
         f"LEAST(1.0, 0.4 * (1 - exp(-{age_days} / {AGE_SCALE_DAYS}))"

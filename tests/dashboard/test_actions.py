@@ -126,6 +126,7 @@ def test_eviction_candidates_are_listed_and_can_be_kept_or_evicted(operator, ten
 
     old = timezone.now() - timedelta(days=2000)
     stale = make_fact(memory_user, "Alice used Windows 95", valid_from=old, contested=True)
+    Fact.objects.filter(pk=stale.pk).update(created_at=old)  # stored long ago and never read since
     fresh = make_fact(memory_user, "Alice uses Linux")
     page = operator.get(reverse("eviction", args=[tenant.slug])).content.decode()
     assert "Windows 95" in page and "uses Linux" not in page
