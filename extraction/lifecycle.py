@@ -59,7 +59,7 @@ def _gc_candidates(tenant_id: int, now: datetime) -> list[tuple[Fact, str, str]]
     # the line for 60 days exactly when it was already below it 60 days ago and nothing read it since.
     cutoff = now - timedelta(days=LOW_CONFIDENCE_DAYS)
     low = (scoring.annotate_scores(live.filter(status=Fact.Status.ACTIVE, pinned=False))
-           .annotate(last_read=Coalesce("last_accessed_at", "valid_from", "created_at"))
+           .annotate(last_read=last_read)
            .filter(eff_conf__lt=LOW_CONFIDENCE, last_read__lte=cutoff)
            .exclude(pk__in=seen).select_related("memory_user"))
     for fact in low:
