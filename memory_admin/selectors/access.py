@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
@@ -147,18 +148,11 @@ def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QueryS
 
 
 def get_visible(principal: Principal, queryset: models.QuerySet[M], **lookup) -> M:
-    """One object the principal may read, or NotFound (for missing and forbidden alike)."""
+    """One object the principal may read, or NotFound (for missing, forbidden and malformed ids alike)."""
     try:
         return visible(principal, queryset).get(**lookup)
-    except (queryset.model.DoesNotExist, ValueError, TypeError) as exc:
-        name = queryset.model._meta.verbose_name
-        raise NotFound(f"No {name} with that id is visible to you.") from exc
-    except Exception as exc:  # invalid UUID text and the like
-        from django.core.exceptions import ValidationError
-
-        if isinstance(exc, ValidationError):
-            raise NotFound(f"No {queryset.model._meta.verbose_name} with that id is visible to you.") from exc
-        raise
+    except (queryset.model.DoesNotExist, ValueError, TypeError, ValidationError) as exc:
+        raise NotFound(f"No {queryset.model._meta.verbose_name} with that id is visible to you.") from exc
 
 
 def memory_user_for(principal: Principal, external_id: str, *, create: bool = False) -> MemoryUser:
