@@ -182,6 +182,13 @@ class Fact(models.Model):
             # without scanning a large org scope.
             models.Index(fields=["tenant", "memory_user"], name="fact_pinned_active",
                          condition=Q(pinned=True, status="active")),
+            # Dashboard at scale: every eviction candidate is contested (selectors.dashboard), and the
+            # lifecycle page's TTL rules look only at the few facts that have a TTL.
+            models.Index(fields=["tenant"], name="fact_contested_active", condition=Q(contested=True, status="active")),
+            models.Index(fields=["tenant", "hard_expires_at"], name="fact_hard_ttl",
+                         condition=Q(hard_expires_at__isnull=False)),
+            models.Index(fields=["tenant", "soft_expires_at"], name="fact_soft_ttl",
+                         condition=Q(soft_expires_at__isnull=False)),
             # Full-text search over the shared scopes alone: the index over all facts matches a word in
             # every user's facts and then has to be intersected with "memory_user IS NULL".
             GinIndex(fields=["search_vector"], name="fact_shared_search_gin", condition=Q(memory_user__isnull=True)),
