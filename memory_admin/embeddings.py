@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -142,3 +143,48 @@ def embed_one(text: str) -> list[float]:
     if not isinstance(embedder, LocalEmbedder) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
         return embedder.embed([text])[0]
     return _batcher.submit(text, embedder.embed)
+
+
+class _QueryCache:
+    """A small LRU of query embeddings: agents repeat tasks and questions (a context block per turn of
+    one task), and a query costs 10-15 ms to embed here. Keyed by the embedder's name, so switching
+    embedders never serves a vector of the other model. Vectors are returned as fresh lists."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], tuple[float, ...]] = OrderedDict()
+
+    def get(self, key: tuple[str, str]) -> list[float] | None:
+        with self._lock:
+            vector = self._items.get(key)
+            if vector is None:
+                return None
+            self._items.move_to_end(key)
+            return list(vector)
+
+    def put(self, key: tuple[str, str], vector: list[float]) -> None:
+        with self._lock:
+            self._items[key] = tuple(vector)
+            self._items.move_to_end(key)
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+query_cache = _QueryCache(int(os.environ.get("QUERY_EMBED_CACHE", "512")))
+
+
+def embed_query(text: str) -> list[float]:
+    """embed_one for search queries and context tasks, through the LRU above."""
+    if query_cache.size <= 0:
+        return embed_one(text)
+    key = (get_embedder().name, text)
+    vector = query_cache.get(key)
+    if vector is None:
+        vector = embed_one(text)
+        query_cache.put(key, vector)
+    return vector

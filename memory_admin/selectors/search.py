@@ -26,21 +26,24 @@ Every query starts from `visible()`, the one access check.
 from __future__ import annotations
 
 import bisect
+import json
 import math
 import re
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
+from weakref import WeakKeyDictionary
 
-from django.contrib.postgres.search import SearchQuery, SearchRank
+from django.conf import settings
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import F, FloatField, IntegerField, QuerySet
+from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce
-from pgvector.django import CosineDistance
+from pgvector import Vector
 
 from memory_admin import scoring
-from memory_admin.embeddings import embed_one
+from memory_admin.embeddings import embed_query
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.selectors.access import CURATE, Principal, visible
 from memory_admin.services.settings import tenant_settings
@@ -127,49 +130,155 @@ def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[st
     return tuple(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
 
 
-def query_lexemes(query: str) -> list[str]:
-    """The query as Postgres' english configuration sees it: stemmed lexemes, stopwords removed."""
-    if not query:
-        return []
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [query[:2000]])
-        return list(cursor.fetchone()[0] or [])[:MAX_LEXEMES]
+# --- The candidate statement --------------------------------------------------------------------
+#
+# One statement gathers and describes every candidate: the user's own facts (exact), the nearest shared
+# facts (HNSW) and the best shared full-text matches (GIN), each branch built by the ORM from
+# `visible()` so the access check stays the one of selectors.access. The query vector is bound once
+# (binary, through pgvector's psycopg dumper) and the query's lexemes are computed once; the per-row
+# numbers (effective confidence and staleness in scoring's SQL form, age, cosine distance, which lexemes
+# a fact contains as a bitmask, its length) are computed only for the deduplicated candidates.
+
+_QV = "(SELECT v FROM search_qv)"
+_DISTANCE = f"memory_admin_fact.embedding <=> {_QV}"
+# The query's lexemes (english configuration: stemmed, stopwords dropped), each as a one-lexeme tsquery
+# quoted the way tsquery input expects ('...' with backslash and quote doubled), at most MAX_LEXEMES.
+_LEXEMES_CTE = (
+    "search_lx AS (SELECT ARRAY(SELECT ('''' || replace(replace(l, E'\\\\', E'\\\\\\\\'), '''', '''''') || '''')"
+    "::tsquery FROM unnest((tsvector_to_array(to_tsvector('english', %s)))[1:" + str(MAX_LEXEMES) + "])"
+    " WITH ORDINALITY AS u(l, i) ORDER BY i) AS q)"
+)
+# What each branch carries, so that the candidates are described without a second visit to the table.
+_CARRIED = ("id", "status", "importance", "confidence", "pinned", "kind", "contested", "access_count",
+            "last_accessed_at", "created_at", "valid_from", "search_vector")
+_ROW_SQL = (
+    "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
+    " {stale} AS stale_score, GREATEST(0, EXTRACT(EPOCH FROM (now() - c.valid_from)) / 86400.0)::float8 AS age_days,"
+    " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
+    " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
+    " COALESCE(length(c.search_vector), 0) AS doc_len"
+    # Deduplicated first (a shared fact can be both near and a keyword match), then described.
+    " FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id, u.src) AS c"
+)
+_STATEMENT = (
+    "WITH search_qv AS (SELECT %s::vector AS v), {lexemes}, search_weights AS"
+    " (SELECT search_weights::text AS w FROM memory_admin_tenantsettings WHERE tenant_id = %s)"
+    " SELECT (SELECT w FROM search_weights), r.* FROM (SELECT 1) AS one LEFT JOIN ({rows}) AS r ON true"
+)
+_vector_dumpers: WeakKeyDictionary = WeakKeyDictionary()
+_ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
 
-def _tsquery_literal(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+def _compiled(qs: QuerySet) -> tuple[str, tuple]:
+    sql, params = qs.query.sql_with_params()
+    return sql, tuple(params)
 
 
-def _annotate(qs: QuerySet[Fact], lexemes: list[str], vector: list[float] | None) -> QuerySet[Fact]:
-    """Per row, all computed by Postgres so that only numbers travel: cosine distance, which query
-    lexemes the fact contains, its length in lexemes, its age, and effective confidence and staleness
-    in the SQL form of `scoring` (the same formulas FactOut uses in Python)."""
-    if lexemes:
-        # One tsvector lookup per lexeme (a binary search); the lexemes are bound parameters.
-        matched = RawSQL(  # noqa: S611
-            "ARRAY[" + ", ".join(["memory_admin_fact.search_vector @@ %s::tsquery"] * len(lexemes)) + "]",
-            [_tsquery_literal(lex) for lex in lexemes],
-        )
-    else:
-        matched = RawSQL("ARRAY[]::boolean[]", ())
-    qs = scoring.annotate_scores(qs).annotate(
-        matched=matched,
-        doc_len=Coalesce(RawSQL("length(memory_admin_fact.search_vector)", (), output_field=IntegerField()), 0),
-        age_days=RawSQL("GREATEST(0, EXTRACT(EPOCH FROM (now() - memory_admin_fact.valid_from)) / 86400.0)", (),
-                        output_field=FloatField()),
-    )
-    if vector is not None:
-        qs = qs.annotate(distance=CosineDistance("embedding", vector))
-    else:
-        qs = qs.annotate(distance=RawSQL("1.0", (), output_field=FloatField()))
-    return qs
+def _prepared_statements() -> bool:
+    # Behind a pooler that cannot keep prepared statements (PgBouncer before 1.21 in transaction mode),
+    # set SEARCH_PREPARED_STATEMENTS = False.
+    return getattr(settings, "SEARCH_PREPARED_STATEMENTS", True)
 
 
-_COLUMNS = ("id", "status", "importance", "eff_conf", "stale_score", "age_days", "distance", "matched", "doc_len")
+def _vector_cursor():
+    """A server-binding cursor that sends pgvector values in binary (1.5 kB, instead of 4 kB of text
+    inlined into the SQL), wrapped like Django's own cursors (so query logging and counting see it).
+    The dumper is registered on this cursor only: Django's VectorField reads and writes as before."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+    from pgvector.psycopg.vector import VectorBinaryDumper, VectorDumper
+    from psycopg.types import TypeInfo
+
+    class _PreparingCursor(ServerBindingCursor):
+        # Planning the candidate statement costs about as much as running it (1-5 ms): prepared once per
+        # connection (psycopg keeps the statement per connection and query text), it is only executed.
+        def execute(self, query, params=None, *, prepare=None, binary=None):
+            if prepare is None and params is not None:
+                prepare = _prepared_statements()
+            return super().execute(query, params, prepare=prepare, binary=binary)
+
+    connection.ensure_connection()
+    raw_connection = connection.connection
+    dumpers = _vector_dumpers.get(raw_connection)
+    if dumpers is None:
+        oid = TypeInfo.fetch(raw_connection, "vector").oid
+        # Text first, then binary: the last one registered is what a %s placeholder uses.
+        dumpers = _vector_dumpers[raw_connection] = (type("VectorText", (VectorDumper,), {"oid": oid}),
+                                                     type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}))
+    raw = _PreparingCursor(raw_connection)
+    for dumper in dumpers:
+        raw.adapters.register_dumper(Vector, dumper)
+    return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
-def _rows(qs: QuerySet[Fact]) -> list[dict]:
-    return [dict(zip(_COLUMNS, values, strict=True)) for values in qs.values_list(*_COLUMNS)]
+def _ef_default() -> int:
+    """The session's hnsw.ef_search, read once per connection: SET LOCAL (a transaction) is needed only
+    above it. Unknown (0) until pgvector's library is loaded in the session."""
+    raw_connection = connection.connection
+    if raw_connection not in _ef_defaults:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('hnsw.ef_search', true)")
+            value = cursor.fetchone()[0]
+        if not value:
+            return 0
+        _ef_defaults[raw_connection] = int(value)
+    return _ef_defaults[raw_connection]
+
+
+def _candidates(
+    principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float] | None,
+    statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
+) -> tuple[str | None, list[tuple]]:
+    """(tenant search weights as JSON text, candidate rows) in one statement."""
+    branches: list[tuple[str, tuple]] = []
+    distance = RawSQL(_DISTANCE if vector is not None else "NULL::float8", ())  # noqa: S611 - constant
+    own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
+    tsq = or_tsquery(query) if query else ""
+    if own_by_keyword:
+        # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
+        own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+    own = own.annotate(distance=distance)
+    if vector is not None and not own_by_keyword:
+        own = own.order_by("distance")
+    branches.append(_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT]))
+    if n_shared and not own_by_keyword:
+        shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
+        if vector is not None:
+            # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
+            nearest = (shared.filter(status=Fact.Status.ACTIVE).annotate(distance=distance)
+                       .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
+            branches.append(_compiled(nearest))
+        if tsq:
+            sq = SearchQuery(tsq, search_type="raw", config="english")
+            # Rank only a bounded number of matches (a common word can match most of a large org scope),
+            # and keep only the best n of them.
+            matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
+            sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
+            branches.append((
+                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+                f" DESC LIMIT {int(n_shared)}",
+                (*params, tsq),
+            ))
+    columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
+    union = " UNION ALL ".join(f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)"
+                               for i, (sql, _) in enumerate(branches))
+    rows_sql = _ROW_SQL.format(eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"),
+                               union=union)
+    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql)
+    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id]
+    for _, branch_params in branches:
+        params.extend(branch_params)
+    # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
+    # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
+    # when the session's value is lower.
+    ef = hnsw_ef_search(n_shared)
+    raise_ef = vector is not None and n_shared > 0 and ef > _ef_default()
+    with transaction.atomic() if raise_ef else nullcontext(), _vector_cursor() as cursor:
+        if raise_ef:
+            cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
+        cursor.execute(statement, params)
+        result = cursor.fetchall()
+    weights = result[0][0] if result else None
+    return weights, [row[1:] for row in result if row[1] is not None]
 
 
 def fact_search(
@@ -195,64 +304,36 @@ def fact_search(
     query = (query or "").strip()
     if query and query_vector is None:
         t0 = time.perf_counter()
-        query_vector = embed_one(query)
+        query_vector = embed_query(query)
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-    weights = {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1},
-               **tenant_settings(principal.tenant_id).search_weights}
     vec = query_vector if query else None
-    lexemes = query_lexemes(query)
+    n_shared = max(2 * k, 20) if shared and query else 0
 
-    # 1. The user's own facts: exact, filtered by user inside the query.
-    own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
-    own = _annotate(own, lexemes, vec)
-    if vec is not None:
-        own = own.order_by("distance")
-    rows = _rows(own[:OWN_EXACT_LIMIT])
-    if len(rows) == OWN_EXACT_LIMIT and query:
-        seen = {r["id"] for r in rows}
-        keyword_own = visible(principal, Fact.objects.filter(
-            memory_user=memory_user, status__in=statuses,
-            search_vector=SearchQuery(or_tsquery(query), search_type="raw", config="english")))
-        rows += [r for r in _rows(_annotate(keyword_own, lexemes, vec)[:OWN_EXACT_LIMIT]) if r["id"] not in seen]
-
-    # 2. Shared scopes (memory_user NULL): approximate nearest neighbours plus full-text matches.
-    if shared and query:
-        n = max(2 * k, 20)
-        seen = {r["id"] for r in rows}
-        shared_qs = visible(principal, Fact.objects.filter(memory_user__isnull=True))
-        # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-        nearest = _annotate(shared_qs.filter(status=Fact.Status.ACTIVE), lexemes, vec).order_by("distance")[:n]
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom
-                # for the rows of other tenants the access filter removes after the index scan.
-                cursor.execute("SET LOCAL hnsw.ef_search = %s", [hnsw_ef_search(n)])
-            rows += [r for r in _rows(nearest) if r["id"] not in seen]
-        seen = {r["id"] for r in rows}
-        tsq = or_tsquery(query)
-        if tsq:
-            sq = SearchQuery(tsq, search_type="raw", config="english")
-            matching = shared_qs.filter(status__in=statuses, search_vector=sq)
-            # Rank only a bounded number of matches (a common word can match most of a large org scope),
-            # and score only the best n of them.
-            bounded = Fact.objects.filter(pk__in=matching.values("pk")[:SHARED_KEYWORD_SCAN])
-            ranked = bounded.annotate(rank=SearchRank(F("search_vector"), sq)).order_by("-rank")
-            top_ids = ranked.values_list("pk", flat=True)[:n]
-            best = _annotate(Fact.objects.filter(pk__in=list(top_ids)), lexemes, vec)
-            rows += [r for r in _rows(best) if r["id"] not in seen]
+    weights_json, rows = _candidates(principal, memory_user, query=query, vector=vec, statuses=statuses,
+                                     n_shared=n_shared)
+    if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
+        seen = {r[0] for r in rows}
+        _, more = _candidates(principal, memory_user, query=query, vector=vec, statuses=statuses, n_shared=0,
+                              own_by_keyword=True)
+        rows += [r for r in more if r[0] not in seen]
+    stored = json.loads(weights_json) if weights_json else tenant_settings(principal.tenant_id).search_weights
+    weights = {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1}, **stored}
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:
-        rows = [r for r in rows if r["id"] not in exclude_ids]
+        rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts = {
-        f.pk: f
-        for f in visible(principal, Fact.objects.filter(pk__in=[s[1]["id"] for s in top]))
-        .select_related("memory_user", "superseded_by_notebook")
-        .defer("embedding", "search_vector")
-    }
-    hits = [Hit(fact=facts[row["id"]], **parts) for _, row, parts in top if row["id"] in facts]
+    facts_qs = visible(principal, Fact.objects.filter(pk__in=[row[0] for _, row, _ in top])).defer(
+        "embedding", "search_vector")
+    if "superseded" in statuses:
+        facts_qs = facts_qs.select_related("superseded_by_notebook")
+    facts = {}
+    for fact in facts_qs:
+        if fact.memory_user_id == memory_user.pk:
+            fact.memory_user = memory_user  # known already: no join, no extra query
+        facts[fact.pk] = fact
+    hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record and hits:
         from memory_admin.services.facts import record_access
 
@@ -263,48 +344,54 @@ def fact_search(
     return SearchResult(hits=hits, candidates=len(rows), weights=weights, timings=rounded)
 
 
-def _score(rows: list[dict], weights: dict[str, float]) -> list[tuple[float, dict, dict]]:
-    """Fuse the components of every candidate; best first."""
+# Columns of a candidate row (see _ROW_SQL).
+ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN = range(10)
+
+
+def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tuple, dict]]:
+    """Fuse the components of every candidate; best first. `matched` is a bitmask over the query's
+    lexemes (bit i: the fact contains lexeme i)."""
     if not rows:
         return []
     n = len(rows)
-    width = len(rows[0]["matched"] or ())
-    df = [sum(1 for r in rows if r["matched"][i]) for i in range(width)]
+    width = max(rows, key=lambda r: r[MATCHED])[MATCHED].bit_length()
+    df = [sum(1 for r in rows if r[MATCHED] >> i & 1) for i in range(width)]
     idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
-    avg_len = sum(r["doc_len"] for r in rows) / n or 1.0
+    avg_len = sum(r[DOC_LEN] for r in rows) / n or 1.0
     bm25 = []
     for row in rows:
-        norm = 1 - BM25_B + BM25_B * (row["doc_len"] / avg_len)
+        mask = row[MATCHED]
+        norm = 1 - BM25_B + BM25_B * (row[DOC_LEN] / avg_len)
         per_term = (BM25_K1 + 1) / (1 + BM25_K1 * norm)
-        bm25.append(sum(w for w, hit in zip(idf, row["matched"] or (), strict=False) if hit) * per_term)
+        bm25.append(sum(w for i, w in enumerate(idf) if mask >> i & 1) * per_term if mask else 0.0)
     best_keyword = max(bm25) or 1.0
     # Cosine similarity is rescaled over the candidates (min-max), as the keyword score is relative to
     # the best match: raw cosines of one embedding model crowd into a narrow band, which would make the
     # vector weight mean less than its nominal share.
-    cosines = [max(0.0, 1.0 - float(r["distance"])) if r["distance"] is not None else 0.0 for r in rows]
+    cosines = [max(0.0, 1.0 - r[DISTANCE]) if r[DISTANCE] is not None else 0.0 for r in rows]
     lo, hi = min(cosines), max(cosines)
 
     out = []
     for row, kw, cosine in zip(rows, bm25, cosines, strict=True):
-        stale_score = float(row["stale_score"])
+        stale_score = float(row[STALE_SCORE])
         parts = {
             "vector": (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0),
             "cosine": cosine,
             "keyword": kw / best_keyword,
-            "recency": math.exp(-float(row["age_days"]) / RECENCY_DAYS),
-            "importance": float(row["importance"]),
-            "effective_confidence": float(row["eff_conf"]),
+            "recency": math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS),
+            "importance": float(row[IMPORTANCE]),
+            "effective_confidence": float(row[EFF_CONF]),
             "staleness": stale_score,
             # scoring.is_stale, on the SQL score.
-            "stale": row["status"] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
+            "stale": row[STATUS] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
         }
         parts["relevance"] = sum(weights.get(name, 0.0) * parts[name]
                                  for name in ("vector", "keyword", "recency", "importance"))
         out.append((row, parts))
 
     # Neighbour support: the best relevance among other candidates observed close in time.
-    by_time = sorted(range(len(out)), key=lambda i: out[i][0]["age_days"])
-    minutes = [out[i][0]["age_days"] * 1440.0 for i in by_time]
+    by_time = sorted(range(len(out)), key=lambda i: out[i][0][AGE_DAYS])
+    minutes = [float(out[i][0][AGE_DAYS]) * 1440.0 for i in by_time]
     for pos, i in enumerate(by_time):
         lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES)
         hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES)
@@ -314,5 +401,5 @@ def _score(rows: list[dict], weights: dict[str, float]) -> list[tuple[float, dic
         relevance = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
     scored = [(parts["final"], row, parts) for row, parts in out]
-    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1]["id"])))
+    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1][ID])))
     return scored
