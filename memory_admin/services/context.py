@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import re
+import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +33,9 @@ FACT_CANDIDATES = 30
 PINNED_LIMIT = 100
 SKILL_LIMIT = 5
 EPISODE_LIMIT = 5
+TOKEN_CACHE_SIZE = 8192
+_token_counts: OrderedDict[bytes, int] = OrderedDict()  # oldest first; a hit does not reorder (FIFO)
+_token_counts_lock = threading.Lock()
 _FENCE_OPEN = "<<<MEMORY_DATA {marker}>>>\n"
 _FENCE_CLOSE = "<<<END_MEMORY_DATA {marker}>>>"
 # The widest marker tokenizes to the most tokens (letters and digits alternating): reserving for it
@@ -111,15 +116,16 @@ def _gather(principal: Principal, memory_user: MemoryUser, task: str) -> tuple[l
         sections["tenant_notebook"].items.append(_Item(f"notebook:{tenant_nb.pk}:v{tenant_nb.version}",
                                                        _neutralise(tenant_nb.content.strip()) + "\n"))
 
-    # Two queries, each served by the partial index on pinned facts (an OR of the user and the shared
-    # scope would scan the whole org scope).
+    # One query of two branches, each served by the partial index on pinned facts (an OR of the user and
+    # the shared scope would scan the whole org scope).
     pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
-    pinned = sorted(
-        [*visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT],
-         *visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]],
-        key=lambda f: (-f.confidence, -f.created_at.timestamp()),
-    )[:PINNED_LIMIT]
+    own_pinned = visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT]
+    shared_pinned = visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]
+    pinned = sorted(own_pinned.union(shared_pinned, all=True),
+                    key=lambda f: (-f.confidence, -f.created_at.timestamp()))[:PINNED_LIMIT]
     for fact in pinned:
+        if fact.memory_user_id == memory_user.pk:
+            fact.memory_user = memory_user
         sections["pinned"].items.append(_Item(str(fact.pk), _fact_line(fact)))
 
     # Facts by effective confidence and relevance: the search ranking, which multiplies the two.
@@ -129,16 +135,21 @@ def _gather(principal: Principal, memory_user: MemoryUser, task: str) -> tuple[l
     for hit in result.hits:
         sections["facts"].items.append(_Item(str(hit.fact.pk), _fact_line(hit.fact, stale=hit.stale)))
 
+    # Skills are chosen by path: read the paths only, and the content of the few chosen.
     words = _task_words(task)
     skills = visible(principal, Skill.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
     ranked = sorted(
-        ((score, s) for s in skills.only("id", "path", "memory_user_id", "content", "version")
-         if (score := _skill_score(s.path, task, words)) > 0),
-        key=lambda pair: (-pair[0], pair[1].memory_user_id is None, pair[1].path),
-    )
-    for _, skill in ranked[:SKILL_LIMIT]:
-        text = f"### {_one_line(skill.path)} (v{skill.version})\n{_neutralise(skill.content.strip())}\n"
-        sections["skills"].items.append(_Item(skill.path, text))
+        ((score, pk, path, owner) for pk, path, owner in skills.values_list("id", "path", "memory_user_id")
+         if (score := _skill_score(path, task, words)) > 0),
+        key=lambda item: (-item[0], item[3] is None, item[2]),
+    )[:SKILL_LIMIT]
+    if ranked:
+        chosen = {pk: (version, content) for pk, version, content in
+                  skills.filter(pk__in=[item[1] for item in ranked]).values_list("id", "version", "content")}
+        for _, pk, path, _ in ranked:
+            version, content = chosen[pk]
+            text = f"### {_one_line(path)} (v{version})\n{_neutralise(content.strip())}\n"
+            sections["skills"].items.append(_Item(path, text))
 
     episodes = (visible(principal, Episode.objects.filter(memory_user=memory_user)).exclude(summary="")
                 .order_by("-ended_at")[:EPISODE_LIMIT])
@@ -161,6 +172,21 @@ def _render(sections: list[_Section], marker: str) -> str:
     return _FENCE_OPEN.format(marker=marker) + _PREAMBLE + body + _FENCE_CLOSE.format(marker=marker)
 
 
+def _tokens(text: str) -> int:
+    """cl100k_base count of one piece (titles, the fence, memory lines). Context blocks for one user and
+    task repeat the same pieces turn after turn; the cache keeps the counts of recent ones, keyed by a
+    digest so that no memory text stays in the process after it is erased."""
+    digest = hashlib.blake2b(text.encode(), digest_size=16).digest()
+    count = _token_counts.get(digest)
+    if count is None:
+        count = count_tokens(text)
+        with _token_counts_lock:
+            _token_counts[digest] = count
+            if len(_token_counts) > TOKEN_CACHE_SIZE:
+                _token_counts.popitem(last=False)
+    return count
+
+
 def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int,
                   record: bool | None = None) -> dict[str, Any]:
     """Assemble the context block for `memory_user` and `task` within `budget_tokens` (cl100k_base).
@@ -174,16 +200,16 @@ def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, b
     started = time.perf_counter()
     sections, timings = _gather(principal, memory_user, task)
     warnings: list[str] = []
-    overhead = count_tokens(_render([], _WORST_MARKER))
+    overhead = _tokens(_render([], _WORST_MARKER))
     remaining = budget_tokens - overhead
     notebook_truncated = False
     if remaining <= 0:
         warnings.append(f"A budget of {budget_tokens} tokens cannot hold the fence around the block "
                         f"({overhead} tokens); nothing was included.")
     for section in sections:
-        section.title_tokens = count_tokens(_TITLES[section.name])
+        section.title_tokens = _tokens(_TITLES[section.name])
         for item in section.items:
-            item.tokens = count_tokens(item.text)
+            item.tokens = _tokens(item.text)
             cost = item.tokens + (0 if section.included else section.title_tokens)
             if remaining > 0 and cost <= remaining:
                 section.included.append(item)
@@ -217,11 +243,13 @@ def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, b
     text = _render(sections, _marker(sections)) if any(s.included for s in sections) else ""
     # The per-piece counts add up (every piece ends in a newline and starts a new pre-token), and the
     # fence is reserved at its widest; this loop only guards the promise should that ever not hold.
-    while text and count_tokens(text) > budget_tokens:
+    tokens = count_tokens(text) if text else 0
+    while text and tokens > budget_tokens:
         last = next(s for s in reversed(sections) if s.included)
         item = last.included.pop()
         last.dropped.append({"id": item.id, "reason": "over_budget"})
         text = _render(sections, _marker(sections)) if any(s.included for s in sections) else ""
+        tokens = count_tokens(text) if text else 0
 
     included_facts = [i.id for s in sections if s.name in ("pinned", "facts") for i in s.included]
     if record is None:
@@ -236,7 +264,7 @@ def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, b
         "user_id": memory_user.external_id,
         "task": task,
         "budget_tokens": budget_tokens,
-        "tokens": count_tokens(text) if text else 0,
+        "tokens": tokens,
         "text": text,
         "notebook_truncated": notebook_truncated,
         "warnings": warnings,
