@@ -9,7 +9,10 @@ from ninja import Query, Router, Schema
 
 from memory_admin.api import api
 from memory_admin.api.schemas import (
+    MAX_BATCH_FACTS,
     CorrectIn,
+    FactBatchIn,
+    FactBatchOut,
     FactIn,
     FactOut,
     FactPage,
@@ -18,9 +21,19 @@ from memory_admin.api.schemas import (
     PinIn,
     WriteOut,
 )
+from memory_admin.errors import TooLarge
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
-from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_pin, fact_promote, fact_write
+from memory_admin.services.facts import (
+    WriteResult,
+    check_fact_size,
+    fact_correct,
+    fact_forget,
+    fact_pin,
+    fact_promote,
+    fact_write,
+    fact_write_many,
+)
 
 router = Router(tags=["facts"])
 
@@ -54,9 +67,16 @@ def write_fact(request, user_id: str, payload: FactIn):
     data = payload.dict(exclude_none=True)
     task_ref = data.pop("task_id", "")
     result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
-    status = 201 if result.outcome in {"created", "updated", "superseded_existing", "queued_for_review",
-                                       "quarantined", "overruled", "capped"} else 200
-    return status, {
+    status = 201 if result.outcome in STORED_OUTCOMES else 200
+    return status, _write_out(result)
+
+
+STORED_OUTCOMES = {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled",
+                   "capped"}
+
+
+def _write_out(result: WriteResult) -> dict:
+    return {
         "outcome": result.outcome,
         "reason": result.reason,
         "fact": FactOut.of(result.fact) if result.fact else None,
@@ -64,6 +84,26 @@ def write_fact(request, user_id: str, payload: FactIn):
         "contradiction_id": result.contradiction.pk if result.contradiction else None,
         "evicted_ids": [f.pk for f in result.evicted],
     }
+
+
+@router.post("/users/{user_id}/facts/batch", response=FactBatchOut)
+def write_facts(request, user_id: str, payload: FactBatchIn):
+    """Up to 100 facts through the write path in one request: one embedding call, one transaction under
+    one lock of the user, and an outcome per fact in the order given."""
+    if len(payload.facts) > MAX_BATCH_FACTS:
+        raise TooLarge(f"A batch holds at most {MAX_BATCH_FACTS} facts; this one has {len(payload.facts)}.",
+                       code="batch_too_large", limit=MAX_BATCH_FACTS)
+    for item in payload.facts:
+        check_fact_size(item.content, item.metadata)  # before the first write creates the user
+    user = memory_user_for(request.principal, user_id, create=True)
+    facts = []
+    for item in payload.facts:
+        data = item.dict(exclude_none=True)
+        data["task_ref"] = data.pop("task_id", "")
+        facts.append(data)
+    results = fact_write_many(principal=request.principal, memory_user=user, facts=facts)
+    return {"user_id": user.external_id,
+            "results": [{"index": i, "block_id": r.block_id, **_write_out(r)} for i, r in enumerate(results)]}
 
 
 @router.get("/facts/{fact_id}", response=FactOut)

@@ -134,6 +134,31 @@ class WriteOut(Schema):
     evicted_ids: list[UUID] = []
 
 
+MAX_BATCH_FACTS = 100
+
+
+class FactBatchIn(StrictIn):
+    # Up to MAX_BATCH_FACTS; a longer list answers 413 (checked by the route, so that the limit is
+    # reported as a size limit rather than as a malformed request).
+    facts: Annotated[list[FactIn], Field(min_length=1)]
+
+
+class BatchWriteOut(Schema):
+    index: int
+    outcome: str
+    reason: str
+    fact: FactOut | None
+    other_fact_id: UUID | None = None
+    contradiction_id: UUID | None = None
+    evicted_ids: list[UUID] = []
+    block_id: str | None = None
+
+
+class FactBatchOut(Schema):
+    user_id: str
+    results: list[BatchWriteOut]
+
+
 class FactPage(Schema):
     items: list[FactOut]
     next_cursor: str | None

@@ -9,24 +9,26 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import DatabaseError, transaction
+from django.db.models import Count, F, Q, Subquery, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory_admin.embeddings import embed_one
-from memory_admin.errors import Conflict, Invalid, TooLarge
-from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookChunk
+from memory_admin.embeddings import embed, embed_one
+from memory_admin.errors import Blocked, Conflict, DomainError, Invalid, TooLarge
+from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookChunk, TenantSettings
 from memory_admin.scoring import annotate_scores
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import judge
+from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
 
@@ -53,9 +55,12 @@ OUTCOMES = (
     "blocked",
     "overruled",
     "capped",
+    "error",  # a fact of a batch that failed midway and left nothing behind
 )
 
 NEIGHBOURS = 5
+# Eviction candidates read with the count: a write adds one fact, so one is usually evicted.
+CAP_PROBE = 4
 
 
 @dataclass
@@ -66,6 +71,7 @@ class WriteResult:
     other: Fact | None = None  # the existing fact involved (deduplicated into, superseded, contradicted)
     contradiction: Contradiction | None = None
     evicted: list[Fact] = field(default_factory=list)
+    block_id: str | None = None  # a blocked fact of a batch: the PiiBlock recording the refusal
 
 
 def normalize(text: str) -> str:
@@ -113,6 +119,85 @@ def _supersede(old: Fact, *, by: Fact, reason: str) -> None:
     old.status, old.superseded_by_id = Fact.Status.SUPERSEDED, by.pk
 
 
+@dataclass
+class _Pending:
+    """A fact past the checks that need no lock (screening, guard, confidence gate), waiting for its
+    embedding and the locked part of the write path."""
+
+    fact: Fact
+    conf: float
+    done: Callable[..., WriteResult]
+    quarantined: str = ""  # the guard's reason, when the fact is to be stored for review only
+
+
+def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, *, content: str,
+             key: str | None = None, category: str = "other", kind: str = "fact", confidence: float | None = None,
+             source: str = "agent_inferred", observed_at: datetime | None = None, ttl_days: float | None = None,
+             pinned: bool = False, importance: float = 0.5, metadata: dict[str, Any] | None = None,
+             task_ref: str = "", route: str = "fact", extractor: str = "", message_id: int | None = None,
+             batch_id: int | None = None, embedding: list[float] | None = None) -> WriteResult | _Pending:
+    """Steps 1-3 of the write path; raises Blocked (after recording the block) for secrets."""
+    check_fact_size(content, metadata)
+    now = timezone.now()
+
+    # 1. Secrets and PII. Clean text (the common case) needs neither the policy nor a record.
+    if find_pii(content):
+        content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
+    if key or metadata:
+        key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
+                                                 memory_user_id=memory_user.pk, tenant=tenant)
+    conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
+    fact = Fact(
+        id=uuid.uuid4(),
+        tenant_id=principal.tenant_id,
+        memory_user=memory_user,
+        scope=Fact.Scope.TASK if task_ref else Fact.Scope.USER,
+        task_ref=task_ref,
+        key=key or None,
+        content=content,
+        content_hash=content_hash(content),
+        category=category,
+        kind=kind,
+        confidence=conf,
+        importance=importance,
+        source=source,
+        pinned=pinned,
+        valid_from=observed_at or now,
+        soft_expires_at=(now + timedelta(days=ttl_days)) if ttl_days else None,
+        metadata=metadata or {},
+        agent_id=principal.agent_id,
+        created_by=principal.actor,
+        extractor=extractor,
+        message_id=message_id,
+        batch_id=batch_id,
+        embedding=embedding,
+    )
+
+    def done(result: WriteResult, before: Fact | None = None) -> WriteResult:
+        audit(
+            principal, f"{route}.write", outcome=result.outcome,
+            target_type="fact", target_id=str(result.fact.pk) if result.fact else "",
+            memory_user_id=memory_user.pk,
+            before=fact_snapshot(before or result.other),
+            after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": conf},
+            reason=result.reason,
+        )
+        return result
+
+    # 2. Poisoning guard: stored for review, never served.
+    reason = injection_reason(content) or ("source is external" if source == Fact.Source.EXTERNAL else None)
+    if reason:
+        return _Pending(fact, conf, done, quarantined=reason)
+
+    # 3. Confidence gate.
+    if conf < tenant.confidence_threshold:
+        return done(WriteResult(
+            "rejected_low_confidence", None,
+            reason=f"confidence {conf:.2f} is below the tenant threshold {tenant.confidence_threshold:.2f}",
+        ))
+    return _Pending(fact, conf, done)
+
+
 def fact_write(
     *,
     principal: Principal,
@@ -138,146 +223,154 @@ def fact_write(
     """Run one fact through the write path. Raises Blocked (after recording the block) for secrets;
     every other outcome is returned, and audited."""
     principal.require(WRITE_MEMORY)
-    check_fact_size(content, metadata)
     tenant = tenant_settings(principal.tenant_id)
-    now = timezone.now()
-
-    # 1. Secrets and PII.
-    content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
-    if key or metadata:
-        key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
-                                                 memory_user_id=memory_user.pk)
-    conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
-    fact = Fact(
-        id=uuid.uuid4(),
-        tenant_id=principal.tenant_id,
-        memory_user=memory_user,
-        scope=Fact.Scope.TASK if task_ref else Fact.Scope.USER,
-        task_ref=task_ref,
-        key=key or None,
-        content=content,
-        content_hash=content_hash(content),
-        category=category,
-        kind=kind,
-        confidence=conf,
-        importance=importance,
-        source=source,
-        pinned=pinned,
-        valid_from=observed_at or now,
-        soft_expires_at=(now + timedelta(days=ttl_days)) if ttl_days else None,
-        metadata=metadata or {},
-        agent_id=principal.agent_id,
-        created_by=principal.actor,
-        extractor=extractor,
-        message_id=message_id,
-        batch_id=batch_id,
+    pending = _prepare(
+        principal, memory_user, tenant, content=content, key=key, category=category, kind=kind,
+        confidence=confidence, source=source, observed_at=observed_at, ttl_days=ttl_days, pinned=pinned,
+        importance=importance, metadata=metadata, task_ref=task_ref, route=route, extractor=extractor,
+        message_id=message_id, batch_id=batch_id, embedding=embedding,
     )
-
-    def done(result: WriteResult, before: Fact | None = None) -> WriteResult:
-        audit(
-            principal, f"{route}.write", outcome=result.outcome,
-            target_type="fact", target_id=str(result.fact.pk) if result.fact else "",
-            memory_user_id=memory_user.pk,
-            before=fact_snapshot(before or result.other),
-            after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": conf},
-            reason=result.reason,
-        )
-        return result
-
-    # 2. Poisoning guard: stored for review, never served.
-    reason = injection_reason(content) or ("source is external" if source == Fact.Source.EXTERNAL else None)
-    if reason:
-        fact.status, fact.status_reason = Fact.Status.QUARANTINED, reason[:300]
-        fact.embedding = embedding or embed_one(content)
-        with transaction.atomic():
-            fact.save(force_insert=True)
-            return done(WriteResult("quarantined", fact, reason=reason))
-
-    # 3. Confidence gate.
-    if conf < tenant.confidence_threshold:
-        return done(WriteResult(
-            "rejected_low_confidence", None,
-            reason=f"confidence {conf:.2f} is below the tenant threshold {tenant.confidence_threshold:.2f}",
-        ))
-
-    fact.embedding = embedding if embedding is not None else embed_one(content)
+    if isinstance(pending, WriteResult):
+        return pending
+    if pending.fact.embedding is None:
+        pending.fact.embedding = embed_one(pending.fact.content)
     with transaction.atomic():
-        _lock_user(memory_user.pk)
-        active = _user_facts(memory_user.pk, task_ref)
+        if not pending.quarantined:
+            _lock_user(memory_user.pk)
+        return _store(principal, memory_user, tenant, pending)
 
-        # 4a. Same key: update the slot.
-        slot = active.filter(key=fact.key).first() if fact.key else None
-        if slot is not None and slot.content_hash == fact.content_hash:
-            return done(*_touch(slot, conf, "same key and same content"))
-        # 4b. Same normalised content.
-        same = active.filter(content_hash=fact.content_hash).first()
-        if same is not None and slot is None:
-            return done(*_touch(same, conf, "same content as an active fact"))
-        verdicts: dict = {}
-        neighbours = list(
-            active.exclude(pk=slot.pk if slot else None)
-            .annotate(distance=CosineDistance("embedding", fact.embedding))
-            .order_by("distance")[:NEIGHBOURS]
-        )
-        # 4c. Near-identical text: merge (newer text, higher confidence). A negation flip ("is" / "is
-        # not") embeds almost identically, so the judge gets a say before anything is merged away.
-        if slot is None and neighbours and 1 - neighbours[0].distance >= tenant.dedup_similarity:
-            nearest = neighbours[0]
-            verdicts[nearest.pk] = judge(nearest.content, fact.content, tenant_id=principal.tenant_id)
-            if not verdicts[nearest.pk].contradictory:
-                return done(*_merge(nearest, fact, 1 - nearest.distance))
 
-        # 5. Contradiction with the notebook: the notebook wins.
-        overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
-        if overruling is not None:
-            chunk, verdict = overruling
-            fact.status = Fact.Status.SUPERSEDED
-            fact.superseded_by_notebook_id = chunk.revision_id
-            fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
-            fact.save(force_insert=True)
-            Contradiction.objects.create(
-                tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact,
-                notebook_revision_id=chunk.revision_id, notebook_excerpt=chunk.text[:500],
-                detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge, reason=verdict.reason,
-                status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
-                resolved_by="system", resolved_at=timezone.now(),
-            )
-            return done(WriteResult("overruled", fact, reason="the notebook says otherwise; the notebook wins"))
+def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any]],
+                    route: str = "fact") -> list[WriteResult]:
+    """Run several facts (each a dict of `fact_write`'s keyword arguments) through the write path, in
+    order, with one embedding call for all of them and one transaction under one lock of the user.
 
-        if slot is not None:
-            return done(*_update_slot(principal, slot, fact, tenant.auto_resolve_gap))
+    Every fact gets its own outcome, as if written alone one after the other (a later fact dedups
+    against an earlier one of the same batch). A blocked fact is reported as `blocked` with its block
+    id and does not stop the others: screening runs before the transaction, so the block record is
+    committed whatever happens next. Each fact's writes run in a savepoint: a fact that fails midway
+    leaves nothing behind and is reported as `error`, the others are kept."""
+    principal.require(WRITE_MEMORY)
+    tenant = tenant_settings(principal.tenant_id)
+    for item in facts:
+        check_fact_size(item["content"], item.get("metadata"))
+    prepared: list[WriteResult | _Pending] = []
+    for item in facts:
+        try:
+            prepared.append(_prepare(principal, memory_user, tenant, route=route, **item))
+        except Blocked as exc:
+            prepared.append(WriteResult("blocked", None, reason=exc.detail, block_id=exc.extra.get("block_id")))
+    to_embed = [p for p in prepared if isinstance(p, _Pending) and p.fact.embedding is None]
+    for pending, vector in zip(to_embed, embed([p.fact.content for p in to_embed]), strict=True):
+        pending.fact.embedding = vector
+    results: list[WriteResult] = []
+    with transaction.atomic():
+        if any(isinstance(p, _Pending) for p in prepared):
+            _lock_user(memory_user.pk)
+        for pending in prepared:
+            if isinstance(pending, WriteResult):
+                results.append(pending)
+                continue
+            try:
+                with transaction.atomic():
+                    results.append(_store(principal, memory_user, tenant, pending))
+            except (DatabaseError, DomainError) as exc:
+                results.append(WriteResult("error", None, reason=f"not stored: {type(exc).__name__}"))
+    return results
 
-        # 5b. Semantic neighbours a judge calls contradictory.
-        for other in neighbours:
-            similarity = 1 - other.distance
-            if similarity < tenant.contradiction_similarity:
-                break
-            verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
-            if verdict.contradictory:
-                return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
-                                            tenant.auto_resolve_gap))
 
-        # 6. Store, then cap.
+def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending) -> WriteResult:
+    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction)."""
+    fact, conf, done = pending.fact, pending.conf, pending.done
+    if pending.quarantined:
+        fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
         fact.save(force_insert=True)
-        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
-        if any(e.pk == fact.pk for e in evicted):
-            fact.status = Fact.Status.EVICTED
-            return done(WriteResult("capped", fact, reason="at the cap, and the weakest fact", evicted=evicted))
-        return done(WriteResult("created", fact, evicted=evicted))
+        return done(WriteResult("quarantined", fact, reason=pending.quarantined))
+
+    active = _user_facts(memory_user.pk, fact.task_ref)
+    # 4a/4b and the neighbours of 4c/5b in one query: the active fact with the same key (the slot), those
+    # with the same normalised content, and the nearest ones (one more than needed: the slot is not a
+    # neighbour of its own new value).
+    distance = CosineDistance("embedding", fact.embedding)
+    exact_q = Q(content_hash=fact.content_hash) | Q(key=fact.key) if fact.key else Q(content_hash=fact.content_hash)
+    exact = active.filter(exact_q).annotate(distance=distance, branch=Value(0))
+    nearest = active.annotate(distance=distance, branch=Value(1)).order_by("distance")[:NEIGHBOURS + 1]
+    found = list(exact.union(nearest, all=True))
+    exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
+    slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
+    same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
+
+    # 4a. Same key: update the slot.
+    if slot is not None and slot.content_hash == fact.content_hash:
+        return done(*_touch(slot, conf, "same key and same content"))
+    # 4b. Same normalised content.
+    if same is not None and slot is None:
+        return done(*_touch(same, conf, "same content as an active fact"))
+    verdicts: dict = {}
+    neighbours = sorted((f for f in found if f.branch == 1 and (slot is None or f.pk != slot.pk)),
+                        key=lambda f: f.distance)[:NEIGHBOURS]
+    # 4c. Near-identical text: merge (newer text, higher confidence). A negation flip ("is" / "is
+    # not") embeds almost identically, so the judge gets a say before anything is merged away.
+    if slot is None and neighbours and 1 - neighbours[0].distance >= tenant.dedup_similarity:
+        nearest_fact = neighbours[0]
+        verdicts[nearest_fact.pk] = judge(nearest_fact.content, fact.content, tenant_id=principal.tenant_id)
+        if not verdicts[nearest_fact.pk].contradictory:
+            return done(*_merge(nearest_fact, fact, 1 - nearest_fact.distance))
+
+    # 5. Contradiction with the notebook: the notebook wins.
+    overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+    if overruling is not None:
+        chunk, verdict = overruling
+        fact.status = Fact.Status.SUPERSEDED
+        fact.superseded_by_notebook_id = chunk.revision_id
+        fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
+        fact.save(force_insert=True)
+        Contradiction.objects.create(
+            tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact,
+            notebook_revision_id=chunk.revision_id, notebook_excerpt=chunk.text[:500],
+            detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge, reason=verdict.reason,
+            status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
+            resolved_by="system", resolved_at=timezone.now(),
+        )
+        return done(WriteResult("overruled", fact, reason="the notebook says otherwise; the notebook wins"))
+
+    if slot is not None:
+        return done(*_update_slot(principal, slot, fact, tenant.auto_resolve_gap))
+
+    # 5b. Semantic neighbours a judge calls contradictory.
+    for other in neighbours:
+        similarity = 1 - other.distance
+        if similarity < tenant.contradiction_similarity:
+            break
+        verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
+        if verdict.contradictory:
+            return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
+                                        tenant.auto_resolve_gap))
+
+    # 6. Store, then cap.
+    fact.save(force_insert=True)
+    evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    if any(e.pk == fact.pk for e in evicted):
+        fact.status = Fact.Status.EVICTED
+        return done(WriteResult("capped", fact, reason="at the cap, and the weakest fact", evicted=evicted))
+    return done(WriteResult("created", fact, evicted=evicted))
 
 
-def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str, memory_user_id: int):
+def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str, memory_user_id: int,
+                             tenant: TenantSettings):
     """The slot name and the agent's metadata are stored verbatim too: scanned like the content (a
     secret refuses the write), and redacted string by string where the policy says so."""
     import json
 
     from memory_admin.services.pii import scan
 
-    result = screen_text(principal, json.dumps({"key": key, "metadata": metadata}, ensure_ascii=False),
-                         route=route, memory_user_id=memory_user_id)
+    text = json.dumps({"key": key, "metadata": metadata}, ensure_ascii=False)
+    if not find_pii(text):
+        return key, metadata
+    result = screen_text(principal, text, route=route, memory_user_id=memory_user_id)
     if not result.redacted:
         return key, metadata
-    policy = tenant_settings(principal.tenant_id).pii_policy
+    policy = tenant.pii_policy
 
     def redact(value):
         if isinstance(value, str):
@@ -294,8 +387,9 @@ def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str,
 def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]:
     before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
                      if f.attname != "search_vector"})
-    Fact.objects.filter(pk=existing.pk).update(confidence=max(existing.confidence, conf), updated_at=timezone.now())
-    existing.refresh_from_db()
+    # The row is not read back: the values written are the ones set here.
+    existing.confidence, existing.updated_at = max(existing.confidence, conf), timezone.now()
+    Fact.objects.filter(pk=existing.pk).update(confidence=existing.confidence, updated_at=existing.updated_at)
     return WriteResult("deduplicated", existing, reason=reason, other=existing), before
 
 
@@ -394,15 +488,20 @@ def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fa
     """Evict the lowest effective confidence, oldest first, until the user is at the cap. Pinned facts
     are exempt (and do not count towards what can be evicted)."""
     active = Fact.objects.filter(memory_user_id=memory_user_id, status=Fact.Status.ACTIVE)
-    excess = active.count() - cap
-    if excess <= 0:
+    # The count and the weakest candidates in one query; under the cap Postgres stops at the count.
+    total = Subquery(active.order_by().values("memory_user_id").annotate(n=Count("*")).values("n"))
+    weakest = (annotate_scores(active.filter(pinned=False)).defer("embedding", "search_vector")
+               .annotate(total=total).filter(total__gt=cap).order_by("eff_conf", "created_at"))
+    victims = list(weakest[:CAP_PROBE])
+    if not victims:
         return []
-    victims = list(
-        annotate_scores(active.filter(pinned=False)).order_by("eff_conf", "created_at")[:excess]
-    )
+    excess = victims[0].total - cap
+    if excess > CAP_PROBE:  # the cap was lowered: many at once
+        victims = list(weakest[:excess])
+    victims = victims[:excess]
+    Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
+        status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now())
     for victim in victims:
-        Fact.objects.filter(pk=victim.pk).update(status=Fact.Status.EVICTED, status_reason="per-user cap",
-                                                 updated_at=timezone.now())
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
         audit(principal, "fact.evict", outcome="evicted", target=victim, before=before,
