@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Floor, Least, TruncDate
@@ -34,6 +35,7 @@ from memory_admin.scoring import (
     STALE_THRESHOLD,
     annotate_scores,
     effective_confidence,
+    effective_confidence_sql,
     staleness,
     staleness_sql,
 )
@@ -107,20 +109,59 @@ def open_contradictions(principal: Principal) -> dict[str, Any]:
     }
 
 
+# Above this many fact rows (all tenants) the overview's distributions read a sample of the table's
+# pages (TABLESAMPLE SYSTEM) instead of scoring every active fact: ~5,000 rows whatever the size
+# (ten bins, each within about 1.5 points). Scoring is numeric maths, ~15 µs a row.
+SCORE_SAMPLE_ABOVE = 100_000
+SCORE_SAMPLE_ROWS = 5_000
+SCORE_SAMPLE_MIN = 500
+
+
+def _table_rows(model) -> float:
+    """The planner's row estimate of a table (kept by ANALYZE/autovacuum): free, never a scan."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
+        row = cursor.fetchone()
+    return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
+
+
 def score_distributions(principal: Principal) -> dict[str, Any]:
-    """Active facts in ten bins of effective confidence and of staleness (one query)."""
-    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
-    qs = qs.annotate(
-        cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
-        sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
-    )
+    """Active facts in ten bins of effective confidence and of staleness (two queries: the table size estimate, the bins).
+
+    On a big table the bins come from a page sample (about SCORE_SAMPLE_ROWS rows, the same pages all
+    day) scaled up to the whole, and `sample_percent` says so; scoring a million facts takes seconds."""
+    percent = None
+    rows = _table_rows(Fact)
+    if not principal.restricted and rows > max(SCORE_SAMPLE_ABOVE, 0):
+        percent = round(min(100.0, 100.0 * SCORE_SAMPLE_ROWS / rows), 3)
+        sql = (f"SELECT LEAST(FLOOR({effective_confidence_sql()} * 10), 9)::int, "
+               f"LEAST(FLOOR({staleness_sql()} * 10), 9)::int, count(*) "
+               "FROM memory_admin_fact TABLESAMPLE SYSTEM (%s) REPEATABLE (%s) "
+               "WHERE (memory_admin_fact.tenant_id = %s OR memory_admin_fact.scope = 'global') "
+               "AND memory_admin_fact.status = 'active' GROUP BY 1, 2")
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [percent, timezone.localdate().toordinal(), principal.tenant_id])
+            binned = cursor.fetchall()
+        if sum(n for _, _, n in binned) < SCORE_SAMPLE_MIN:
+            percent = None  # a small tenant in a big table: too few sampled rows; score it exactly
+    if percent is None:
+        qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
+        qs = qs.annotate(
+            cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
+            sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
+        )
+        binned = list(qs.values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+    scale = 100.0 / percent if percent else 1.0
     conf = [0] * 10
     stale = [0] * 10
-    for cbin, sbin, n in qs.values_list("cbin", "sbin").annotate(n=Count("id")).order_by():
+    for cbin, sbin, n in binned:
         conf[int(cbin or 0)] += n
         stale[int(sbin or 0)] += n
+    conf = [round(n * scale) for n in conf]
+    stale = [round(n * scale) for n in stale]
     return {"confidence": conf, "staleness": stale, "active": sum(conf),
-            "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9]}
+            "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9],
+            "sample_percent": percent}
 
 
 def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, int]:
@@ -221,11 +262,17 @@ USER_SORTS = {
 }
 
 
-def memory_users(principal: Principal, *, q: str = "", sort: str = "facts") -> QuerySet[MemoryUser]:
-    """Memory users with their active-fact count, open contradictions and mean staleness, one query."""
+# Ranking by an aggregate over facts (count, mean staleness) reads every fact of every user ranked:
+# at 10,000 users × 100 facts that is seconds. Past this many users it ranks the newest ones only
+# (the page says so; a search narrows the window to the users it matches).
+# Per sort: counting reads an index (~0.1 ms a user); mean staleness reads every fact (~1 ms a user).
+USER_RANK_WINDOW = {"facts": 1000, "staleness": 150}
+
+
+def _with_user_stats(qs: QuerySet[MemoryUser]) -> QuerySet[MemoryUser]:
     facts = Fact.objects.filter(memory_user=OuterRef("pk"), status=Fact.Status.ACTIVE).order_by()
     open_ = Contradiction.objects.filter(memory_user=OuterRef("pk"), status=Contradiction.Status.OPEN).order_by()
-    qs = visible(principal, MemoryUser.objects.filter(erased_at__isnull=True)).annotate(
+    return qs.annotate(
         fact_count=Coalesce(Subquery(facts.values("memory_user").annotate(n=Count("id")).values("n")), 0),
         open_contradictions=Coalesce(Subquery(open_.values("memory_user").annotate(n=Count("id")).values("n")), 0),
         # Raw SQL: the staleness formula is defined once, in scoring.py, over a named table alias.
@@ -235,9 +282,35 @@ def memory_users(principal: Principal, *, q: str = "", sort: str = "facts") -> Q
             (), output_field=FloatField(),
         ),
     )
+
+
+def memory_users(principal: Principal, *, q: str = "", sort: str = "facts") -> tuple[QuerySet, dict[str, int] | None]:
+    """The ids of the memory users to list, in order (page through these, then read a page's rows
+    with `memory_user_rows`), and the ranking window when an aggregate sort was bounded: None, or
+    {"ranked": n, "total": m}.
+
+    Paging ids keeps OFFSET cheap: a deep page no longer computes every skipped user's statistics."""
+    sort = sort if sort in USER_SORTS else "facts"
+    qs = visible(principal, MemoryUser.objects.filter(erased_at__isnull=True))
     if q:
         qs = qs.filter(Q(external_id__icontains=q) | Q(display_name__icontains=q))
-    return qs.order_by(*USER_SORTS.get(sort, USER_SORTS["facts"]))
+    window = None
+    if sort in USER_RANK_WINDOW:
+        total = qs.count()
+        if total > USER_RANK_WINDOW[sort]:
+            newest = qs.order_by("-created_at", "-pk").values("pk")[:USER_RANK_WINDOW[sort]]
+            qs = qs.filter(pk__in=Subquery(newest))
+            window = {"ranked": USER_RANK_WINDOW[sort], "total": total}
+    if sort in ("facts", "staleness", "contradictions"):
+        qs = _with_user_stats(qs)
+    return qs.order_by(*USER_SORTS[sort], "pk").values_list("pk", flat=True), window
+
+
+def memory_user_rows(principal: Principal, ids: list[int]) -> list[MemoryUser]:
+    """One page of memory users with their active-fact count, open contradictions and mean staleness,
+    in the order of `ids` (one query, over these rows only)."""
+    rows = {u.pk: u for u in _with_user_stats(visible(principal, MemoryUser.objects.filter(pk__in=ids)))}
+    return [rows[pk] for pk in ids if pk in rows]
 
 
 # --- Facts ----------------------------------------------------------------------------------------
@@ -364,8 +437,15 @@ def review_queue(principal: Principal, filters: dict[str, str]) -> QuerySet[Cont
     return qs.select_related("memory_user", "fact_a", "fact_b", "notebook_revision").order_by("created_at", "pk")
 
 
+# Staleness is 0.4·age + 0.3·access + 0.3·contested: without the contested term it cannot pass 0.7,
+# so every eviction candidate (> 0.9) is contested, and the partial index on contested active facts
+# finds them without scoring the whole table.
+assert 0.4 + 0.3 < EVICTION_THRESHOLD  # noqa: S101 -- the filter below relies on it
+
+
 def eviction_candidates(principal: Principal) -> QuerySet[Fact]:
-    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE, pinned=False)))
+    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE, pinned=False,
+                                                                contested=True)))
     return qs.filter(stale_score__gt=EVICTION_THRESHOLD).select_related("memory_user").order_by("-stale_score", "pk")
 
 
@@ -433,3 +513,69 @@ def audit_events(principal: Principal, filters: dict[str, str], memory_user: Mem
 
 def _day_start(day: str) -> datetime:
     return timezone.make_aware(datetime.combine(date.fromisoformat(day), time.min))
+
+
+# --- Lifecycle: the GC's dry run, bounded -----------------------------------------------------------
+
+# `extraction.lifecycle.lifecycle_gc(dry_run=True)` loads every candidate into Python: at 1M facts,
+# where most old unread facts have faded, that is ~800,000 rows and minutes. The page asks the same
+# three rules in SQL instead: a count per rule that stops at GC_COUNT_CAP, and the first
+# GC_REPORT_LIMIT candidates for the sample (tests hold it equal to the GC's own dry run).
+GC_COUNT_CAP = 10_000
+GC_REPORT_LIMIT = 200
+
+
+def _eff_conf_at_sql(table: str = "memory_admin_fact") -> str:
+    """Effective confidence at the time bound as the one SQL parameter (scoring.py's formula with
+    that time for now(); pinned facts never reach the rule that uses it)."""
+    lam = " ".join(f"WHEN '{kind}' THEN {value}" for kind, value in DECAY_LAMBDA.items())
+    last = f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
+    days = f"GREATEST(0, EXTRACT(EPOCH FROM (%s::timestamptz - {last})) / 86400.0)"
+    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
+    return (f"LEAST(1.0, {table}.confidence * exp(-(CASE {table}.kind {lam} ELSE {DECAY_LAMBDA['fact']} END)"
+            f" * {days}) * {reinforcement})")
+
+
+def gc_rule_querysets(tenant_id: int, now: datetime) -> dict[str, QuerySet[Fact]]:
+    """The GC's rules as querysets, each excluding what an earlier rule already takes (first rule wins)."""
+    from extraction.lifecycle import LOW_CONFIDENCE, LOW_CONFIDENCE_DAYS, SOFT_TTL_UNREAD_DAYS
+
+    live = Fact.objects.filter(tenant_id=tenant_id, status__in=[Fact.Status.ACTIVE, Fact.Status.STALE])
+    hard = Q(hard_expires_at__lte=now)
+    soft = (Q(soft_expires_at__lte=now, pinned=False)
+            & Q(last_read_soft__lte=now - timedelta(days=SOFT_TTL_UNREAD_DAYS)))
+    cutoff = now - timedelta(days=LOW_CONFIDENCE_DAYS)
+    annotated = live.annotate(last_read_soft=Coalesce("last_accessed_at", "created_at"))
+    low = (
+        annotate_scores(annotated.filter(status=Fact.Status.ACTIVE, pinned=False).exclude(hard).exclude(soft))
+        .annotate(last_read=Coalesce("last_accessed_at", "valid_from", "created_at"),
+                  conf_at_cutoff=RawSQL(_eff_conf_at_sql(), (cutoff,), output_field=FloatField()))  # noqa: S611
+        .filter(eff_conf__lt=LOW_CONFIDENCE, last_read__lte=cutoff, conf_at_cutoff__lt=LOW_CONFIDENCE)
+    )
+    return {"hard_ttl": live.filter(hard), "soft_ttl_unread": annotated.filter(soft).exclude(hard),
+            "low_confidence": low}
+
+
+def gc_preview(principal: Principal) -> dict[str, Any]:
+    """What the daily GC would do now, in the shape of its own dry-run report, plus `capped`: the rules
+    whose count reached GC_COUNT_CAP (shown as "10000+"). 2 queries per rule."""
+    from extraction.lifecycle import RULES
+
+    now = timezone.now()
+    rules = gc_rule_querysets(principal.tenant_id, now)
+    new_status = {"hard_ttl": Fact.Status.EVICTED, "soft_ttl_unread": Fact.Status.EVICTED,
+                  "low_confidence": Fact.Status.STALE}
+    counts, capped, facts = {}, [], []
+    for rule, qs in rules.items():
+        counts[rule] = qs.order_by()[:GC_COUNT_CAP].count()
+        if counts[rule] >= GC_COUNT_CAP:
+            capped.append(rule)
+        room = GC_REPORT_LIMIT - len(facts)
+        if room > 0 and counts[rule]:
+            for f in qs.select_related("memory_user").order_by("created_at", "pk")[:room]:
+                facts.append({"id": str(f.pk), "user_id": f.memory_user.external_id if f.memory_user_id else None,
+                              "content": f.content[:120], "rule": rule, "reason": RULES[rule],
+                              "new_status": new_status[rule], "pinned": f.pinned})
+    total = sum(counts.values())
+    return {"tenant_id": principal.tenant_id, "dry_run": True, "ran_at": now.isoformat(), "counts": counts,
+            "capped": capped, "total": total, "rules": RULES, "facts": facts, "truncated": total > len(facts)}

@@ -74,6 +74,17 @@ def paginate(request: HttpRequest, queryset: QuerySet | list, per_page: int = PE
     return Paginator(queryset, per_page).get_page(request.GET.get("page"))
 
 
+def paginate_ids(request: HttpRequest, queryset: QuerySet, per_page: int = PER_PAGE) -> Page:
+    """Page through the ids of an ordered queryset, then read that page's rows (with their joins) by
+    primary key. The sort and OFFSET then handle narrow rows, and a misestimated filter cannot turn
+    the joins into a loop over every candidate row. One query more than `paginate`."""
+    page = paginate(request, queryset.values_list("pk", flat=True), per_page)
+    ids = list(page.object_list)
+    rows = {row.pk: row for row in queryset.order_by().filter(pk__in=ids)}
+    page.object_list = [rows[pk] for pk in ids if pk in rows]
+    return page
+
+
 def safe_next(request: HttpRequest, fallback: str) -> str:
     target = request.POST.get("next") or request.GET.get("next") or ""
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):

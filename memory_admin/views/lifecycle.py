@@ -10,8 +10,9 @@ from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import ADMIN, CURATE
-from memory_admin.services.lifecycle import contradiction_scan_run, lifecycle_gc_preview, lifecycle_gc_run
+from memory_admin.services.lifecycle import contradiction_scan_run, lifecycle_gc_run
 from memory_admin.views.base import paginate, tenant_view
 
 RULE_OUTCOME = {"hard_ttl": "evicted", "soft_ttl_unread": "evicted", "low_confidence": "marked stale"}
@@ -24,8 +25,11 @@ DEFAULT_WINDOW = "24h"
 
 def _render(request: HttpRequest, *, gc_result: dict | None = None, scan_result: dict | None = None,
             status: int = 200) -> HttpResponse:
-    report = lifecycle_gc_preview(principal=request.principal)
-    rules = [{"key": key, "label": label, "count": report["counts"][key], "outcome": RULE_OUTCOME.get(key, "")}
+    # The dry run is read in bounded SQL (selectors.dashboard.gc_preview), not with the GC's own
+    # dry run, which loads every candidate into Python (minutes at 1M facts).
+    report = sel.gc_preview(request.principal)
+    rules = [{"key": key, "label": label, "count": report["counts"][key], "capped": key in report["capped"],
+              "outcome": RULE_OUTCOME.get(key, "")}
              for key, label in report["rules"].items()]
     context = {
         "nav": "lifecycle", "report": report, "rules": rules, "page": paginate(request, report["facts"]),

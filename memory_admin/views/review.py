@@ -13,7 +13,7 @@ from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, get_visible
 from memory_admin.services.contradictions import ACTIONS, contradiction_resolve
 from memory_admin.services.curation import eviction_evict, eviction_keep, quarantine_discard, quarantine_release
-from memory_admin.views.base import paginate, safe_next, tenant_view
+from memory_admin.views.base import paginate, paginate_ids, safe_next, tenant_view
 
 REVIEW_FILTERS = ("detector", "user", "category")
 ACTION_LABELS = {"keep_a": "Kept A", "keep_b": "Kept B", "both_true": "Both true", "merge": "Merged",
@@ -102,7 +102,7 @@ def eviction_queue(request: HttpRequest) -> HttpResponse:
 
 @tenant_view(staff_only=True)
 def quarantine_queue(request: HttpRequest) -> HttpResponse:
-    page = paginate(request, sel.quarantined(request.principal))
+    page = paginate_ids(request, sel.quarantined(request.principal))
     return render(request, "dashboard/review_facts.html", {
         "page": page, "queue": "quarantine", "title": "Quarantined writes",
         "intro": "Writes the poisoning guard held back: text that reads like instructions to a model, or "

@@ -29,8 +29,10 @@ FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q")
 def users(request: HttpRequest) -> HttpResponse:
     q = request.GET.get("q", "").strip()
     sort = request.GET.get("sort", "facts")
-    page = paginate(request, sel.memory_users(request.principal, q=q, sort=sort))
-    return render(request, "dashboard/users.html", {"page": page, "q": q, "sort": sort,
+    ids, window = sel.memory_users(request.principal, q=q, sort=sort)
+    page = paginate(request, ids)
+    page.object_list = sel.memory_user_rows(request.principal, list(page.object_list))
+    return render(request, "dashboard/users.html", {"page": page, "q": q, "sort": sort, "window": window,
                                                     "sorts": list(sel.USER_SORTS)})
 
 
