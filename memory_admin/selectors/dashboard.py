@@ -126,7 +126,7 @@ def _table_rows(model) -> float:
 
 
 def score_distributions(principal: Principal) -> dict[str, Any]:
-    """Active facts in ten bins of effective confidence and of staleness (two queries: the table size estimate, the bins).
+    """Active facts in ten bins of effective confidence and of staleness (two queries: table size, bins).
 
     On a big table the bins come from a page sample (about SCORE_SAMPLE_ROWS rows, the same pages all
     day) scaled up to the whole, and `sample_percent` says so; scoring a million facts takes seconds."""
