@@ -543,13 +543,13 @@ def gc_rule_querysets(tenant_id: int, now: datetime) -> dict[str, QuerySet[Fact]
     live = Fact.objects.filter(tenant_id=tenant_id, status__in=[Fact.Status.ACTIVE, Fact.Status.STALE])
     hard = Q(hard_expires_at__lte=now)
     soft = (Q(soft_expires_at__lte=now, pinned=False)
-            & Q(last_read_soft__lte=now - timedelta(days=SOFT_TTL_UNREAD_DAYS)))
+            & Q(last_read__lte=now - timedelta(days=SOFT_TTL_UNREAD_DAYS)))
     cutoff = now - timedelta(days=LOW_CONFIDENCE_DAYS)
-    annotated = live.annotate(last_read_soft=Coalesce("last_accessed_at", "created_at"))
+    # "Last access" as scoring reads it: the last read, else when the fact was stored.
+    annotated = live.annotate(last_read=Coalesce("last_accessed_at", "created_at"))
     low = (
         annotate_scores(annotated.filter(status=Fact.Status.ACTIVE, pinned=False).exclude(hard).exclude(soft))
-        .annotate(last_read=Coalesce("last_accessed_at", "valid_from", "created_at"),
-                  conf_at_cutoff=RawSQL(_eff_conf_at_sql(), (cutoff,), output_field=FloatField()))  # noqa: S611
+        .annotate(conf_at_cutoff=RawSQL(_eff_conf_at_sql(), (cutoff,), output_field=FloatField()))  # noqa: S611
         .filter(eff_conf__lt=LOW_CONFIDENCE, last_read__lte=cutoff, conf_at_cutoff__lt=LOW_CONFIDENCE)
     )
     return {"hard_ttl": live.filter(hard), "soft_ttl_unread": annotated.filter(soft).exclude(hard),

@@ -105,6 +105,9 @@ def due(memory_user, make_fact):
         _backdate(make_fact(memory_user, "faded, soft and fresh read", kind="inference", confidence=0.75,
                             soft_expires_at=now - DAY), 300),
         make_fact(memory_user, "fresh"),
+        # Imported: true since long ago, stored today, unsure. Not unread for 60 days (last
+        # access counts from when it was stored), so the GC leaves it.
+        make_fact(memory_user, "imported, unsure", confidence=0.25, valid_from=now - 300 * DAY),
     ]
 
 
