@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from weakref import WeakKeyDictionary
 
-from django.conf import settings
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
 from django.db.models import QuerySet
@@ -174,12 +173,6 @@ def _compiled(qs: QuerySet) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _prepared_statements() -> bool:
-    # Behind a pooler that cannot keep prepared statements (PgBouncer before 1.21 in transaction mode),
-    # set SEARCH_PREPARED_STATEMENTS = False.
-    return getattr(settings, "SEARCH_PREPARED_STATEMENTS", True)
-
-
 def _vector_cursor():
     """A server-binding cursor that sends pgvector values in binary (1.5 kB, instead of 4 kB of text
     inlined into the SQL), wrapped like Django's own cursors (so query logging and counting see it).
@@ -187,14 +180,6 @@ def _vector_cursor():
     from django.db.backends.postgresql.base import ServerBindingCursor
     from pgvector.psycopg.vector import VectorBinaryDumper, VectorDumper
     from psycopg.types import TypeInfo
-
-    class _PreparingCursor(ServerBindingCursor):
-        # Planning the candidate statement costs about as much as running it (1-5 ms): prepared once per
-        # connection (psycopg keeps the statement per connection and query text), it is only executed.
-        def execute(self, query, params=None, *, prepare=None, binary=None):
-            if prepare is None and params is not None:
-                prepare = _prepared_statements()
-            return super().execute(query, params, prepare=prepare, binary=binary)
 
     connection.ensure_connection()
     raw_connection = connection.connection
@@ -204,7 +189,7 @@ def _vector_cursor():
         # Text first, then binary: the last one registered is what a %s placeholder uses.
         dumpers = _vector_dumpers[raw_connection] = (type("VectorText", (VectorDumper,), {"oid": oid}),
                                                      type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}))
-    raw = _PreparingCursor(raw_connection)
+    raw = ServerBindingCursor(raw_connection)
     for dumper in dumpers:
         raw.adapters.register_dumper(Vector, dumper)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
