@@ -3,9 +3,9 @@
 A tenant of --users memory users × --facts-per-user facts plus a shared org scope of --shared facts
 (synthetic, clustered, L2-normalised 384-d vectors; bulk-loaded with binary COPY, not through the API)
 in a database of the benchmark's own; indexes built; then concurrent loopback clients drive search,
-context and POST facts through gunicorn. Prints client-side p50/p95/p99 and throughput, the server-side
-time without query embedding (the Server-Timing header), and HNSW recall@10 on the shared scope
-against exact search.
+context, POST facts and POST facts/batch through gunicorn. Prints client-side p50/p95/p99 and
+throughput, the server-side time without query embedding (the Server-Timing header), and HNSW
+recall@10 on the shared scope against exact search.
 
     .venv/bin/python bench/scale.py                       # 10,000 users × 100 facts + 100,000 shared
     .venv/bin/python bench/scale.py --users 500 --shared 5000 --requests 300   # a quick run
@@ -160,12 +160,12 @@ def hnsw_recall(url: str, queries: int, ef_search: int) -> tuple[float, float, f
     return found / total, percentile(approx_ms, 50), percentile(approx_ms, 95)
 
 
-def drive(name: str, port: int, key: str, clients: int, requests: int, make_request) -> dict:
+def drive(name: str, port: int, key: str, clients: int, requests: int, make_request, seed: int = 0) -> dict:
     """`clients` threads share `requests` calls (a bounded loop); latency per call, client side."""
     per_client = max(1, requests // clients)
 
-    def worker(seed: int):
-        rng = random.Random(seed)
+    def worker(index: int):
+        rng = random.Random(seed * 1000 + index)
         client = Client(port, key)
         out = []
         for _ in range(per_client):
@@ -213,6 +213,9 @@ def main() -> int:
     parser.add_argument("--recall-queries", type=int, default=200)
     parser.add_argument("--db", default="bench_scale")
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument("--batch-size", type=int, default=50, help="facts per POST /facts/batch")
+    parser.add_argument("--phases", default="search,context,write,write_batch",
+                        help="comma-separated subset of search,context,write,write_batch")
     args = parser.parse_args()
 
     vocab = vocabulary(random.Random(3))
@@ -250,15 +253,38 @@ def main() -> int:
         return ("POST", f"/api/v1/users/user-{rng.randrange(users)}/facts", {"content": content,
                 "source": "user_stated"}, None, (200, 201))
 
+    def write_batch_request(rng):
+        facts = [{"content": sentence(rng, vocab) + f" ({rng0.getrandbits(40):x})", "source": "user_stated"}
+                 for _ in range(args.batch_size)]
+        return ("POST", f"/api/v1/users/user-{rng.randrange(users)}/facts/batch", {"facts": facts}, None, (200,))
+
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    makers = {"search": search_request, "context": context_request, "write": write_request,
+              "write_batch": write_batch_request}
     with Server(url, workers=args.workers, threads=args.threads) as server:
         # Warm-up: loads the model and tokenizer in every worker, opens connections.
-        drive("warmup", server.port, key, args.clients, 4 * args.clients, search_request)
-        drive("warmup", server.port, key, args.clients, 2 * args.clients, context_request)
+        # (Other seeds than the measured phases: the server's LRU of query embeddings must not serve them.)
+        drive("warmup", server.port, key, args.clients, 4 * args.clients, search_request, seed=1)
+        drive("warmup", server.port, key, args.clients, 2 * args.clients, context_request, seed=2)
         print(f"{args.clients} concurrent clients, gunicorn {args.workers} workers × {args.threads} threads, "
               f"{users:,} users", flush=True)
-        for name, maker in (("search", search_request), ("context", context_request), ("write", write_request)):
-            stats = drive(name, server.port, key, args.clients, args.requests, maker)
+        run_seed = time.time_ns() % 1_000_000  # writes: fresh sentences on every run, not near-copies of the last
+        for number, name in enumerate(phases, start=3):
+            maker = makers[name]
+            # A batch carries --batch-size facts: fewer requests for a comparable amount of work.
+            requests = max(args.clients, args.requests // 10) if name == "write_batch" else args.requests
+            # Each phase its own seeds: search and context must not ask the same (cached) queries.
+            seed = run_seed if name.startswith("write") else number
+            stats = drive(name, server.port, key, args.clients, requests, maker, seed=seed)
             print_stats(stats)
+            if name == "write_batch":
+                facts = sum(len(p["results"]) for _, _, p in stats["results"])
+                outcomes = {}
+                for _, _, payload in stats["results"]:
+                    for r in payload["results"]:
+                        outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+                print(f"         {facts} facts in batches of {args.batch_size}: "
+                      f"{facts / stats['n'] * stats['rps']:.1f} facts/s; outcomes {outcomes}", flush=True)
             if name == "write":
                 outcomes: dict[str, int] = {}
                 for _, _, payload in stats["results"]:
