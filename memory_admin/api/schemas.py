@@ -143,14 +143,10 @@ class FactBatchIn(StrictIn):
     facts: Annotated[list[FactIn], Field(min_length=1)]
 
 
-class BatchWriteOut(Schema):
+class BatchWriteOut(WriteOut):
+    """One fact's outcome in a batch: where it stood in the request, and the block of a refused one."""
+
     index: int
-    outcome: str
-    reason: str
-    fact: FactOut | None
-    other_fact_id: UUID | None = None
-    contradiction_id: UUID | None = None
-    evicted_ids: list[UUID] = []
     block_id: str | None = None
 
 
