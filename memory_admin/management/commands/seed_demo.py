@@ -2,7 +2,7 @@
 
 A few dozen memory users with notebooks, facts (some with correction chains, some contested),
 open contradictions, quarantined writes, PII blocks, episodes with their messages, tenant and user
-skills, dashboard accounts for every role, and an admin API key written to .data/demo-api-key.
+skills, dashboard accounts for every role, and an admin API key written to .data/demo-api-key (.data/<tenant>-api-key for other tenants).
 Idempotent: a tenant that already holds memory users is left alone.
 """
 
@@ -88,7 +88,7 @@ class Command(BaseCommand):
         self._accounts(tenant_obj)
         _, raw = api_key_create(tenant_id=tenant_obj.pk, agent_name="demo-assistant", is_admin=True,
                                 label="demo admin key")
-        key_file = settings.DATA_DIR / "demo-api-key"
+        key_file = settings.DATA_DIR / ("demo-api-key" if tenant == "demo" else f"{tenant}-api-key")
         key_file.write_text(raw + "\n")
         key_file.chmod(0o600)
         self.stdout.write(self.style.SUCCESS(
