@@ -2,7 +2,8 @@
 
 A few dozen memory users with notebooks, facts (some with correction chains, some contested),
 open contradictions, quarantined writes, PII blocks, episodes with their messages, tenant and user
-skills, dashboard accounts for every role, and an admin API key written to .data/demo-api-key (.data/<tenant>-api-key for other tenants).
+skills, dashboard accounts for every role, and an admin API key written to .data/demo-api-key
+(.data/<tenant>-api-key for other tenants).
 Idempotent: a tenant that already holds memory users is left alone.
 """
 
