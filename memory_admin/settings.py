@@ -104,6 +104,10 @@ OPENAI_TIMEOUT_SECONDS = float(os.environ.get("OPENAI_TIMEOUT_SECONDS", "30"))
 # The contradiction judge: "rules" (offline, default) or "llm" (needs OPENAI_API_KEY).
 CONTRADICTION_JUDGE = os.environ.get("CONTRADICTION_JUDGE", "llm" if OPENAI_API_KEY else "rules")
 
+# Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
+# per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.
+ACCESS_COUNT_FLUSH_SECONDS = float(os.environ.get("ACCESS_COUNT_FLUSH_SECONDS", "1.0"))
+
 # Celery. Default broker: Postgres itself through kombu's SQLAlchemy transport, so the embedded
 # setup needs no Redis or RabbitMQ. Production sets CELERY_BROKER_URL=redis://... or amqp://...
 _sqla_url = "sqla+postgresql+psycopg://{USER}:{PASSWORD}@/{NAME}?host={HOST}".format(**DATABASES["default"])

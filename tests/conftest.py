@@ -48,6 +48,13 @@ class Api:
         return self._send("delete", path, body)
 
 
+@pytest.fixture(autouse=True)
+def _access_counts_in_request(settings):
+    """Reads write their access counts at once, inside the test's transaction (production defers them
+    to a background flush, which would not see the test's uncommitted rows)."""
+    settings.ACCESS_COUNT_FLUSH_SECONDS = 0
+
+
 @pytest.fixture
 def tenant(db):
     return tenant_create(slug=f"tenant-{next(_counter)}")

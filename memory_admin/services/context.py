@@ -194,7 +194,7 @@ def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, b
     Returns a plain dict: `text` (never more than `budget_tokens` tokens), `tokens`, and `sections`, each
     with its tokens, the ids included and the ids dropped with a reason. The user's notebook is never
     dropped silently: if it alone exceeds the budget it is truncated, `notebook_truncated` is true and a
-    warning says so. Access counts of included facts are bumped (one UPDATE) when `record` is true; by
+    warning says so. Reads of included facts are counted (services.access_counts) when `record` is true; by
     default only agents' reads count, so a dashboard preview leaves memory as it was.
     """
     started = time.perf_counter()

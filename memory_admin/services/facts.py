@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, F, Q, Subquery, Value
+from django.db.models import Count, Q, Subquery, Value
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -599,10 +599,11 @@ def fact_pin(*, principal: Principal, fact_id, pinned: bool) -> Fact:
 
 
 def record_access(fact_ids) -> None:
-    """Reads bump access counts in one statement per request, not one per fact."""
-    ids = list(fact_ids)
-    if ids:
-        Fact.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed_at=timezone.now())
+    """Reads bump access counts: accumulated in process and written about once a second as one
+    statement (services.access_counts), not a write per request."""
+    from memory_admin.services.access_counts import record_access as accumulate
+
+    accumulate(fact_ids)
 
 
 def fact_promote(*, principal: Principal, fact_id, to: str) -> Fact:

@@ -1,0 +1,114 @@
+"""Access counts off the request path (SPEC: reads update access counts without a write per row per
+request).
+
+A read adds its fact ids to an in-process accumulator; a background thread writes everything
+accumulated every ACCESS_COUNT_FLUSH_SECONDS as one UPDATE ... FROM (VALUES ...) (a fact read n times
+gets +n, and the time of its latest read), and once more at process exit. With the setting at 0 (the
+test suite) every read is written at once, in the caller's transaction, as before.
+
+Counts accumulated in a process that dies without exiting (SIGKILL) are lost: they feed decay and
+reinforcement (scoring.py), not an audit trail.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from datetime import datetime
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
+_lock = threading.Lock()
+_pending: dict[str, tuple[int, datetime]] = {}  # fact id → (reads, latest read)
+_flusher: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
+
+
+def _interval() -> float:
+    return float(getattr(settings, "ACCESS_COUNT_FLUSH_SECONDS", 1.0))
+
+
+def record_access(fact_ids) -> None:
+    """Count one read of each fact: at once when the interval is 0, else at the next flush."""
+    ids = list(fact_ids)
+    if not ids:
+        return
+    now = timezone.now()
+    if _interval() <= 0:
+        from memory_admin.models import Fact
+
+        Fact.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed_at=now)
+        return
+    with _lock:
+        for fact_id in ids:
+            key = str(fact_id)
+            reads, _ = _pending.get(key, (0, now))
+            _pending[key] = (reads + 1, now)
+    _ensure_flusher()
+
+
+def flush() -> int:
+    """Write what has accumulated (one statement); the number of facts written."""
+    with _lock:
+        batch = sorted(_pending.items())
+        _pending.clear()
+    if not batch:
+        return 0
+    values = ", ".join(["(%s::uuid, %s::int, %s::timestamptz)"] * len(batch))
+    params = [x for fact_id, (reads, at) in batch for x in (fact_id, reads, at)]
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memory_admin_fact AS f SET access_count = f.access_count + v.n,"
+                " last_accessed_at = GREATEST(COALESCE(f.last_accessed_at, v.t), v.t)"
+                f" FROM (VALUES {values}) AS v(id, n, t) WHERE f.id = v.id",
+                params,
+            )
+    except Exception:
+        # A failed flush (deadlock with a write, a restart of the database) puts the counts back.
+        log.exception("access counts: flush of %d facts failed; retried at the next flush", len(batch))
+        with _lock:
+            for fact_id, (reads, at) in batch:
+                old_reads, old_at = _pending.get(fact_id, (0, at))
+                _pending[fact_id] = (reads + old_reads, max(at, old_at))
+        return 0
+    return len(batch)
+
+
+def _run() -> None:
+    while True:
+        time.sleep(max(_interval(), 0.05))
+        try:
+            flush()
+        finally:
+            connection.close_if_unusable_or_obsolete()
+
+
+def _ensure_flusher() -> None:
+    global _flusher
+    pid = os.getpid()
+    if _flusher is not None and _flusher[0] == pid and _flusher[1].is_alive():
+        return
+    with _lock:
+        if _flusher is not None and _flusher[0] == pid and _flusher[1].is_alive():
+            return
+        thread = threading.Thread(target=_run, name="access-counts", daemon=True)
+        _flusher = (pid, thread)
+        thread.start()
+
+
+def _at_exit() -> None:
+    if _pending and _flusher is not None and _flusher[0] == os.getpid():
+        try:
+            flush()
+        except Exception:  # noqa: BLE001 - exiting anyway
+            log.exception("access counts: final flush failed")
+
+
+atexit.register(_at_exit)
