@@ -152,7 +152,7 @@ _CARRIED = ("id", "status", "importance", "confidence", "pinned", "kind", "conte
             "last_accessed_at", "created_at", "valid_from", "search_vector")
 _ROW_SQL = (
     "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
-    " {stale} AS stale_score, GREATEST(0, EXTRACT(EPOCH FROM (now() - c.valid_from)) / 86400.0)::float8 AS age_days,"
+    " {stale} AS stale_score, GREATEST(0, date_part('epoch', now() - c.valid_from) / 86400.0)::float8 AS age_days,"
     " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
     " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
     " COALESCE(length(c.search_vector), 0) AS doc_len"
@@ -280,7 +280,7 @@ def fact_search(
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
-    Access counts of the returned facts are bumped in one UPDATE unless `record` is false."""
+    Reads of the returned facts are counted (services.access_counts) unless `record` is false."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -344,11 +344,18 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
     avg_len = sum(r[DOC_LEN] for r in rows) / n or 1.0
     bm25 = []
+    idf_sums: dict[int, float] = {}  # many candidates match the same lexemes: sum their IDF once
     for row in rows:
         mask = row[MATCHED]
+        if not mask:
+            bm25.append(0.0)
+            continue
+        total = idf_sums.get(mask)
+        if total is None:
+            total = idf_sums[mask] = sum(w for i, w in enumerate(idf) if mask >> i & 1)
         norm = 1 - BM25_B + BM25_B * (row[DOC_LEN] / avg_len)
         per_term = (BM25_K1 + 1) / (1 + BM25_K1 * norm)
-        bm25.append(sum(w for i, w in enumerate(idf) if mask >> i & 1) * per_term if mask else 0.0)
+        bm25.append(total * per_term)
     best_keyword = max(bm25) or 1.0
     # Cosine similarity is rescaled over the candidates (min-max), as the keyword score is relative to
     # the best match: raw cosines of one embedding model crowd into a narrow band, which would make the
