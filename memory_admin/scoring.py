@@ -49,22 +49,35 @@ def _last_access(fact) -> datetime | None:
     return fact.last_accessed_at or fact.created_at or fact.valid_from
 
 
-def effective_confidence(fact, now: datetime | None = None) -> float:
-    if fact.pinned:
-        return float(fact.confidence)
+def terms(fact, now: datetime | None = None) -> dict:
+    """Every term of effective confidence and staleness for one fact: what the two scores are made
+    of, so that a page explaining a score shows exactly the numbers that produced it."""
     now = now or timezone.now()
     lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
-    last = _last_access(fact)
-    reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
-    return min(1.0, float(fact.confidence) * math.exp(-lam * _days(last, now)) * reinforcement)
+    days_since_access = _days(_last_access(fact), now)
+    age_days = _days(fact.valid_from or fact.created_at, now)
+    decay = 1.0 if fact.pinned else math.exp(-lam * days_since_access)
+    reinforcement = 1.0 if fact.pinned else (
+        1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE)))
+    age_factor = 1 - math.exp(-age_days / AGE_SCALE_DAYS)
+    access_decay = 1 - math.exp(-days_since_access / ACCESS_SCALE_DAYS)
+    flag = 1.0 if fact.contested else 0.0
+    return {
+        "confidence": float(fact.confidence), "pinned": fact.pinned, "lambda": lam,
+        "days_since_access": days_since_access, "decay": decay, "access_count": fact.access_count,
+        "reinforcement": reinforcement, "effective": min(1.0, float(fact.confidence) * decay * reinforcement),
+        "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay, "contested": fact.contested,
+        "staleness": round(min(1.0, 0.4 * age_factor + 0.3 * access_decay + 0.3 * flag), 4),
+        "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
+    }
+
+
+def effective_confidence(fact, now: datetime | None = None) -> float:
+    return terms(fact, now)["effective"]
 
 
 def staleness(fact, now: datetime | None = None) -> float:
-    now = now or timezone.now()
-    age = 1 - math.exp(-_days(fact.valid_from or fact.created_at, now) / AGE_SCALE_DAYS)
-    access = 1 - math.exp(-_days(_last_access(fact), now) / ACCESS_SCALE_DAYS)
-    flag = 1.0 if fact.contested else 0.0
-    return round(min(1.0, 0.4 * age + 0.3 * access + 0.3 * flag), 4)
+    return terms(fact, now)["staleness"]
 
 
 def is_stale(fact, now: datetime | None = None) -> bool:

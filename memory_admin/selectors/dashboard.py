@@ -26,17 +26,13 @@ from memory_admin.models import (
     PiiBlock,
 )
 from memory_admin.scoring import (
-    ACCESS_SCALE_DAYS,
-    AGE_SCALE_DAYS,
     DECAY_LAMBDA,
     EVICTION_THRESHOLD,
     REINFORCEMENT_MAX,
     REINFORCEMENT_SCALE,
     STALE_THRESHOLD,
     annotate_scores,
-    effective_confidence,
     effective_confidence_sql,
-    staleness,
     staleness_sql,
 )
 from memory_admin.selectors.access import Principal, visible
@@ -347,27 +343,6 @@ def fact_with_scores(principal: Principal, fact_id) -> Fact:
     )
 
 
-def score_breakdown(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
-    """The terms of effective confidence and staleness for one fact, as the API and ranking use them."""
-    now = now or timezone.now()
-    lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
-    last = fact.last_accessed_at or fact.valid_from or fact.created_at
-    days_since_access = max(0.0, (now - last).total_seconds() / 86400)
-    age_days = max(0.0, (now - (fact.valid_from or fact.created_at)).total_seconds() / 86400)
-    decay = 1.0 if fact.pinned else math.exp(-lam * days_since_access)
-    reinforcement = 1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE))
-    age_factor = 1 - math.exp(-age_days / AGE_SCALE_DAYS)
-    access_decay = 1 - math.exp(-days_since_access / ACCESS_SCALE_DAYS)
-    return {
-        "confidence": fact.confidence, "lambda": lam, "days_since_access": days_since_access, "decay": decay,
-        "access_count": fact.access_count, "reinforcement": 1.0 if fact.pinned else reinforcement,
-        "effective": effective_confidence(fact, now), "pinned": fact.pinned,
-        "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay,
-        "contested": fact.contested, "staleness": staleness(fact, now),
-        "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
-    }
-
-
 def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
     return list(
         visible(principal, Edge.objects.filter(Q(src_fact=fact) | Q(dst_fact=fact)))
@@ -471,9 +446,9 @@ def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlo
     if filters.get("user"):
         qs = qs.filter(memory_user__external_id__icontains=filters["user"])
     if filters.get("since"):
-        qs = qs.filter(created_at__date__gte=filters["since"])
+        qs = qs.filter(created_at__gte=_day_start(filters["since"]))
     if filters.get("until"):
-        qs = qs.filter(created_at__date__lte=filters["until"])
+        qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
     repeats = (
         PiiBlock.objects.filter(tenant_id=OuterRef("tenant_id"), fingerprint=OuterRef("fingerprint"))
         .order_by().values("fingerprint").annotate(n=Count("id")).values("n")

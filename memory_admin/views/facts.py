@@ -8,6 +8,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from memory_admin import scoring
 from memory_admin.errors import DomainError, NotFound
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY
@@ -25,7 +26,7 @@ def fact_detail(request: HttpRequest, fact_id) -> HttpResponse:
         "chain": chain,
         "events": list(chain_events(request.principal, chain).select_related("memory_user")[:500]),
         "edges": sel.fact_edges(request.principal, fact),
-        "breakdown": sel.score_breakdown(fact),
+        "breakdown": scoring.terms(fact),
     })
 
 
