@@ -7,7 +7,7 @@ from ninja import Router
 
 from memory_admin.api import api
 from memory_admin.api.schemas import SettingsOut, SettingsPatch
-from memory_admin.selectors.access import ADMIN
+from memory_admin.selectors.access import ADMIN, require_tenant_wide
 from memory_admin.services.audit import audit
 from memory_admin.services.settings import tenant_settings
 
@@ -41,7 +41,7 @@ def get_settings(request):
 @router.patch("/settings", response=SettingsOut)
 def patch_settings(request, payload: SettingsPatch):
     principal = request.principal
-    principal.require(ADMIN)
+    require_tenant_wide(principal, ADMIN)
     changes = payload.dict(exclude_none=True)
     with transaction.atomic():
         obj = tenant_settings(principal.tenant_id)

@@ -12,7 +12,7 @@ from pgvector.django import CosineDistance
 from memory_admin.embeddings import embed
 from memory_admin.errors import Conflict, TooLarge
 from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
-from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.selectors.access import Principal, require_write_to
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.judge import judge
 from memory_admin.services.screening import screen_text
@@ -48,7 +48,7 @@ def notebook_save(
 ) -> Notebook:
     """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
     current version and overwrite nothing. Facts that contradict the new text are overruled."""
-    principal.require(WRITE_MEMORY)
+    require_write_to(principal, memory_user)
     check_notebook_size(content)
     user_id = memory_user.pk if memory_user else None
     content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content

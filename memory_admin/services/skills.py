@@ -9,7 +9,7 @@ from django.db import transaction
 
 from memory_admin.errors import Conflict, Invalid, TooLarge
 from memory_admin.models import MemoryUser, Skill, SkillRevision
-from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.selectors.access import Principal, require_write_to
 from memory_admin.services.audit import audit
 from memory_admin.services.screening import screen_text
 
@@ -37,8 +37,9 @@ def skill_save(
     memory_user: MemoryUser | None = None,
 ) -> Skill:
     """Create (base_version None or 0) or update (base_version = current) a skill; a stale version
-    raises Conflict with the current version."""
-    principal.require(WRITE_MEMORY)
+    raises Conflict with the current version. A tenant skill (no memory user) is served to every
+    user's context: only a principal reaching the whole tenant may write it."""
+    require_write_to(principal, memory_user)
     path = check_skill_path(path)
     check_skill_size(content)
     user_id = memory_user.pk if memory_user else None
