@@ -92,6 +92,8 @@ MAX_MESSAGE_BYTES = int(os.environ.get("MAX_MESSAGE_BYTES", 64 * 1024))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
 MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
 MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
+# The per-user fact cap spares facts younger than this until every older unpinned fact is gone.
+FACT_CAP_GRACE_HOURS = float(os.environ.get("FACT_CAP_GRACE_HOURS", 24))
 # Dashboard markdown: larger input, or HTML output, is shown as escaped plain text instead.
 MARKDOWN_MAX_INPUT_BYTES = int(os.environ.get("MARKDOWN_MAX_INPUT_BYTES", 100 * 1024))
 MARKDOWN_MAX_HTML_BYTES = int(os.environ.get("MARKDOWN_MAX_HTML_BYTES", 1024 * 1024))
