@@ -71,7 +71,13 @@ TEMPLATES = [
     },
 ]
 
-AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": int(os.environ.get("PASSWORD_MIN_LENGTH", 12))}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LANGUAGE_CODE = "en-us"
@@ -92,6 +98,14 @@ MAX_MESSAGE_BYTES = int(os.environ.get("MAX_MESSAGE_BYTES", 64 * 1024))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
 MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
 MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
+# Rate limits (429 with Retry-After), counted in Postgres so they hold across server processes.
+# A limit of 0 turns that throttle off.
+API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", 600))  # requests per key per window
+API_RATE_WINDOW_SECONDS = int(os.environ.get("API_RATE_WINDOW_SECONDS", 60))
+LOGIN_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 10))  # per account and per client address
+LOGIN_FAILURE_WINDOW_SECONDS = int(os.environ.get("LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60))
+# Behind a proxy, the request header that carries the client address (e.g. HTTP_X_FORWARDED_FOR).
+THROTTLE_CLIENT_IP_HEADER = os.environ.get("THROTTLE_CLIENT_IP_HEADER", "")
 # The per-user fact cap spares facts younger than this until every older unpinned fact is gone.
 FACT_CAP_GRACE_HOURS = float(os.environ.get("FACT_CAP_GRACE_HOURS", 24))
 # Dashboard markdown: larger input, or HTML output, is shown as escaped plain text instead.

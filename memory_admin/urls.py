@@ -47,8 +47,7 @@ tenant_patterns = [
 
 urlpatterns = [
     path("api/v1/", api.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(template_name="dashboard/login.html",
-                                                         redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", auth.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("", auth.home, name="home"),
     path("t/<slug:slug>/", include(tenant_patterns)),

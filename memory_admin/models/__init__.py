@@ -22,6 +22,7 @@ from memory_admin.models.tenancy import (
     Tenant,
     TenantSettings,
 )
+from memory_admin.models.throttle import ThrottleWindow
 
 __all__ = [
     "EMBEDDING_DIM",
@@ -48,4 +49,5 @@ __all__ = [
     "Tenant",
     "TenantSettings",
     "Thread",
+    "ThrottleWindow",
 ]
