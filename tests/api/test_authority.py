@@ -124,3 +124,17 @@ def test_the_tenant_wide_rule(principal, allowed):
     else:
         with pytest.raises(Forbidden):
             require_tenant_wide(principal, WRITE_MEMORY)
+
+
+def test_restricted_admin_key_retries_only_its_users_batches(tenant, alice_admin_key, users):
+    from memory_admin.models import ExtractionBatch, Thread
+
+    batches = {}
+    for name, user in users.items():
+        thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id=f"t-{name}")
+        batches[name] = ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread,
+                                                       status="failed", error="model down")
+    response = alice_admin_key.post(f"batches/{batches['bob'].pk}/retry")
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+    assert ExtractionBatch.objects.get(pk=batches["bob"].pk).status == "failed"
+    assert alice_admin_key.post(f"batches/{batches['alice'].pk}/retry").status_code == 202
