@@ -15,9 +15,11 @@ from memory_admin.models import (
     ApiKey,
     AuditEvent,
     Contradiction,
+    Edge,
     Episode,
     ExtractionBatch,
     Fact,
+    Membership,
     MemoryUser,
     Message,
     Notebook,
@@ -79,6 +81,34 @@ def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, A
     return data
 
 
+def _erase_member_accounts(memory_user: MemoryUser) -> tuple[int, list[str]]:
+    """Dashboard accounts that sign in as this user (members) lose that membership; an account left
+    with no tenant is deactivated, its name and email cleared. Returns (accounts, their actor names)."""
+    memberships = list(Membership.objects.filter(memory_user=memory_user).select_related("user"))
+    actors = [f"staff:{m.user.get_username()}" for m in memberships]
+    Membership.objects.filter(pk__in=[m.pk for m in memberships]).delete()
+    for membership in memberships:
+        account = membership.user
+        if not Membership.objects.filter(user=account).exists():
+            account.username = f"erased-{uuid.uuid4()}"
+            account.email = account.first_name = account.last_name = ""
+            account.is_active = False
+            account.set_unusable_password()
+            account.save()
+    return len(memberships), actors
+
+
+def _erase_actor_names(tenant_id: int, actors: list[str]) -> None:
+    """Where the tenant recorded who did something, an erased member's name becomes `erased`."""
+    for model, path, field in (
+        (Notebook, "tenant_id", "updated_by"), (NotebookRevision, "notebook__tenant_id", "author"),
+        (Skill, "tenant_id", "updated_by"), (SkillRevision, "skill__tenant_id", "author"),
+        (Fact, "tenant_id", "created_by"), (Contradiction, "tenant_id", "resolved_by"),
+        (Edge, "tenant_id", "created_by"), (PiiBlock, "tenant_id", "actor"), (AuditEvent, "tenant_id", "actor"),
+    ):
+        model.objects.filter(**{path: tenant_id, f"{field}__in": actors}).update(**{field: "erased"})
+
+
 def _replace_exact(value: Any, old: str, new: str) -> Any:
     """`value` (decoded JSON) with every string equal to `old` replaced by `new`."""
     if isinstance(value, str):
@@ -97,7 +127,9 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     episodes, skills (content and paths), review items, PII previews and fingerprints, batch errors,
     audit before/after/reason (its own events, and tenant events that list its id, such as a key
     restricted to it), and the external id itself, which becomes free. Keys restricted to the user stay
-    restricted (to the erased placeholder id), never widened. Leaves one audit event."""
+    restricted (to the erased placeholder id), never widened. Member accounts that sign in as the user
+    lose that membership (and are deactivated when it was their only one); their name is replaced
+    wherever the tenant recorded it as an actor. Leaves one audit event."""
     principal.require(ADMIN)
     external_id = memory_user.external_id
     erased_id = f"erased-{uuid.uuid4()}"
@@ -133,6 +165,9 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     counts["audit_events"] = AuditEvent.objects.filter(memory_user=memory_user).update(
         before=None, after=None, reason=ERASED
     )
+    counts["accounts"], actors = _erase_member_accounts(memory_user)
+    if actors:
+        _erase_actor_names(memory_user.tenant_id, actors)
     # Tenant-wide events that name the user (a key restricted to it, for one) keep their shape, with the
     # id replaced; matched on the JSON string "id" exactly, never a substring of another value.
     quoted = json.dumps(external_id, ensure_ascii=False)

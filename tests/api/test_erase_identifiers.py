@@ -6,13 +6,17 @@ user stay restricted."""
 from __future__ import annotations
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from memory_admin.models import ApiKey, ExtractionBatch, MemoryUser, Thread
 from memory_admin.selectors.access import Principal
+from memory_admin.services.staff import staff_create
 from memory_admin.services.tenant_admin import dashboard_key_create
 from tests.services.test_planted_secrets import pg_dump_text
 
 MARK = "quokka7731"
+PASSWORD = "correct horse battery"
 USER = f"erin-{MARK}"
 
 
@@ -37,6 +41,14 @@ def test_erase_leaves_no_identifier_or_content_in_any_table(tenant, api, admin_a
     thread = Thread.objects.get(memory_user=user)
     ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread, status="failed",
                                    error=f"model echoed: call me {MARK}")
+    # Erin signs in to the dashboard as a member and edits her own notebook.
+    staff_create(tenant_slug=tenant.slug, username=f"erin.{MARK}", role="member", memory_user_external_id=uid,
+                 password=PASSWORD)
+    member = Client()
+    assert member.post("/accounts/login/", {"username": f"erin.{MARK}", "password": PASSWORD}).status_code == 302
+    saved = member.post(reverse("user_notebook", args=[tenant.slug, user.pk]),
+                        {"content": f"# Erin\n- loves {MARK} a lot\n", "base_version": 1})
+    assert saved.status_code == 302, saved.content
     key, raw = dashboard_key_create(principal=Principal.system(tenant.pk), agent_name="erin's agent",
                                     allowed_user_ids=[uid])
     assert MARK in pg_dump_text()
@@ -45,6 +57,7 @@ def test_erase_leaves_no_identifier_or_content_in_any_table(tenant, api, admin_a
     assert response.status_code == 200, response.content
     counts = response.json()["counts"]
     assert counts["facts"] >= 2 and counts["threads"] == 1 and counts["skills"] == 1 and counts["api_keys"] == 1
+    assert counts["accounts"] == 1
 
     dump = pg_dump_text()
     assert MARK not in dump.lower()
@@ -58,6 +71,9 @@ def test_erase_leaves_no_identifier_or_content_in_any_table(tenant, api, admin_a
     assert erin_key.get(f"users/{uid}/facts").status_code == 404
     assert erin_key.get("users/" + key.allowed_user_ids[0] + "/facts").status_code == 404
     assert ApiKey.objects.filter(allowed_user_ids__contains=[uid]).count() == 0
+    # Erin's dashboard account is gone with her memory: no sign-in, no session.
+    assert member.get(reverse("user_notebook", args=[tenant.slug, user.pk])).status_code == 302
+    assert Client().post("/accounts/login/", {"username": f"erin.{MARK}", "password": PASSWORD}).status_code == 200
 
 
 def test_a_new_user_with_the_erased_id_starts_empty(api, admin_api):
