@@ -63,6 +63,19 @@ class Scheduler(PersistentScheduler):
             self._failing_since = None
         return result
 
+    def _ensure_connected(self):
+        """Stock beat waits up to 30 s between attempts, so it kept sweeping half a minute after the
+        database was back; 5 s at most here. Still gives up after broker_connection_max_retries
+        (the exception ends beat, and its supervisor starts a new one)."""
+
+        def _error_handler(exc, interval):
+            log.error("beat: broker unreachable (%s); trying again in %.0f s", type(exc).__name__, interval)
+
+        return self.connection.ensure_connection(
+            _error_handler, self.app.conf.broker_connection_max_retries,
+            interval_start=1, interval_step=1, interval_max=5,
+        )
+
     def _drop_publisher(self) -> None:
         self.__dict__.pop("producer", None)
         connection = self.__dict__.pop("connection", None)
