@@ -253,8 +253,6 @@ def test_a_postgres_outage_under_load_heals_itself(stack):
     back = wait_until(lambda: ready(stack), 60, stack, "/health/ready to be 200 again")
     recovered_in = time.monotonic() - restarted_at
     watch.stopped.set()
-    load.stopped.set()
-    load.join(15)
     watch.join(10)
 
     assert during, "no health answer during the outage"
@@ -274,6 +272,8 @@ def test_a_postgres_outage_under_load_heals_itself(stack):
     wait_until(lambda: extracted(stack, "newcomer", "Bassoon Works"), EXTRACTED_WITHIN, stack,
                "the thread posted after recovery to be extracted")
     took = time.monotonic() - posted
+    load.stopped.set()
+    load.join(15)
 
     # Nothing accepted (202) before or during the outage is lost: every message ends in a done batch.
     def all_extracted():
