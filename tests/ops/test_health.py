@@ -14,6 +14,12 @@ from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _no_heartbeats_yet(db):
+    """Each test starts from a database that never saw background work (rolled back afterwards)."""
+    Heartbeat.objects.all().delete()
+
+
 @pytest.fixture
 def after_grace(settings):
     settings.HEALTH_STARTUP_GRACE_SECONDS = 0
