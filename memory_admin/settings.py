@@ -142,6 +142,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Health readiness (selectors/health.py): how often each worker proves it consumes tasks, after how
+# long without a sweep or a worker heartbeat the service is not ready, and the grace after a start.
+WORKER_HEARTBEAT_SECONDS = float(os.environ.get("WORKER_HEARTBEAT_SECONDS", "10"))
+HEALTH_STALE_SECONDS = float(os.environ.get("HEALTH_STALE_SECONDS", "120"))
+HEALTH_STARTUP_GRACE_SECONDS = float(os.environ.get("HEALTH_STARTUP_GRACE_SECONDS", "60"))
 
 LOGGING = {
     "version": 1,

@@ -11,6 +11,7 @@ from memory_admin.models.memory import (
     SkillRevision,
     Thread,
 )
+from memory_admin.models.ops import Heartbeat
 from memory_admin.models.review import AuditEvent, Contradiction, ExtractionBatch, LlmCall, PiiBlock
 from memory_admin.models.tenancy import (
     PII_ACTIONS,
@@ -36,6 +37,7 @@ __all__ = [
     "Episode",
     "ExtractionBatch",
     "Fact",
+    "Heartbeat",
     "LlmCall",
     "MemoryUser",
     "Membership",
