@@ -32,10 +32,10 @@ def server_env(**extra: str) -> dict[str, str]:
     """The environment of a server process pointed at this run's test database."""
     db = connection.settings_dict
     env = {**os.environ, "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={db['HOST']}",
-           "PYTHONPATH": str(ROOT), "ACCESS_COUNT_FLUSH_SECONDS": "0", "LOG_LEVEL": "WARNING", **extra}
+           "PYTHONPATH": str(ROOT), "ACCESS_COUNT_FLUSH_SECONDS": "0", "LOG_LEVEL": "WARNING"}
     env.pop("TEST_DB_NAME", None)
     env.pop("MEMORY_ADMIN_API_KEY", None)
-    return env
+    return {**env, **extra}
 
 
 def wait_until_up(url: str, proc: subprocess.Popen, what: str, timeout: float = 90) -> None:
