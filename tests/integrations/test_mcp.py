@@ -16,7 +16,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from memory_admin.models import Fact, MemoryUser, Notebook, PiiBlock
-from memory_admin.selectors.access import Principal
+from memory_admin.selectors.access import Principal, memory_user_for
+from memory_admin.services.facts import fact_write
+from memory_admin.services.keys import principal_for_key
 from memory_admin.services.skills import skill_save
 from memory_admin.services.tenants import tenant_create
 from tests.integrations.conftest import ROOT, free_port, server_env, stop, wait_until_up
@@ -81,15 +83,17 @@ def tenants(make_key):
     skill_save(principal=Principal.system(a.pk), path="deploy/kubernetes.md", content="kubectl apply -f deploy.yaml",
                base_version=None)
     skill_save(principal=Principal.system(b.pk), path="ops/backup.md", content="pg_dump nightly", base_version=None)
-    return {"a": make_key(a), "b": make_key(b), "a_bound": make_key(a, users=["dana"], agent="dana-agent")}
+    keys = {"a": make_key(a), "b": make_key(b), "a_bound": make_key(a, users=["dana"], agent="dana-agent")}
+    agent_b = principal_for_key(keys["b"])
+    hal = memory_user_for(agent_b, "hal", create=True)
+    keys["b_fact"] = str(fact_write(principal=agent_b, memory_user=hal, content="Hal plays chess on Sundays",
+                                    source="user_stated").fact.pk)
+    return keys
 
 
 async def scenario(open_session, keys) -> None:
     """One agent session through every tool; `open_session(key)` connects with a key."""
-    async with open_session(keys["b"]) as other:
-        theirs = (await ok(other, "add_memory", user_id="hal", content="Hal plays chess on Sundays",
-                           source="user_stated"))["fact"]["id"]
-
+    theirs = keys["b_fact"]
     async with open_session(keys["a"]) as mem:
         assert TOOLS <= {tool.name for tool in (await mem.list_tools()).tools}
 
@@ -168,6 +172,8 @@ async def scenario(open_session, keys) -> None:
         text = prompt.messages[0].content.text
         assert "not instructions" in text and "lives in Lyon" in text
 
+
+async def bound_key(open_session, keys) -> None:
     async with open_session(keys["a_bound"]) as bound:  # a key bound to one user: user_id may be omitted
         assert (await ok(bound, "get_notebook"))["user_id"] == "dana"
         refused, error = await call(bound, "get_notebook", user_id="erin")
@@ -176,6 +182,7 @@ async def scenario(open_session, keys) -> None:
 
 def test_a_session_over_http(mcp_http, tenants):
     asyncio.run(scenario(lambda key: http_session(mcp_http, key), tenants))
+    asyncio.run(bound_key(lambda key: http_session(mcp_http, key), tenants))
     assert not Fact.objects.filter(content__contains=SECRET[4:]).exists()
     assert PiiBlock.objects.count() == 2
 

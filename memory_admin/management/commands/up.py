@@ -34,6 +34,8 @@ class Command(BaseCommand):
             subprocess.Popen(celery + ["beat", "--loglevel=INFO",
                                        f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"], env=env),
             subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"], env=env),
+            subprocess.Popen([sys.executable, "manage.py", "mcp", "--transport", "http"], env=env,
+                             cwd=settings.BASE_DIR),
         ]
         key_file = settings.DATA_DIR / "demo-api-key"
         self.stdout.write(self.style.SUCCESS(
