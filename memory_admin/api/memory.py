@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from ninja import Router
+from datetime import datetime
+
+from ninja import Router, Schema
 
 from memory_admin.api import api
 from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for
-from memory_admin.selectors.memory import notebook_of, skill_at, skills_listed
+from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
 from memory_admin.services.notebook import check_notebook_size, notebook_save
 from memory_admin.services.skills import check_skill_path, check_skill_size, skill_save
 from memory_admin.services.users import user_erase, user_export
@@ -24,6 +26,25 @@ def _notebook_out(user, notebook: Notebook | None) -> dict:
         "updated_at": notebook.updated_at if notebook else None,
         "updated_by": notebook.updated_by if notebook else "",
     }
+
+
+class UserOut(Schema):
+    user_id: str
+    task_ids: list[str]
+    created_at: datetime
+
+
+class UserPage(Schema):
+    items: list[UserOut]
+    next_cursor: str | None
+
+
+@router.get("/users", response=UserPage)
+def list_users(request, prefix: str = "", cursor: str = "", limit: int = 100):
+    """The memory users this key reaches (erased ones excluded), by id, with the tasks they hold facts in."""
+    items, next_cursor = memory_users_listed(request.principal, prefix=prefix, after=cursor,
+                                             limit=max(1, min(limit, 500)))
+    return {"items": items, "next_cursor": next_cursor}
 
 
 @router.get("/users/{user_id}/notebook", response=NotebookOut)

@@ -357,3 +357,18 @@ print(sorted(m for m in ("django", "torch", "memory_admin") if m in sys.modules)
                          env=env)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.splitlines() == ["created", "Kim rides a blue bicycle", "[]"]
+
+
+def test_memory_users_the_key_reaches(gunicorn_server, mem, admin, tenant, other_tenant, make_key):
+    for user in ("ann", "bob", "cat"):
+        mem.facts.add(user, f"{user.title()} likes green tea", source="user_stated")
+    mem.facts.add("bob", "Bob's trip goes to Kyoto", source="user_stated", task_id="trip")
+    MemoryAdmin(gunicorn_server, make_key(other_tenant)).facts.add("dan", "Dan likes chess", source="user_stated")
+    assert [(u.user_id, u.task_ids) for u in mem.users.iter(page_size=2)] == [
+        ("ann", []), ("bob", ["trip"]), ("cat", [])]
+    assert mem.users.list(limit=2).next_cursor == "bob"
+    assert [u.user_id for u in mem.users.iter(prefix="c")] == ["cat"]
+    bound = MemoryAdmin(gunicorn_server, make_key(tenant, users=["bob"], agent="bob-agent"))
+    assert [u.user_id for u in bound.users.iter()] == ["bob"]
+    admin.erase("cat")
+    assert [u.user_id for u in mem.users.iter()] == ["ann", "bob"]
