@@ -34,6 +34,7 @@ from pydantic import ValidationError as SchemaError
 
 from memory_admin.api.facts import STORED_OUTCOMES, _write_out
 from memory_admin.api.memory import _notebook_out, _skill_out
+from memory_admin.api.messages import MessagesIn
 from memory_admin.api.retrieval import MAX_K, MAX_QUERY_CHARS
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
@@ -150,14 +151,15 @@ Source = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "
 
 def build_server() -> MCPServer:
     """The MCP server with every tool, the notebook and skill resources and the memory_context prompt."""
-    server = MCPServer(name="memory-admin", version="1", instructions=INSTRUCTIONS)
+    server = MCPServer(name="memory-admin", version="1", instructions=INSTRUCTIONS, log_level="WARNING")
     _register(server)
     return server
 
 
 def build_http_server(*, host: str, port: int) -> MCPServer:
     server = MCPServer(
-        name="memory-admin", version="1", instructions=INSTRUCTIONS, token_verifier=AgentKeyVerifier(),
+        name="memory-admin", version="1", instructions=INSTRUCTIONS, log_level="WARNING",
+        token_verifier=AgentKeyVerifier(),
         auth=AuthSettings(issuer_url=f"http://{host}:{port}", resource_server_url=None,
                           validate_token_resource=False),
     )
@@ -181,6 +183,7 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
         content: str, user_id: UserId = None, key: str | None = None, category: Category | None = None,
         kind: Kind | None = None, confidence: float | None = None, source: Source | None = None,
         pinned: bool | None = None, metadata: dict[str, Any] | None = None, task_id: str | None = None,
+        observed_at: str | None = None, ttl_days: float | None = None, importance: float | None = None,
     ) -> dict[str, Any]:
         """Remember one fact about the user through the write path. Returns the outcome (created,
         updated, deduplicated, merged, superseded_existing, queued_for_review, overruled, quarantined,
@@ -188,7 +191,8 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
         Use a stable `key` such as preference.editor for a slot that can change."""
         with _door() as principal:
             args = {"content": content, "key": key, "category": category, "kind": kind, "confidence": confidence,
-                    "source": source, "pinned": pinned, "metadata": metadata, "task_id": task_id}
+                    "source": source, "pinned": pinned, "metadata": metadata, "task_id": task_id,
+                    "observed_at": observed_at, "ttl_days": ttl_days, "importance": importance}
             data = FactIn(**{k: v for k, v in args.items() if v is not None}).dict(exclude_none=True)
             check_fact_size(data["content"], data.get("metadata"))
             user = memory_user_for(principal, _user_id(principal, user_id), create=True)
@@ -288,8 +292,6 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
     def add_messages(thread_id: str, messages: list[dict[str, Any]], user_id: UserId = None) -> dict[str, Any]:
         """Log conversation messages ({role, content}) to a thread; facts are extracted from them later,
         once the thread has been quiet for a while, or at once when it is closed."""
-        from memory_admin.api.messages import MessagesIn
-
         with _door() as principal:
             payload = MessagesIn(thread_id=thread_id, messages=messages)
             user = memory_user_for(principal, _user_id(principal, user_id), create=True)

@@ -117,6 +117,10 @@ async def scenario(open_session, keys) -> None:
                                source="user_stated")
         assert quarantined["outcome"] == "quarantined"
 
+        for bad, field in (({"confidence": 1.5}, "confidence"), ({"observed_at": "last tuesday"}, "observed_at")):
+            invalid, error = await call(mem, "add_memory", user_id="dana", content="Dana likes tea", **bad)
+            assert error and invalid["code"] == "invalid" and invalid["field"] == field
+
         batch = await ok(mem, "add_memories", user_id="dana", facts=[
             {"content": "Dana works at Acme Robotics as a data engineer", "source": "user_stated"},
             {"content": f"Dana's GitHub token: {SECRET}", "source": "user_stated"},

@@ -26,6 +26,7 @@ from memory_admin_client.models import (
     Fact,
     FactPage,
     History,
+    MemoryUser,
     MessagesAccepted,
     Notebook,
     SearchHit,
@@ -33,6 +34,7 @@ from memory_admin_client.models import (
     Skill,
     SkillSummary,
     ThreadClosed,
+    UserPage,
     WriteResult,
 )
 
@@ -42,6 +44,7 @@ __all__ = [
     "AlreadySuperseded", "BadRequest", "Blocked", "Conflict", "ConnectionFailed", "Forbidden", "Invalid",
     "MemoryAdminError", "NotFound", "RateLimited", "ServerError", "TooLarge", "Unauthorized", "Unavailable",
     "VersionConflict",
-    "BatchItemResult", "BatchResult", "Context", "Fact", "FactPage", "History", "MessagesAccepted", "Notebook",
-    "SearchHit", "SearchResult", "Skill", "SkillSummary", "ThreadClosed", "WriteResult",
+    "BatchItemResult", "BatchResult", "Context", "Fact", "FactPage", "History", "MemoryUser", "MessagesAccepted",
+    "Notebook",
+    "SearchHit", "SearchResult", "Skill", "SkillSummary", "ThreadClosed", "UserPage", "WriteResult",
 ]

@@ -21,6 +21,7 @@ T = TypeVar("T")
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     "health": ("GET", "/health"),
+    "list_users": ("GET", "/users"),
     "list_facts": ("GET", "/users/{user_id}/facts"),
     "write_fact": ("POST", "/users/{user_id}/facts"),
     "write_facts": ("POST", "/users/{user_id}/facts/batch"),
@@ -157,6 +158,13 @@ class FactCalls(_Resource):
 
     def pin(self, fact_id: str, pinned: bool = True):
         return self._run(Call("pin_fact", {"fact_id": fact_id}, _of(models.Fact), body={"pinned": pinned}))
+
+
+class UserCalls(_Resource):
+    def list(self, *, prefix: str | None = None, cursor: str | None = None, limit: int | None = None):
+        """One page (`UserPage`) of the memory users this key reaches, by id."""
+        return self._run(Call("list_users", {}, _of(models.UserPage),
+                              query={"prefix": prefix, "cursor": cursor, "limit": limit}))
 
 
 class MessageCalls(_Resource):

@@ -67,6 +67,7 @@ class _ClientBase:
     def _setup(self) -> None:
         run = self._run  # type: ignore[attr-defined]
         self.facts = self._facts_class(run)  # type: ignore[attr-defined]
+        self.users = self._users_class(run)  # type: ignore[attr-defined]
         self.messages = _calls.MessageCalls(run)
         self.threads = _calls.ThreadCalls(run)
         self.notebook = _calls.NotebookCalls(run)
@@ -116,6 +117,29 @@ class AsyncFactCalls(_calls.FactCalls):
             cursor = page.next_cursor
 
 
+class UserCalls(_calls.UserCalls):
+    def iter(self, *, prefix: str | None = None, page_size: int = 100) -> Iterator[models.MemoryUser]:
+        cursor = None
+        while True:
+            page = self.list(prefix=prefix, cursor=cursor, limit=page_size)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
+class AsyncUserCalls(_calls.UserCalls):
+    async def iter(self, *, prefix: str | None = None, page_size: int = 100) -> AsyncIterator[models.MemoryUser]:
+        cursor = None
+        while True:
+            page = await self.list(prefix=prefix, cursor=cursor, limit=page_size)
+            for user in page.items:
+                yield user
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
 class MemoryAdmin(_ClientBase):
     """The agent API, synchronously.
 
@@ -124,7 +148,9 @@ class MemoryAdmin(_ClientBase):
     """
 
     _facts_class = FactCalls
+    _users_class = UserCalls
     facts: FactCalls
+    users: UserCalls
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
                  max_retries: int = 3, backoff: float = 0.25, transport: httpx.BaseTransport | None = None):
@@ -162,7 +188,9 @@ class AsyncMemoryAdmin(_ClientBase):
     """The agent API, with `await`: the same methods as `MemoryAdmin`; `facts.iter` is an async iterator."""
 
     _facts_class = AsyncFactCalls
+    _users_class = AsyncUserCalls
     facts: AsyncFactCalls
+    users: AsyncUserCalls
 
     def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
                  max_retries: int = 3, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None):

@@ -121,6 +121,19 @@ class FactPage:
 
 
 @dataclass(frozen=True)
+class MemoryUser:
+    user_id: str
+    task_ids: list[str] = field(default_factory=list)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class UserPage:
+    items: list[MemoryUser]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
 class AuditEvent:
     id: int
     actor: str
