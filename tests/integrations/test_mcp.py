@@ -235,3 +235,20 @@ def test_http_refuses_foreign_hosts_and_origins(mcp_http, tenants):
     assert foreign_host.status_code in (403, 421)
     foreign_origin = httpx.post(mcp_http, json=ping, headers={**base, "Origin": "http://evil.example"})
     assert foreign_origin.status_code == 403
+
+
+def test_a_revoked_key_stops_at_the_next_call(mcp_http, tenant, make_key):
+    from memory_admin.models import ApiKey
+    from memory_admin.services.keys import api_key_revoke
+
+    key = make_key(tenant, agent="soon-revoked")
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    call_tool = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                 "params": {"name": "add_memory", "arguments": {"user_id": "zoe", "content": "Zoe likes tea",
+                                                                "source": "user_stated"}}}
+    first = httpx.post(mcp_http, json=call_tool, headers=headers)
+    assert first.status_code == 200 and first.json()["result"]["structuredContent"]["outcome"] == "created"
+    api_key_revoke(key=ApiKey.objects.get(agent__name="soon-revoked"))
+    assert httpx.post(mcp_http, json=call_tool, headers=headers).status_code == 401
+    assert Fact.objects.filter(content="Zoe likes tea").count() == 1
