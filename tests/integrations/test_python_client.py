@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -335,8 +336,10 @@ def test_the_client_installs_into_a_fresh_venv_without_the_server_stack(gunicorn
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     python = venv / "bin" / "python"
+    source = shutil.copytree(ROOT / "clients" / "python", tmp_path / "client-src",
+                             ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     install = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                              str(ROOT / "clients" / "python")], capture_output=True, text=True, timeout=300, env=env)
+                              str(source)], capture_output=True, text=True, timeout=300, env=env)
     assert install.returncode == 0, install.stderr[-2000:]
     installed = subprocess.run([str(python), "-m", "pip", "list", "--format=json"], capture_output=True, text=True,
                                check=True).stdout
