@@ -26,7 +26,13 @@ class BearerKey(HttpBearer):
         return principal
 
 
-api = NinjaAPI(
+class AgentAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation) -> str:
+        # Stable operation ids (the handler's name): the typed client and its drift test key on them.
+        return operation.view_func.__name__
+
+
+api = AgentAPI(
     title="memory-admin agent API",
     version="1",
     description="Memory for AI agents: write facts, search, fetch a token-capped context block.",

@@ -72,6 +72,7 @@ class Command(BaseCommand):
             Child("beat", celery + ["beat", "--loglevel=INFO",
                                     f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"], env),
             Child("web", [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"], env),
+            Child("mcp", [sys.executable, str(settings.BASE_DIR / "manage.py"), "mcp", "--transport", "http"], env),
         ]
 
     def say(self, message: str) -> None:
