@@ -186,6 +186,22 @@ def llm_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, d
     return out
 
 
+BATCH_STATES = ("done", "failed", "running", "pending")
+
+
+def batches_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, dict[str, int]]:
+    """Extraction batches per day by status. The offline rules extractor makes no model calls, so the
+    LLM call counts alone would read as "no extraction" while batches are done."""
+    rows = (
+        visible(principal, ExtractionBatch.objects.filter(created_at__gte=_since(days)))
+        .annotate(day=TruncDate("created_at")).values("day", "status").annotate(n=Count("id")).order_by()
+    )
+    out = {d: dict.fromkeys(BATCH_STATES, 0) for d in _days(days)}
+    for row in rows:
+        out.setdefault(row["day"], dict.fromkeys(BATCH_STATES, 0))[row["status"]] = row["n"]
+    return out
+
+
 def failed_batches(principal: Principal, limit: int = 5) -> tuple[int, list[ExtractionBatch]]:
     qs = visible(principal, ExtractionBatch.objects.filter(status=ExtractionBatch.Status.FAILED))
     return qs.count(), list(qs.select_related("memory_user", "thread").order_by("-created_at")[:limit])
@@ -442,7 +458,7 @@ def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlo
     if filters.get("action"):
         qs = qs.filter(action=filters["action"])
     if filters.get("agent"):
-        qs = qs.filter(agent__name__icontains=filters["agent"])
+        qs = qs.filter(Q(agent__name__icontains=filters["agent"]) | Q(actor__icontains=filters["agent"]))
     if filters.get("user"):
         qs = qs.filter(memory_user__external_id__icontains=filters["user"])
     if filters.get("since"):

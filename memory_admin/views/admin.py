@@ -65,9 +65,13 @@ def batch_retry_view(request: HttpRequest, batch_id: int) -> HttpResponse:
     return redirect("batches", request.tenant.slug)
 
 
+NEW_KEY_SESSION = "dashboard_new_key"
+
+
 @tenant_view(staff_only=True)
 def keys(request: HttpRequest) -> HttpResponse:
-    created = None
+    """Post/redirect/get: a created key is parked in the session, shown by the next GET and dropped
+    from the session there, so a reload (or going back) never creates nor shows it again."""
     error = None
     if request.method == "POST":
         users = [u.strip() for u in request.POST.get("users", "").split(",") if u.strip()]
@@ -75,9 +79,18 @@ def keys(request: HttpRequest) -> HttpResponse:
             key, raw = dashboard_key_create(principal=request.principal, agent_name=request.POST.get("agent", ""),
                                             label=request.POST.get("label", ""),
                                             is_admin=request.POST.get("is_admin") == "on", allowed_user_ids=users)
-            created = {"key": key, "raw": raw}
         except DomainError as exc:
             error = exc.detail
+        else:
+            request.session[NEW_KEY_SESSION] = {"tenant": request.tenant.slug, "key_id": key.pk, "raw": raw}
+            return redirect("keys", request.tenant.slug)
+    created = None
+    parked = request.session.pop(NEW_KEY_SESSION, None)
+    if parked and parked.get("tenant") == request.tenant.slug:
+        key = ApiKey.objects.filter(pk=parked["key_id"], tenant_id=request.principal.tenant_id).select_related(
+            "agent").first()
+        if key is not None:
+            created = {"key": key, "raw": parked["raw"]}
     agents = (
         Agent.objects.filter(tenant_id=request.principal.tenant_id)
         .prefetch_related(Prefetch("keys", queryset=ApiKey.objects.order_by("-created_at")))

@@ -53,8 +53,9 @@ def pii_list(request: HttpRequest) -> HttpResponse:
 def pii_detail(request: HttpRequest, block_id) -> HttpResponse:
     block = get_visible(request.principal, PiiBlock.objects.select_related("agent", "memory_user"), pk=block_id)
     repeats = visible(request.principal, PiiBlock.objects.filter(fingerprint=block.fingerprint))
+    # Not "block": inside {% block %} Django binds that name to the block node itself.
     return render(request, "dashboard/pii_detail.html", {
-        "block": block,
+        "pii": block,
         "repeat_count": repeats.count(),
         "repeats": list(repeats.select_related("agent", "memory_user").order_by("-created_at")[:50]),
         "events": list(visible(request.principal, AuditEvent.objects.filter(
@@ -83,10 +84,12 @@ def pii_export(request: HttpRequest) -> StreamingHttpResponse:
 
     def stream():
         yield writer.writerow(header)
+        # `agent` is what the list shows: the agent's name, else the actor that wrote (staff, system,
+        # or an agent whose row is gone).
         for b in rows.iterator(chunk_size=500):
             yield writer.writerow([_cell(v) for v in (
                 b.pk, b.created_at.isoformat(), b.action, ";".join(b.kinds), b.route,
-                b.agent.name if b.agent else "", b.memory_user.external_id if b.memory_user else "", b.actor,
+                b.agent.name if b.agent else b.actor, b.memory_user.external_id if b.memory_user else "", b.actor,
                 b.fingerprint, b.repeat_count, b.redacted_preview)])
 
     response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")

@@ -24,6 +24,8 @@ def overview(request: HttpRequest) -> HttpResponse:
     pii = sel.pii_per_day(p)
     llm = sel.llm_per_day(p)
     failed_count, failed = sel.failed_batches(p)
+    batches = sel.batches_per_day(p)
+    batch_days = list(batches)
     llm_days = list(llm)
     return render(request, "dashboard/overview.html", {
         "writes": writes,
@@ -43,6 +45,10 @@ def overview(request: HttpRequest) -> HttpResponse:
                                           [[llm[d]["tokens"] for d in llm_days]]),
         "llm_cost_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
                                         [[round(llm[d]["cost"], 4) for d in llm_days]]),
+        "batches_chart": sel.bar_chart([d.strftime("%b %d") for d in batch_days],
+                                       [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
+                                       list(sel.BATCH_STATES), [0, 9, 4, 6]),
+        "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
         "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
         "failed_count": failed_count,
         "failed": failed,

@@ -41,9 +41,13 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
         outcome = {"level": "success", "detail": f"{ACTION_LABELS.get(action, action)}."}
     except NotFound:
         raise
-    except AlreadyResolved as exc:
-        item = get_visible(request.principal, Contradiction.objects.all(), pk=contradiction_id)
-        outcome = {"level": "warning", "detail": exc.detail, "already": True}
+    except AlreadyResolved:
+        item = get_visible(request.principal, Contradiction.objects.select_related("fact_a", "fact_b", "merged_fact"),
+                           pk=contradiction_id)
+        done = ACTION_LABELS.get(item.resolution, "closed without an action")
+        outcome = {"level": "warning", "already": True,
+                   "detail": f"Already resolved by {item.resolved_by or 'someone else'} ({done}); "
+                             "your choice was not applied."}
     except DomainError as exc:
         if not request.htmx:
             messages.error(request, exc.detail)
@@ -51,9 +55,11 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
         item = get_visible(request.principal, Contradiction.objects.select_related(
             "memory_user", "fact_a", "fact_b"), pk=contradiction_id)
         return render(request, "dashboard/_review_card.html", {"item": item, "card_error": exc.detail})
+    outcome.update(resolution_sides(item))
     if request.htmx:
         return render(request, "dashboard/_review_done.html", {"item": item, **outcome})
-    getattr(messages, outcome["level"])(request, outcome["detail"])
+    kept = f" Kept: “{outcome['kept'].content[:80]}”." if outcome.get("kept") else ""
+    getattr(messages, outcome["level"])(request, outcome["detail"] + kept)
     return redirect(safe_next(request, _queue_url(request)))
 
 
@@ -81,6 +87,20 @@ def review_bulk(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"{ACTION_LABELS[action]}: {done} resolved"
                      + (f", {skipped} skipped (already resolved or not visible)" if skipped else "") + ".")
     return redirect(safe_next(request, _queue_url(request)))
+
+
+def resolution_sides(item: Contradiction) -> dict:
+    """Which fact a resolution kept and which it replaced, so the message names the right one."""
+    a, b = item.fact_a, item.fact_b
+    if item.resolution == "keep_a":
+        return {"kept": a, "replaced": [b] if b else []}
+    if item.resolution == "keep_b":
+        return {"kept": b, "replaced": [a]}
+    if item.resolution == "merge":
+        return {"kept": item.merged_fact, "replaced": [f for f in (a, b) if f]}
+    if item.resolution == "both_true":
+        return {"both": [f for f in (a, b) if f]}
+    return {}
 
 
 def _queue_url(request: HttpRequest) -> str:
