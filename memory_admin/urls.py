@@ -36,6 +36,7 @@ tenant_patterns = [
     path("pii/export.csv", oversight.pii_export, name="pii_export"),
     path("pii/<uuid:block_id>/", oversight.pii_detail, name="pii_detail"),
     path("audit/", oversight.audit_log, name="audit"),
+    path("audit/export.csv", oversight.audit_export, name="audit_export"),
     path("skills/", skills.skills, name="skills"),
     path("skills/edit/", skills.skill_edit, name="skill_edit"),
     path("batches/", admin.batches, name="batches"),

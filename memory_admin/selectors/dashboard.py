@@ -570,3 +570,58 @@ def gc_preview(principal: Principal) -> dict[str, Any]:
     total = sum(counts.values())
     return {"tenant_id": principal.tenant_id, "dry_run": True, "ran_at": now.isoformat(), "counts": counts,
             "capped": capped, "total": total, "rules": RULES, "facts": facts, "truncated": total > len(facts)}
+
+
+# --- Fact detail: the open contradiction, the decay curve ---------------------------------------
+
+def open_contradiction_of(principal: Principal, fact: Fact) -> Contradiction | None:
+    """The open contradiction a contested fact is part of (the oldest, when several)."""
+    if not fact.contested:
+        return None
+    return (visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
+            .filter(Q(fact_a=fact) | Q(fact_b=fact)).order_by("created_at").first())
+
+
+DECAY_PAST_DAYS = 90
+DECAY_FUTURE_DAYS = 365
+DECAY_W, DECAY_H, DECAY_PAD = 560, 150, 30
+
+
+def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
+    """Effective confidence and staleness of one fact over time, from `scoring.terms` (the formula's
+    one Python form): the past since it was stored (with the reads it has now: the history of reads is
+    not kept) and a projection for the next year if nobody reads it. Also the day it would turn stale
+    and become an eviction candidate, unread. Geometry only; the template draws and escapes."""
+    from memory_admin import scoring
+
+    now = now or timezone.now()
+    start = max(fact.created_at, now - timedelta(days=DECAY_PAST_DAYS)) if fact.created_at else now
+    span = (now - start).total_seconds() / 86400.0 + DECAY_FUTURE_DAYS
+    plot_w, plot_h = DECAY_W - DECAY_PAD, DECAY_H - 20
+    step = max(1.0, span / 60)
+    past, future = [], []
+    stale_on = evict_on = None
+    t = 0.0
+    while t <= span + 1e-9:
+        moment = start + timedelta(days=t)
+        terms = scoring.terms(fact, now=moment)
+        point = (round(DECAY_PAD + plot_w * t / span, 1), round(plot_h * (1 - terms["effective"]), 1))
+        (past if moment <= now else future).append(point)
+        if moment > now and stale_on is None and terms["staleness"] > scoring.STALE_THRESHOLD:
+            stale_on = moment
+        if moment > now and evict_on is None and terms["staleness"] > scoring.EVICTION_THRESHOLD:
+            evict_on = moment
+        t += step
+    if past and future:
+        future.insert(0, past[-1])
+    now_x = round(DECAY_PAD + plot_w * (now - start).total_seconds() / 86400.0 / span, 1)
+    current = scoring.terms(fact, now=now)
+    return {
+        "w": DECAY_W, "h": DECAY_H, "plot_h": plot_h, "pad": DECAY_PAD, "now_x": now_x,
+        "past": " ".join(f"{x},{y}" for x, y in past), "future": " ".join(f"{x},{y}" for x, y in future),
+        "start": start, "end": now + timedelta(days=DECAY_FUTURE_DAYS), "effective": current["effective"],
+        "in_year": scoring.terms(fact, now=now + timedelta(days=DECAY_FUTURE_DAYS))["effective"],
+        "stale_on": stale_on, "evict_on": evict_on, "staleness": current["staleness"],
+        "already_stale": current["staleness"] > scoring.STALE_THRESHOLD, "pinned": fact.pinned,
+        "contested": fact.contested,
+    }

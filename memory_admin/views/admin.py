@@ -114,6 +114,28 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     return redirect("keys", request.tenant.slug)
 
 
+# What each setting means, in words and units, shown beside its field (ranges come from EDITABLE).
+SETTING_HELP = {
+    "confidence_threshold": ("Minimum confidence", "score 0–1",
+                             "Writes claiming less confidence than this are refused (rejected: low confidence)."),
+    "dedup_similarity": ("Duplicate similarity", "cosine 0–1",
+                         "A new fact at least this similar to an existing one is merged into it instead of stored."),
+    "contradiction_similarity": ("Contradiction similarity", "cosine 0–1",
+                                 "Facts this similar but saying different things are checked for a contradiction."),
+    "auto_resolve_gap": ("Auto-resolve gap", "confidence points 0–1",
+                         "A contradiction resolves itself when one side is this much more confident; "
+                         "below, it goes to the review queue."),
+    "fact_cap": ("Fact cap per user", "facts",
+                 "Above this many active facts, the least useful unpinned ones are evicted."),
+    "debounce_seconds": ("Extraction delay", "seconds",
+                         "How long a conversation must be quiet before its new messages are extracted."),
+    "min_message_chars": ("Shortest message extracted", "characters",
+                          "Shorter messages (greetings, \"ok\") are logged but not sent to extraction."),
+    "episode_idle_minutes": ("Episode break", "minutes",
+                             "A pause this long in a conversation starts a new episode."),
+}
+
+
 @tenant_view(staff_only=True)
 def settings_page(request: HttpRequest) -> HttpResponse:
     error = None
@@ -132,7 +154,9 @@ def settings_page(request: HttpRequest) -> HttpResponse:
             error = exc.detail
     obj = tenant_settings(request.principal.tenant_id)
     fields = [{"name": name, "value": getattr(obj, name), "step": "0.01" if cast is float else "1",
-               "min": low, "max": high, "label": name.replace("_", " ").capitalize()}
+               "min": low, "max": high,
+               "label": SETTING_HELP.get(name, (name.replace("_", " ").capitalize(), "", ""))[0],
+               "unit": SETTING_HELP.get(name, ("", "", ""))[1], "help": SETTING_HELP.get(name, ("", "", ""))[2]}
               for name, (cast, low, high) in EDITABLE.items()]
     return render(request, "dashboard/settings.html", {
         "obj": obj, "fields": fields, "error": error, "pii_kinds": PII_KINDS, "pii_actions": PII_ACTIONS,
