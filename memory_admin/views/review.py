@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from memory_admin.errors import AlreadyResolved, DomainError, NotFound
@@ -12,7 +15,13 @@ from memory_admin.models import Contradiction, Fact
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, get_visible
 from memory_admin.services.contradictions import ACTIONS, contradiction_resolve
-from memory_admin.services.curation import eviction_evict, eviction_keep, quarantine_discard, quarantine_release
+from memory_admin.services.curation import (
+    eviction_evict,
+    eviction_keep,
+    quarantine_discard,
+    quarantine_release,
+    queue_action_undo,
+)
 from memory_admin.views.base import paginate, paginate_ids, safe_next, tenant_view
 
 REVIEW_FILTERS = ("detector", "user", "category")
@@ -73,6 +82,16 @@ def review_bulk(request: HttpRequest) -> HttpResponse:
     if action not in ACTIONS or action == "merge":
         messages.error(request, "Choose keep A, keep B, both true or dismiss for a bulk action.")
         return redirect(safe_next(request, _queue_url(request)))
+    if not ids:
+        messages.warning(request, "Select at least one contradiction first (its checkbox, or x).")
+        return redirect(safe_next(request, _queue_url(request)))
+    if request.POST.get("confirmed") != "1":
+        # First the list of what would change, with each side's text; applying is a second POST.
+        items = list(sel.review_queue(request.principal, {}).filter(pk__in=[i for i in ids[:200] if _is_uuid(i)]))
+        return render(request, "dashboard/review_bulk_confirm.html", {
+            "items": items, "action": action, "action_label": ACTION_LABELS[action], "ids": [str(i.pk) for i in items],
+            "note": request.POST.get("note", ""), "next": safe_next(request, _queue_url(request)),
+        })
     done = skipped = 0
     for cid in ids[:200]:
         try:
@@ -87,6 +106,14 @@ def review_bulk(request: HttpRequest) -> HttpResponse:
     messages.success(request, f"{ACTION_LABELS[action]}: {done} resolved"
                      + (f", {skipped} skipped (already resolved or not visible)" if skipped else "") + ".")
     return redirect(safe_next(request, _queue_url(request)))
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def resolution_sides(item: Contradiction) -> dict:
@@ -104,8 +131,6 @@ def resolution_sides(item: Contradiction) -> dict:
 
 
 def _queue_url(request: HttpRequest) -> str:
-    from django.urls import reverse
-
     return reverse("review", args=[request.tenant.slug])
 
 
@@ -131,12 +156,23 @@ def quarantine_queue(request: HttpRequest) -> HttpResponse:
     })
 
 
+def _undo(action: str):
+    def run(*, principal, fact_id, note=""):
+        return queue_action_undo(principal=principal, fact_id=fact_id, action=action, note=note)
+
+    return run
+
+
 FACT_QUEUE_ACTIONS = {
-    ("eviction", "evict"): (eviction_evict, "Evicted."),
+    ("eviction", "evict"): (eviction_evict, "Evicted: no longer served to agents."),
     ("eviction", "keep"): (eviction_keep, "Kept; counted as read."),
-    ("quarantine", "release"): (quarantine_release, "Released: now active."),
-    ("quarantine", "discard"): (quarantine_discard, "Discarded."),
+    ("quarantine", "release"): (quarantine_release, "Released: agents now receive this text."),
+    ("quarantine", "discard"): (quarantine_discard, "Discarded: never served."),
+    ("eviction", "undo_evict"): (_undo("evict"), "Undone: served to agents again."),
+    ("quarantine", "undo_discard"): (_undo("discard"), "Undone: back in quarantine."),
+    ("quarantine", "undo_release"): (_undo("release"), "Undone: back in quarantine, not served."),
 }
+UNDO_OF = {"evict": "undo_evict", "discard": "undo_discard", "release": "undo_release"}
 
 
 @require_POST
@@ -146,14 +182,22 @@ def fact_queue_action(request: HttpRequest, queue: str, fact_id, action: str) ->
     if entry is None:
         raise Http404("No such action.")
     service, label = entry
+    undo = None
     try:
-        service(principal=request.principal, fact_id=fact_id, note=request.POST.get("note", ""))
+        fact = service(principal=request.principal, fact_id=fact_id, note=request.POST.get("note", ""))
         level, detail = "success", label
+        if action in UNDO_OF:
+            undo = reverse("fact_queue_action", args=[request.tenant.slug, queue, fact_id, UNDO_OF[action]])
     except NotFound:
         raise
     except DomainError as exc:
-        level, detail = "warning", exc.detail
+        level, detail, fact = "warning", exc.detail, None
+    context = {"level": level, "detail": detail, "colspan": 7, "fact": fact, "undo_url": undo,
+               "next": safe_next(request, reverse(queue if queue != "contradictions" else "review",
+                                                  args=[request.tenant.slug]))}
     if request.htmx:
-        return render(request, "dashboard/_flash_row.html", {"level": level, "detail": detail, "colspan": 7})
+        return render(request, "dashboard/_flash_row.html", context)
+    if undo:  # without JavaScript: the outcome page with its undo button
+        return render(request, "dashboard/queue_done.html", context)
     getattr(messages, level)(request, detail)
-    return redirect(safe_next(request, request.path))
+    return redirect(context["next"])

@@ -91,7 +91,7 @@ def test_bulk_dismiss_reports_what_was_skipped(operator, tenant, memory_user, ma
     Contradiction.objects.filter(pk=items[0].pk).update(status="dismissed", resolution="dismiss",
                                                         resolved_by="staff:x", resolved_at=items[0].created_at)
     r = operator.post(reverse("review_bulk", args=[tenant.slug]),
-                      {"action": "dismiss", "ids": [str(i.pk) for i in items]}, follow=True)
+                      {"action": "dismiss", "ids": [str(i.pk) for i in items], "confirmed": "1"}, follow=True)
     assert "2 resolved, 1 skipped" in r.content.decode()
     assert Contradiction.objects.filter(status="open").count() == 0
 
