@@ -2,7 +2,19 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memory_admin.api import api
-from memory_admin.views import admin, auth, facts, lifecycle, notebooks, oversight, overview, review, skills, users
+from memory_admin.views import (
+    admin,
+    auth,
+    explore,
+    facts,
+    lifecycle,
+    notebooks,
+    oversight,
+    overview,
+    review,
+    skills,
+    users,
+)
 
 tenant_patterns = [
     path("", auth.tenant_home, name="tenant_home"),
@@ -40,6 +52,10 @@ tenant_patterns = [
     path("skills/", skills.skills, name="skills"),
     path("skills/edit/", skills.skill_edit, name="skill_edit"),
     path("batches/", admin.batches, name="batches"),
+    path("conversations/", explore.conversations, name="conversations"),
+    path("conversations/<int:thread_id>/", explore.conversation, name="conversation"),
+    path("search/", explore.search, name="search"),
+    path("playground/", explore.playground, name="playground"),
     path("batches/<int:batch_id>/retry/", admin.batch_retry_view, name="batch_retry"),
     path("keys/", admin.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", admin.key_revoke, name="key_revoke"),

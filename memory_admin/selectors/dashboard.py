@@ -625,3 +625,172 @@ def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
         "already_stale": current["staleness"] > scoring.STALE_THRESHOLD, "pinned": fact.pinned,
         "contested": fact.contested,
     }
+
+
+# --- Conversations: threads, their messages, and the facts each batch drew from them ---------------
+
+def threads(principal: Principal, *, q: str = "", user: str = "") -> QuerySet:
+    """Threads, newest first, with their message count (one subquery per listed row)."""
+    from memory_admin.models import Message, Thread
+
+    qs = visible(principal, Thread.objects.all())
+    if user:
+        qs = qs.filter(memory_user__external_id__icontains=user)
+    if q:
+        qs = qs.filter(external_id__icontains=q)
+    counts = (Message.objects.filter(thread=OuterRef("pk")).order_by().values("thread")
+              .annotate(n=Count("id")).values("n"))
+    return (qs.annotate(message_count=Coalesce(Subquery(counts), 0))
+            .select_related("memory_user").order_by("-pk"))
+
+
+THREAD_MESSAGES = 500
+
+
+def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
+    """One thread: its messages in order (the first THREAD_MESSAGES), each with the facts drawn from it,
+    and its extraction batches with their status and facts. Four queries whatever the size."""
+    from memory_admin.models import Message, Thread
+    from memory_admin.selectors.access import get_visible
+
+    thread = get_visible(principal, Thread.objects.select_related("memory_user"), pk=thread_id)
+    messages = list(visible(principal, Message.objects.filter(thread=thread))
+                    .order_by("created_at", "pk")[:THREAD_MESSAGES])
+    facts = list(visible(principal, Fact.objects.filter(Q(message__thread=thread) | Q(batch__thread=thread)))
+                 .defer("embedding", "search_vector").order_by("created_at", "pk")[:2000])
+    batches = list(visible(principal, ExtractionBatch.objects.filter(thread=thread)).order_by("created_at", "pk"))
+    by_message: dict[int, list[Fact]] = {}
+    by_batch: dict[int, list[Fact]] = {}
+    for fact in facts:
+        if fact.message_id:
+            by_message.setdefault(fact.message_id, []).append(fact)
+        if fact.batch_id:
+            by_batch.setdefault(fact.batch_id, []).append(fact)
+    batch_by_id = {b.pk: b for b in batches}
+    for message in messages:
+        message.drawn = by_message.get(message.pk, [])
+        message.batch_row = batch_by_id.get(message.batch_id)
+    for batch in batches:
+        batch.drawn = by_batch.get(batch.pk, [])
+    return {"thread": thread, "messages": messages, "batches": batches,
+            "truncated": len(messages) == THREAD_MESSAGES}
+
+
+# --- Tenant-wide search: the product's ranking (selectors.search.fact_search) across users ----------
+
+SEARCH_USERS = 10
+# fact_search ranks every fact of a user (its top k always fills up): a hit is shown when it shares a
+# word with the query or is at least this close in meaning. The order stays fact_search's.
+MATCH_MIN_COSINE = 0.3
+SEARCH_FILTERS = ("status", "category", "source", "agent", "stale", "contested", "user")
+
+
+def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: int = 30) -> dict[str, Any]:
+    """Facts across the tenant's users, ranked by `fact_search` (the one ranking): the users whose facts
+    match the query's words (full-text, the GIN index; at most SEARCH_USERS, most matches first, or the
+    one named by the `user` filter) are searched one by one with the same query vector, and the hits
+    merged by final score. Filters narrow candidates and hits; reads are not counted."""
+    from django.contrib.postgres.search import SearchQuery
+
+    from memory_admin.embeddings import embed_query
+    from memory_admin.selectors.search import INCLUDABLE, fact_search, or_tsquery
+
+    query = (query or "").strip()
+    if not query:
+        return {"hits": [], "users": 0, "searched": []}
+    status = filters.get("status") or ""
+    include = (status,) if status in INCLUDABLE else ()
+    statuses = [status] if status else ["active", "stale"]
+    candidates = visible(principal, Fact.objects.filter(memory_user__isnull=False, status__in=statuses))
+    if filters.get("user"):
+        candidates = candidates.filter(memory_user__external_id=filters["user"])
+    else:
+        tsq = or_tsquery(query)
+        if not tsq:
+            return {"hits": [], "users": 0, "searched": []}
+        candidates = candidates.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+    for name in ("category", "source"):
+        if filters.get(name):
+            candidates = candidates.filter(**{name: filters[name]})
+    if filters.get("agent"):
+        candidates = candidates.filter(agent__name__icontains=filters["agent"])
+    if filters.get("contested") in ("yes", "no"):
+        candidates = candidates.filter(contested=filters["contested"] == "yes")
+    user_ids = list(candidates.values("memory_user").annotate(n=Count("id")).order_by("-n", "memory_user")
+                    .values_list("memory_user", flat=True)[:SEARCH_USERS])
+    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
+    vector = embed_query(query)
+    hits = []
+    for user_id in user_ids:
+        if user_id not in users:
+            continue
+        result = fact_search(principal=principal, memory_user=users[user_id], query=query, k=k, include=include,
+                             query_vector=vector, shared=False, record=False)
+        hits.extend(result.hits)
+    agent_ids = None
+    if filters.get("agent"):
+        from memory_admin.models import Agent
+
+        agent_ids = set(Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"])
+                        .values_list("pk", flat=True))
+    hits = [h for h in hits if _search_hit_passes(h, filters, statuses)
+            and (h.keyword > 0 or (h.cosine or 0) >= MATCH_MIN_COSINE)
+            and (agent_ids is None or h.fact.agent_id in agent_ids)]
+    hits.sort(key=lambda h: -h.final)
+    return {"hits": hits[:k], "users": len(users), "searched": [users[u] for u in user_ids if u in users],
+            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+
+def _search_hit_passes(hit, filters: dict[str, str], statuses: list[str]) -> bool:
+    fact = hit.fact
+    if fact.status not in statuses:
+        return False
+    for name in ("category", "source"):
+        if filters.get(name) and getattr(fact, name) != filters[name]:
+            return False
+    if filters.get("contested") in ("yes", "no") and fact.contested != (filters["contested"] == "yes"):
+        return False
+    if filters.get("stale") == "yes" and not hit.stale:
+        return False
+    if filters.get("stale") == "no" and hit.stale:
+        return False
+    return True
+
+
+# --- Context playground ------------------------------------------------------------------------------
+
+SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook", "pinned": "Pinned facts",
+                  "facts": "Facts", "skills": "Skills", "episodes": "Recent episodes"}
+
+
+def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A context block (services.context.context_block's answer) laid out for the playground: each
+    section's share of the budget for a token bar, and dropped items with the text of dropped facts
+    (one query) and the reason."""
+    import uuid as uuid_module
+
+    ids = []
+    for section in block["sections"]:
+        for item in section["dropped"]:
+            try:
+                ids.append(uuid_module.UUID(str(item["id"])))
+            except ValueError:
+                continue
+    texts = dict(visible(principal, Fact.objects.filter(pk__in=ids)).values_list("pk", "content")) if ids else {}
+    sections = []
+    for index, section in enumerate(block["sections"]):
+        dropped = []
+        for item in section["dropped"]:
+            try:
+                text = texts.get(uuid_module.UUID(str(item["id"])), "")
+            except ValueError:
+                text = ""
+            dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
+                            "is_fact": bool(text)})
+        sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
+                         "tokens": section["tokens"], "included": len(section["included"]),
+                         "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,
+                         "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0})
+    return {"budget": budget, "tokens": block["tokens"], "text": block["text"], "warnings": block["warnings"],
+            "sections": sections, "free": max(0.0, round(100.0 * (budget - block["tokens"]) / budget, 2)),
+            "reasons": sorted({d["reason"] for s in sections for d in s["dropped"]})}
