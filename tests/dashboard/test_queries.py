@@ -7,7 +7,7 @@ import time
 import pytest
 from django.urls import reverse
 
-from memory_admin.models import AuditEvent, Fact, Episode, ExtractionBatch, MemoryUser, Message, Skill, Thread
+from memory_admin.models import AuditEvent, Episode, ExtractionBatch, Fact, MemoryUser, Message, Skill, Thread
 
 ROWS = 30
 
