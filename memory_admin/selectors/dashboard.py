@@ -221,6 +221,7 @@ class Bar:
     label: str
     value: float
     series: int = 0
+    link: str | None = None
 
 
 def _nice_max(value: float) -> float:
@@ -234,7 +235,7 @@ def _nice_max(value: float) -> float:
 
 
 def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None,
-              colors: list[int] | None = None) -> dict[str, Any]:
+              colors: list[int] | None = None, links: list[list[str | None]] | None = None) -> dict[str, Any]:
     """Stacked bars: `series[i][j]` is series i at label j; `colors[i]` picks series i's palette slot so
     that one outcome keeps its colour from day to day and chart to chart."""
     colors = colors or list(range(len(series)))
@@ -253,11 +254,20 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
             h = plot_h * s[j] / top
             bars.append(Bar(x=round(PAD_L + j * slot + (slot - width) / 2, 1),
                             y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
-                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i]))
+                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i],
+                            link=links[i][j] if links else None))
             base += h
     step = max(1, n // 7)
     ticks = [{"x": round(PAD_L + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
+    # Totals written above the bars when they fit (up to a month of days), and every value as a table.
+    values = [{"x": round(PAD_L + j * slot + slot / 2, 1),
+               "y": round(max(9.0, plot_h - plot_h * totals[j] / top - 3), 1), "text": f"{totals[j]:g}"}
+              for j in range(len(labels)) if totals[j]] if n <= 31 else []
+    rows = [{"label": label, "total": totals[j],
+             "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)]}
+            for j, label in enumerate(labels)]
     return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
+            "values": values, "rows": rows, "names": names or ["count"],
             "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
             "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
             "empty": not any(totals)}
@@ -600,7 +610,8 @@ def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
     plot_w, plot_h = DECAY_W - DECAY_PAD, DECAY_H - 20
     step = max(1.0, span / 60)
     past, future = [], []
-    stale_on = evict_on = None
+    stale_on = evict_on = half_on = None
+    now_effective = scoring.terms(fact, now=now)["effective"]
     t = 0.0
     while t <= span + 1e-9:
         moment = start + timedelta(days=t)
@@ -611,6 +622,8 @@ def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
             stale_on = moment
         if moment > now and evict_on is None and terms["staleness"] > scoring.EVICTION_THRESHOLD:
             evict_on = moment
+        if moment > now and half_on is None and terms["effective"] < now_effective / 2:
+            half_on = moment
         t += step
     if past and future:
         future.insert(0, past[-1])
@@ -621,7 +634,8 @@ def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
         "past": " ".join(f"{x},{y}" for x, y in past), "future": " ".join(f"{x},{y}" for x, y in future),
         "start": start, "end": now + timedelta(days=DECAY_FUTURE_DAYS), "effective": current["effective"],
         "in_year": scoring.terms(fact, now=now + timedelta(days=DECAY_FUTURE_DAYS))["effective"],
-        "stale_on": stale_on, "evict_on": evict_on, "staleness": current["staleness"],
+        "stale_on": stale_on, "evict_on": evict_on, "half_on": half_on,
+        "has_past": now_x - DECAY_PAD > 40, "staleness": current["staleness"],
         "already_stale": current["staleness"] > scoring.STALE_THRESHOLD, "pinned": fact.pinned,
         "contested": fact.contested,
     }

@@ -28,7 +28,7 @@ NAV_SECTIONS = {
     "overview": ("overview",),
     "users": ("users", "user", "user_notebook", "user_facts", "user_episodes", "user_context", "user_asof",
               "user_activity", "fact_detail", "notebook_restore"),
-    "review": ("review", "eviction", "quarantine"),
+    "review": ("review", "review_bulk", "eviction", "quarantine", "fact_queue_action"),
     "lifecycle": ("lifecycle",),
     "tenant_notebook": ("tenant_notebook",),
     "skills": ("skills", "skill_edit"),
