@@ -27,7 +27,7 @@ LABELS: dict[str, tuple[str, str | None]] = {
     "evicted": ("removed", "no longer used"),
     "quarantined": ("held for review", "held for review"),
     # write outcomes
-    "created": ("created", None), "updated": ("updated", None), "deduplicated": ("duplicate, merged", None),
+    "created": ("created", None), "updated": ("updated", None), "deduplicated": ("deduplicated", None),
     "merged": ("merged", None), "superseded_existing": ("replaced an older fact", None),
     "queued_for_review": ("sent to review", None), "overruled": ("overruled by the notebook", None),
     "rejected_low_confidence": ("rejected: low confidence", None), "blocked": ("blocked", None),

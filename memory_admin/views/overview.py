@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from memory_admin.selectors import dashboard as sel
+from memory_admin.templatetags.labels import label
 from memory_admin.views.base import tenant_view
 
 RANGES = (7, 14, 30, 90)
@@ -28,7 +29,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     labels = [d.strftime("%b %d") for d in days]
     outcomes = writes["outcomes"]
     writes_chart = sel.bar_chart(
-        labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], outcomes,
+        labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], [label(o) for o in outcomes],
         [sel.outcome_color(o) for o in outcomes],
         links=[[f"{audit_url}?{urlencode({'action': '.write', 'outcome': o, 'since': d, 'until': d})}" for d in days]
                for o in outcomes])
