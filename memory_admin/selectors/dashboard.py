@@ -267,7 +267,7 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
              "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)]}
             for j, label in enumerate(labels)]
     return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
-            "values": values, "rows": rows, "names": names or ["count"],
+            "values": values, "rows": rows, "names": names or ["count"], "linked": any(b.link for b in bars),
             "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
             "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
             "empty": not any(totals)}
