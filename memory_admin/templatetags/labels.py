@@ -95,3 +95,22 @@ def changes(event) -> list[dict]:
                      "changed": old != new})
     rows.sort(key=lambda r: not r["changed"])
     return rows
+
+
+@register.filter
+def actor_name(actor, request) -> str:
+    """Who did it, in the reader's words: "you" for the signed-in account; for members, "an assistant"
+    instead of `agent:<name>` and "a team member" instead of another `staff:<username>`."""
+    text = str(actor or "")
+    if not text:
+        return "—"
+    user = getattr(request, "user", None)
+    if user is not None and user.is_authenticated and text == f"staff:{user.get_username()}":
+        return "you"
+    if getattr(request, "is_member", False):
+        if text.startswith("agent:"):
+            return "an assistant"
+        if text.startswith("staff:"):
+            return "a team member"
+        return "the system"
+    return text

@@ -113,3 +113,10 @@ def test_overview_range_click_through_and_numbers(operator, tenant, memory_user)
     assert f"action=.write&amp;outcome=created&amp;since={today}&amp;until={today}" in body  # a bar opens its events
     assert "Show the numbers" in body and 'class="value">1</text>' in body
     assert "last 14 days" in operator.get(reverse("overview", args=[tenant.slug]), {"days": "999"}).content.decode()
+
+
+def test_a_member_sees_you_for_their_own_notebook_revisions(member, tenant, memory_user):
+    url = reverse("user_notebook", args=[tenant.slug, memory_user.pk])
+    member.post(url, {"content": "# Me\n- tea", "base_version": "0", "save": "1"})
+    body = member.get(url).content.decode()
+    assert "<td>v1</td><td>you</td>" in body and f"staff:{member.username}" not in body
