@@ -36,6 +36,7 @@ tenant_patterns = [
     path("review/", review.review_queue, name="review"),
     path("review/bulk/", review.review_bulk, name="review_bulk"),
     path("review/<uuid:contradiction_id>/resolve/", review.review_resolve, name="review_resolve"),
+    path("review/<uuid:contradiction_id>/reopen/", review.review_reopen, name="review_reopen"),
     path("review/eviction/", review.eviction_queue, name="eviction"),
     path("review/quarantine/", review.quarantine_queue, name="quarantine"),
     path("review/<str:queue>/<uuid:fact_id>/<str:action>/", review.fact_queue_action, name="fact_queue_action"),

@@ -14,7 +14,7 @@ from memory_admin.errors import AlreadyResolved, DomainError, NotFound
 from memory_admin.models import Contradiction, Fact
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, get_visible
-from memory_admin.services.contradictions import ACTIONS, contradiction_resolve
+from memory_admin.services.contradictions import ACTIONS, contradiction_reopen, contradiction_resolve
 from memory_admin.services.curation import (
     eviction_evict,
     eviction_keep,
@@ -69,6 +69,29 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
         return render(request, "dashboard/_review_done.html", {"item": item, **outcome})
     kept = f" Kept: “{outcome['kept'].content[:80]}”." if outcome.get("kept") else ""
     getattr(messages, outcome["level"])(request, outcome["detail"] + kept)
+    return redirect(safe_next(request, _queue_url(request)))
+
+
+@require_POST
+@tenant_view(ability=CURATE)
+def review_reopen(request: HttpRequest, contradiction_id) -> HttpResponse:
+    """Undo a resolution: the card comes back open (htmx) or the queue shows it again."""
+    try:
+        contradiction_reopen(principal=request.principal, contradiction_id=contradiction_id,
+                             note=request.POST.get("note", ""))
+        level, detail = "success", "Reopened: back in the queue, the facts as they were."
+    except NotFound:
+        raise
+    except DomainError as exc:
+        level, detail = "warning", exc.detail
+    if request.htmx:
+        item = get_visible(request.principal, Contradiction.objects.select_related(
+            "memory_user", "fact_a", "fact_b", "notebook_revision"), pk=contradiction_id)
+        if item.status == Contradiction.Status.OPEN:
+            return render(request, "dashboard/_review_card.html", {"item": item, "card_note": detail})
+        return render(request, "dashboard/_review_done.html", {"item": item, "level": level, "detail": detail,
+                                                                **resolution_sides(item)})
+    getattr(messages, level)(request, detail)
     return redirect(safe_next(request, _queue_url(request)))
 
 

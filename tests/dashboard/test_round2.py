@@ -120,3 +120,27 @@ def test_a_member_sees_you_for_their_own_notebook_revisions(member, tenant, memo
     member.post(url, {"content": "# Me\n- tea", "base_version": "0", "save": "1"})
     body = member.get(url).content.decode()
     assert "<td>v1</td><td>you</td>" in body and f"staff:{member.username}" not in body
+
+
+def test_a_resolution_can_be_undone_and_the_facts_are_as_they_were(operator, tenant, memory_user,
+                                                                   make_contradiction):
+    from memory_admin.models import Contradiction
+
+    item = make_contradiction(memory_user)
+    resolve = reverse("review_resolve", args=[tenant.slug, item.pk])
+    reopen = reverse("review_reopen", args=[tenant.slug, item.pk])
+    done = operator.post(resolve, {"action": "keep_b"}, **HTMX).content.decode()
+    assert "Undo (reopen)" in done
+    card = operator.post(reopen, **HTMX).content.decode()
+    assert "Reopened" in card and 'value="keep_a"' in card  # the card is open again, with its buttons
+    item.refresh_from_db()
+    a, b = Fact.objects.get(pk=item.fact_a_id), Fact.objects.get(pk=item.fact_b_id)
+    assert item.status == "open" and item.resolution == ""
+    assert (a.status, a.superseded_by_id, a.contested) == ("active", None, True) and b.contested
+    again = operator.post(reopen, **HTMX).content.decode()
+    assert "already open" in again
+    operator.post(resolve, {"action": "merge", "merged_text": "Alice drinks tea and coffee"}, **HTMX)
+    refused = operator.post(reopen, **HTMX).content.decode()
+    assert "correct or forget that fact" in refused
+    assert Contradiction.objects.get(pk=item.pk).status == "resolved"
+    assert AuditEvent.objects.filter(action="contradiction.reopen", target_id=str(item.pk)).count() == 1

@@ -156,3 +156,18 @@ def test_bulk_apply_lists_what_changes_before_applying(browser, demo):  # noqa: 
     page.wait_for_selector("text=1 resolved")
     assert Contradiction.objects.get(pk=demo["contradiction"].pk).resolution == "keep_b"
     page.context.close()
+
+
+def test_keep_b_can_be_undone_from_the_card(browser, demo):  # noqa: F811
+    from memory_admin.models import Contradiction, Fact
+
+    page = sign_in(browser, demo, "otto")
+    page.goto(f"{demo['url']}/t/acme/review/")
+    page.click("button[value=keep_b]")
+    page.wait_for_selector("text=Kept B")
+    page.click("button:has-text('Undo (reopen)')")
+    page.wait_for_selector("text=Reopened: back in the queue")
+    assert page.locator(".review-card button[value=keep_a]").count() == 1  # decide again
+    assert Contradiction.objects.get(pk=demo["contradiction"].pk).status == "open"
+    assert Fact.objects.get(pk=demo["contradiction"].fact_a_id).status == "active"
+    page.context.close()
