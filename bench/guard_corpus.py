@@ -47,7 +47,7 @@ def main() -> None:
     print(f"{'part':<28}{'n':>5}{'flagged':>9}{'rate':>9}")
     totals = {}
     for label in ("instruction_like", "benign"):
-        for part in ("tuning", "held_out"):
+        for part in ("tuning", "held_out", "fresh"):
             results = run(corpus[label][part])
             flagged = sum(f for _, f, _ in results)
             totals.setdefault(label, [0, 0])

@@ -37,7 +37,7 @@ from memory_admin.textnorm import fold, strip_invisible
 THRESHOLD = 1.0
 BORDERLINE = 0.5
 IMPERATIVE_BONUS = 0.3
-MAX_SCAN_CHARS = 200_000  # longer texts are read in full up to this; the limits on writes are smaller
+SCAN_ALL_CHARS = 64 * 1024  # longer texts are read as far as a context block can serve them
 _CACHE_SIZE = 2048
 
 
@@ -49,10 +49,67 @@ class Feature:
     pattern: re.Pattern[str]
     directive: bool = False  # an imperative form (sentence start, "please", "you must") adds IMPERATIVE_BONUS
     view: str = "low"  # low: folded and lower-cased; cased: folded, case kept; plain: not confusable-folded
+    distinct: int = 1  # fires when the matches are of this many kinds (a role, a token)
 
 
 def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    """Compile a feature's pattern, led by a look-ahead on its possible first characters: Python's engine
+    skips ahead on a known first character, but not past a leading word boundary, and a 1 MB notebook
+    must not take seconds."""
+    try:
+        first, nullable = _first_chars(re._parser.parse(pattern, flags))  # noqa: SLF001 - see below
+    except Exception:  # noqa: BLE001 - the look-ahead is an optimisation only
+        first, nullable = None, True
+    if first and not nullable and len(first) <= 64:
+        pattern = "(?=[" + "".join(re.escape(ch) for ch in sorted(first)) + "])(?:" + pattern + ")"
     return re.compile(pattern, flags | re.M)
+
+
+def _first_chars(items) -> tuple[set[str] | None, bool]:
+    """(the characters a match of the parsed pattern `items` can start with, or None if any; whether it can
+    match the empty string). Reads the parse tree of `re._parser` (stable since 3.11): when the tree has an
+    unknown shape, the answer is None and the pattern is compiled as written."""
+    from re import _constants as c  # noqa: PLC0415
+
+    chars: set[str] = set()
+    for op, av in items:
+        if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
+            continue
+        if op is c.LITERAL:
+            return chars | {chr(av)}, False
+        if op is c.IN:
+            for kind, value in av:
+                if kind is c.LITERAL:
+                    chars.add(chr(value))
+                elif kind is c.RANGE and value[1] - value[0] < 64:
+                    chars.update(chr(x) for x in range(value[0], value[1] + 1))
+                else:
+                    return None, False
+            return chars, False
+        if op is c.BRANCH:
+            nullable = False
+            for alternative in av[1]:
+                sub, sub_nullable = _first_chars(alternative)
+                if sub is None:
+                    return None, False
+                chars |= sub
+                nullable |= sub_nullable
+            if not nullable:
+                return chars, False
+            continue
+        if op is c.SUBPATTERN:
+            sub, sub_nullable = _first_chars(av[3])
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
+            sub, sub_nullable = _first_chars(av[2])
+            sub_nullable = sub_nullable or av[0] == 0
+        else:
+            return None, False
+        if sub is None:
+            return None, False
+        chars |= sub
+        if not sub_nullable:
+            return chars, False
+    return chars, True
 
 
 _VERB = (r"(?:ignore|disregard|forget|override|overrule|bypass|circumvent|skip|discard|drop|abandon|neglect|"
@@ -67,8 +124,9 @@ _TARGET = (r"(?:instructions?|guidance|guidelines?|rules?|directions?|directives
            r"context|messages?|training|limitations?|boundaries|ethics|configuration|system\s+prompt|"
            r"content\s+polic(?:y|ies)|what\s+(?:you\s+were|you've\s+been|you\s+have\s+been|i)\s+(?:told|said|given))")
 _AFTER = (r"(?:above|before|earlier|previously|so\s+far|from\s+before|you\s+(?:were|have\s+been)\s+given|"
-          r"given\s+(?:to\s+you\s+)?(?:earlier|before|above|previously))")
-_GAP = r"(?:[\w'-]+\W+){0,4}?"
+          r"given\s+(?:to\s+you\s+)?(?:earlier|before|above|previously)|"
+          r"(?:from|in|of)\s+(?:your|the)\s+(?:setup|system|configuration|prompt|developers?|training|creators?))")
+_GAP = r"(?:[\w'-]+[^\w'-]+){0,4}?"
 _AI = r"(?:ai|a\.i\.|assistant|model|llm|language\s+model|chatbot|chat\s*bot|agent|bot|gpt|chatgpt|claude|copilot)s?"
 _SEND = (r"(?:send|post|upload|forward|e-?mail|mail|transmit|exfiltrate|leak|copy|submit|paste|share|sync|bcc|"
          r"relay|pipe|dump|export|include|embed|append|report)")
@@ -83,10 +141,10 @@ _REPLY = r"(?:reply|replies|response|responses|answer|answers|message|messages|o
 FEATURES: tuple[Feature, ...] = (
     # --- Overriding earlier instructions -------------------------------------------------------------
     Feature("override", "an instruction to ignore earlier instructions", 0.8, _rx(
-        rf"\b{_VERB}\W+{_GAP}\b{_QUAL}\W+(?:[\w'-]+\W+){{0,3}}?{_TARGET}\b"
+        rf"\b{_VERB}\W+{_GAP}\b{_QUAL}\W+(?:[\w'-]+[^\w'-]+){{0,3}}?{_TARGET}\b"
         rf"|\b{_VERB}\W+(?:the\s+|my\s+)?{_TARGET}\s+{_AFTER}"), directive=True),
     Feature("override_weak", "an instruction to ignore instructions or rules", 0.5, _rx(
-        rf"\b{_VERB}\W+(?:[\w'-]+\W+){{0,3}}?{_TARGET}\b"), directive=True),
+        rf"\b{_VERB}\W+(?:[\w'-]+[^\w'-]+){{0,3}}?{_TARGET}\b"), directive=True),
     Feature("forget_all", "an instruction to forget what the model was told", 0.9, _rx(
         r"\b(?:forget|erase|wipe|clear)\s+(?:everything|all(?:\s+of\s+it)?|anything)\s+(?:you\s+(?:were|have\s+been|"
         r"know|learned|were\s+told)|you've\s+been|above|before|previous(?:ly)?|prior|so\s+far|earlier)"),
@@ -94,9 +152,15 @@ FEATURES: tuple[Feature, ...] = (
     Feature("void", "a claim that earlier instructions are void", 1.0, _rx(
         r"\b(?:previous|prior|earlier|above|preceding|your|all\s+(?:previous|prior)|the\s+(?:above|preceding|"
         r"previous|prior|original))\s+(?:instructions|rules|directives|guidelines|guidance|orders|prompts?|"
-        r"directions|constraints)\s+(?:(?:are|were|is|have\s+been|has\s+been)\s+(?:now\s+)?(?:void|cancel+ed|null|"
-        r"obsolete|outdated|revoked|superseded|invalid|wrong|lifted|suspended|replaced|changed|fake|no\s+longer\s+"
-        r"(?:valid|apply|applicable|in\s+effect))|(?:no\s+longer|do\s+not|don't)\s+apply|have\s+changed)")),
+        r"directions|constraints)\s+(?:you\s+(?:got|received|were\s+given|have)\s+(?:\w+\s+)?)?"
+        r"(?:(?:are|were|is|was|have\s+been|has\s+been)\s+(?:now\s+|all\s+)?(?:void|cancel+ed|null|"
+        r"obsolete|outdated|revoked|superseded|invalid|wrong|lifted|suspended|replaced|changed|fake|a\s+mistake|"
+        r"an\s+error|a\s+test|no\s+longer\s+(?:valid|apply|applicable|in\s+effect))|(?:no\s+longer|do\s+not|"
+        r"don't)\s+apply|have\s+changed)")),
+    Feature("precedence", "a claim that this memory overrides the model's instructions", 1.0, _rx(
+        r"\bthis\s+(?:memory|note|entry|message|text|instruction)\s+(?:takes\s+precedence|overrides|supersedes|"
+        r"has\s+(?:priority|precedence)|comes\s+first)|\b(?:whatever|what)\s+(?:the\s+system|your\s+(?:developers?|"
+        r"instructions|prompt|creators?))\s+(?:told|tells|says|said)\s+you")),
     Feature("above_was_test", "a claim that what came before was a test", 0.8, _rx(
         r"\b(?:everything|all|the\s+text|anything)\s+(?:above|before|prior)(?:\s+this(?:\s+line|\s+point)?)?\s+"
         r"(?:was|is)\s+(?:just\s+)?(?:a\s+test|fake|false|wrong|void|irrelevant|a\s+lie|outdated)")),
@@ -116,28 +180,28 @@ FEATURES: tuple[Feature, ...] = (
         rf"|\bwhen\s+(?:an?\s+|the\s+|any\s+)?{_AI}\s+(?:reads|sees|processes|encounters|retrieves|finds|loads)\s+this"
         rf"|\bif\s+you\s+are\s+(?:an?\s+)?(?:ai|llm|large\s+language\s+model|language\s+model|assistant|agent|bot|"
         rf"chatbot)\b"
-        rf"|^\s*(?:ai|assistant|agent|model)\s*,"
-        rf"|^\s*ai\s*:")),
+        rf"|^[ \t]*(?:ai|assistant|agent|model)\s*,"
+        rf"|^[ \t]*ai\s*:")),
     Feature("command_you", "an order given to the model", 0.6, _rx(
         r"\b(?:i|we)\s+(?:hereby\s+)?(?:order|command|instruct|authori[sz]e|direct|require)\s+you\b")),
     # --- Roles and authority -------------------------------------------------------------------------
     Feature("role_tag_start", "a system or administrator tag", 1.0, _rx(
-        r"^\s*[\[(<{【]\s*(?:system|sys|developer|admin(?:istrator)?|root|operator|instructions?|inst|override|"
+        r"^[ \t]*[\[(<{【]\s*(?:system|sys|developer|admin(?:istrator)?|root|operator|instructions?|inst|override|"
         r"priority)(?:\s+(?:message|msg|note|notice|prompt|override|update|instruction|mode))?\s*[\])>}】]")),
     Feature("role_tag", "a system or administrator tag", 0.7, _rx(
         r"[\[(<{【]\s*(?:system|sys|developer|admin(?:istrator)?|root|instructions?)(?:\s+(?:message|msg|note|"
         r"notice|prompt|override|update|instruction|mode))?\s*[\])>}】]")),
     Feature("role_line", "a line claiming to come from the system", 0.6, _rx(
-        r"^\s*(?:#+\s*)?(?:system|developer|admin(?:istrator)?|root|operator|instructions?)\s*[:\-–—]")),
+        r"^[ \t]*(?:#+\s*)?(?:system|developer|admin(?:istrator)?|root|operator|instructions?)\s*[:\-–—]")),
     Feature("role_line_strong", "a system or developer message", 1.0, _rx(
-        r"^\s*(?:#+\s*)?(?:system|developer|admin|operator)\s+(?:message|prompt|note|notice|override|update|"
+        r"^[ \t]*(?:#+\s*)?(?:system|developer|admin|operator)\s+(?:message|prompt|note|notice|override|update|"
         r"instructions?)\s*[:\-–—]|\b(?:system|admin|priority|security|emergency|developer)\s+override\b")),
     Feature("role_caps", "a SYSTEM: label", 0.8, _rx(r"\b(?:SYSTEM|DEVELOPER|ADMIN|INSTRUCTIONS?)\s*:"),
             view="cased"),
     Feature("role_heading", "a chat-template heading (### Instruction:)", 1.0, _rx(
-        r"^\s*#{2,}\s*(?:instruction|system|response|human|assistant|user|input)\s*:\s*")),
+        r"^[ \t]*#{2,}\s*(?:instruction|system|response|human|assistant|user|input)\s*:\s*")),
     Feature("role_heading_bare", "a chat-template heading", 0.6, _rx(
-        r"^\s*#{2,}\s*(?:instruction|system|response|human|assistant)\s*$")),
+        r"^[ \t]*#{2,}\s*(?:instruction|system|response|human|assistant)\s*$")),
     Feature("authority", "a claim to be the model's developer or administrator", 0.7, _rx(
         r"\b(?:as|i\s+am|i'm|this\s+is|message\s+from)\s+(?:your|the)\s+(?:developers?|creators?|makers?|"
         r"programmers?|system\s+administrator|administrators?|admin|owners?|operators?|supervisors?|designers?|"
@@ -159,16 +223,15 @@ FEATURES: tuple[Feature, ...] = (
     Feature("template_token", "a chat-template token", 0.6, _rx(
         r"<\|\s*[a-z_]{2,30}\s*\|>|\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\s*/?\s*(?:start|end)_of_turn\s*>"
         r"|\[/?(?:tool_calls|available_tools|tool_results|system_prompt)\]")),
-    Feature("template_token_strong", "chat-template tokens", 0.6, _rx(
-        r"^\s*(?:<\|\s*[a-z_]{2,30}\s*\|>|\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\s*/?\s*(?:start|end)_of_turn\s*>|"
+    Feature("template_token_start", "a chat-template token opening a line", 0.6, _rx(
+        r"^[ \t]*(?:<\|\s*[a-z_]{2,30}\s*\|>|\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\s*/?\s*(?:start|end)_of_turn\s*>|"
         r"\[tool_calls\])"
-        r"|(?:<\|\s*[a-z_]{2,30}\s*\|>|<\s*start_of_turn\s*>)\s*(?:system|user|assistant|model|developer)\b"
-        r"|(?:\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\|\s*[a-z_]{2,30}\s*\|>|<\s*/?\s*(?:start|end)_of_turn\s*>)"
-        r"[\s\S]{0,2000}?(?:\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\|\s*[a-z_]{2,30}\s*\|>|<\s*/?\s*(?:start|end)_of_turn\s*>)")),
+        r"|(?:<\|\s*[a-z_]{2,30}\s*\|>|<\s*start_of_turn\s*>)\s*(?:system|user|assistant|model|developer)\b")),
+    Feature("template_tokens", "several chat-template tokens", 0.6, _rx(
+        r"<\|\s*[a-z_]{2,30}\s*\|>|\[/?\s*inst\s*\]|<</?\s*sys\s*>>|<\s*/?\s*(?:start|end)_of_turn\s*>"),
+        distinct=2),
     Feature("turns", "a scripted conversation between user and assistant", 1.0, _rx(
-        r"^\s*(?:#+\s*)?(?:human|user)\s*:[\s\S]{0,3000}?^\s*(?:#+\s*)?(?:assistant|ai|bot|gpt|model)\s*:"
-        r"|^\s*(?:#+\s*)?(?:assistant|ai|bot|gpt|model)\s*:[\s\S]{0,3000}?^\s*(?:#+\s*)?(?:human|user)\s*:"
-        r"|^\s*(?:#+\s*)?system\s*:[\s\S]{0,3000}?^\s*(?:#+\s*)?(?:user|human|assistant)\s*:")),
+        r"^[ \t]*(?:#+[ \t]*)?(human|user|assistant|ai|bot|gpt|model|system)[ \t]*:"), distinct=2),
     Feature("xml_role", "a system, assistant or tool tag", 1.0, _rx(
         r"<\s*/?\s*(?:system|assistant|tool_call|tool_calls|tool_use|tool_result|function_call|function_calls|"
         r"invoke|im_start|antml:\w+)\b[^<>]{0,200}>")),
@@ -191,6 +254,9 @@ FEATURES: tuple[Feature, ...] = (
         rf"\b{_SEND}\b[^.\n]{{0,80}}?\b{_SENSITIVE}\b[^\n]{{0,80}}?{_DEST}"), directive=True),
     Feature("exfiltrate_weak", "a request to send memory or secrets", 0.5, _rx(
         rf"\b{_SEND}\s+(?:[\w'-]+\s+){{0,4}}?{_SENSITIVE}\b"), directive=True),
+    Feature("reveal_secrets", "a request to reveal secrets", 0.5, _rx(
+        r"\b(?:reveal|disclose|print|show|display|list|give|output|dump)\s+(?:me\s+)?(?:[\w'-]+\s+){0,3}?"
+        r"(?:passwords?|secrets?|credentials?|api\s*keys?|tokens|private\s+keys?|card\s+numbers?)\b"), directive=True),
     Feature("leak", "a request to leak data", 0.3, _rx(r"\b(?:leak|exfiltrate|steal|harvest)\b")),
     Feature("image_exfil", "an image link that would carry data out", 1.0, _rx(
         r"!\[[^\]]{0,100}\]\(\s*https?://[^)\s]*(?:\{|%7b|\$\{|\?[^)]*=\s*(?:\{|\[|%7b|<))")),
@@ -205,8 +271,8 @@ FEATURES: tuple[Feature, ...] = (
         r"|\b(?:keep|hide)\s+(?:this|it|these)\s+(?:\w+\s+)?(?:hidden|secret|private|confidential)?\s*from\s+"
         r"(?:the\s+)?(?:user|human|customer|operator)"
         r"|\bwithout\s+(?:the\s+)?(?:user|human|customer)(?:'s)?\s+(?:knowing|knowledge|noticing|consent|seeing)"
-        r"|\b(?:the\s+)?(?:user|human|customer)\s+(?:must|should|will|may)\s+(?:never|not)\s+(?:know|find\s+out|"
-        r"see|learn|notice|be\s+told)"), directive=True),
+        r"|\b(?:the\s+)?(?:user|human|customer)\s+(?:must|should|will|may|does|do)?\s*(?:never|not|n't)\s+"
+        r"(?:knows?|finds?\s+out|sees?|learns?|notices?|be\s+told|hears?)\b"), directive=True),
     Feature("covert", "a covert action", 0.6, _rx(
         r"\b(?:secretly|silently|covertly|quietly|discreetly|invisibly)\s+(?:add|insert|include|append|send|forward|"
         r"change|modify|delete|remove|bcc|cc|copy|run|execute|call|transfer|recommend|redirect|approve)\b"),
@@ -221,7 +287,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("you_are_now_what", "a new identity for the model", 0.6, _rx(
         r"\byou(?:\s+are|'re|\s+r)\s+now\s+(?:an?\s+|my\s+|the\s+)?(?:\w+\s+){0,2}?(?:ai|assistant|model|"
         r"in\s+\w+\s+mode|unrestricted|unfiltered|uncensored|jailbroken|free|evil|dan|named|called|hacker|terminal|"
-        r"bot|persona|character|\w*gpt|no\s+longer)\b")),
+        r"\w*bot|persona|character|\w*gpt|no\s+longer)\b")),
     Feature("no_longer_ai", "a denial of the model's role", 1.0, _rx(
         r"\byou(?:\s+are|'re)\s+(?:no\s+longer|not)\s+(?:an?\s+)?(?:ai|assistant|chatbot|bound|restricted|limited|"
         r"constrained|chatgpt|claude|language\s+model|helpful)\b")),
@@ -273,18 +339,18 @@ FEATURES: tuple[Feature, ...] = (
     Feature("pwned", "a hijack marker", 0.4, _rx(r"\b(?:pwned|pwn3d|hacked|access\s+granted)\b")),
     # --- Hiding and encoding -------------------------------------------------------------------------
     Feature("hidden", "hidden markup", 0.3, _rx(
-        r"<!--|\[//\]\s*:\s*#|display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0|\n\s*\n\s*\n\s*\n\s*\n")),
+        r"<!--|\[//\]\s*:\s*#|display\s*:\s*none|visibility\s*:\s*hidden|font-size\s*:\s*0|\n(?:[ \t]*\n){4}")),
     Feature("decode_follow", "an order to decode and follow a payload", 0.6, _rx(
         r"\b(?:decode|base64|rot13|b64|hex-?decode|reverse)\b.{0,40}\b(?:follow|execute|obey|run|do\s+what|apply|"
         r"act\s+on)")),
     # --- Structure of the context block --------------------------------------------------------------
     Feature("fence", "an imitation of the memory fence", 1.0, _rx(
-        r"<{2,}\s*/?\s*(?:end_?\s*)?memory[_\s-]*data|memory[_\s-]*data[^\n]{0,40}>{2,}")),
+        r"(?<!<)<{2,}\s*/?\s*(?:end_?\s*)?memory[_\s-]*data|memory[_\s-]*data[^\n]{0,40}>{2,}")),
     Feature("section_header", "an imitation of a context section header", 0.4, _rx(
-        r"^\s*#{1,6}\s*(?:pinned\s+facts|facts|skills|recent\s+episodes|notebook\s+\(|organisation\s+notebook)")),
+        r"^[ \t]*#{1,6}\s*(?:pinned\s+facts|facts|skills|recent\s+episodes|notebook\s+\(|organisation\s+notebook)")),
     Feature("confidence_note", "a forged confidence note", 0.6, _rx(r"[\[(,]\s*confidence\s+[01]\.\d{2}\b")),
     # --- Other languages (read on the text without look-alike folding: Cyrillic stays Cyrillic) -------
-    Feature("foreign_override", "an instruction to ignore earlier instructions (not in English)", 1.0, _rx(
+    Feature("foreign_override", "an instruction to ignore instructions (not in English)", 0.6, _rx(
         r"\b(?:ignorez|ignore|oubliez|oublie)\s+(?:toutes?\s+)?(?:les|tes|vos|des)\s+(?:\w+\s+)?(?:instructions|consignes|"
         r"règles|directives)"
         r"|\b(?:ignora|ignorar|olvida|olvide|olvidar|omite)\s+(?:todas?\s+)?(?:las|tus|sus)\s+(?:\w+\s+)?"
@@ -293,8 +359,14 @@ FEATURES: tuple[Feature, ...] = (
         r"(?:instru[çc][õo]es|regras|diretrizes)"
         r"|\b(?:ignora|ignori|dimentica|dimentichi)\s+(?:tutte\s+)?le\s+(?:\w+\s+)?(?:istruzioni|regole|direttive)"
         r"|\b(?:ignorier(?:e|en)?|vergiss|vergessen\s+sie|missachte)\s+(?:alle\s+)?(?:\w+\s+)?(?:anweisungen|"
-        r"instruktionen|regeln|vorgaben|befehle)"
-        r"|(?:игнорируй(?:те)?|забудь(?:те)?|не\s+обращай(?:те)?\s+внимания\s+на|отмени(?:те)?)\s+(?:\w+\s+){0,2}"
+        r"instruktionen|regeln|vorgaben|befehle)"), view="plain"),
+    # Romance and German imperatives look like the third person ("ignora las reglas": she ignores the rules);
+    # "all" or "previous" makes them an order.
+    Feature("foreign_qualifier", "'all previous' (not in English)", 0.4, _rx(
+        r"\b(?:toutes|todas|tutte|alle|précédentes|antérieures|anteriores|previas|precedenti|vorherigen|bisherigen|"
+        r"obigen|früheren)\b"), view="plain"),
+    Feature("foreign_override_strong", "an instruction to ignore earlier instructions (not in English)", 1.0, _rx(
+        r"(?:игнорируй(?:те)?|забудь(?:те)?|не\s+обращай(?:те)?\s+внимания\s+на|отмени(?:те)?)\s+(?:\w+\s+){0,2}"
         r"(?:инструкци\w*|указани\w*|правил\w*|команд\w*)"
         r"|(?:忽略|无视|忘记|忘掉|不要理会)(?:掉)?(?:你)?(?:之前|以前|先前|前面|上面|以上|所有|全部)?的?(?:所有|全部)?"
         r"(?:指令|指示|说明|规则|提示)"
@@ -309,7 +381,7 @@ _DAMPERS: tuple[tuple[str, float, re.Pattern[str]], ...] = (
     ("mention", -0.5, _rx(
         r"\b(?:article|podcast|talk|paper|course|blog(?:\s+post)?|workshop|lecture|study|book|video|episode|"
         r"heard|read|learned|writes?|wrote)\s+(?:\w+\s+){0,3}?(?:about|on|why|how)\b")),
-    ("quoted", -0.5, _rx(r"\b(?:says?|said|saying|quotes?|quoted|line)\s*[:,]?\s*[\"'“‘]")),
+    ("quoted", -0.5, _rx(r"\b(?:says|said|saying|quotes|quoted|line)\s*[:,]?\s*[\"'“‘]")),
 )
 
 # The imperative form of a directive: at the start of a sentence or line, after "please", or addressed.
@@ -354,23 +426,38 @@ class Verdict:
 
 
 def _views(text: str) -> dict[str, list[str]]:
-    """The readings of `text` the features run on (see the module docstring)."""
-    text = text[:MAX_SCAN_CHARS]
+    """The readings of `text` the features run on (see the module docstring). The leetspeak and
+    spaced-letter readings hold only the lines they change, so a long text is not read three times."""
     cased = fold(text)
     low = cased.lower()
     lows = [low]
     if any(ch.isdigit() or ch in "@$|" for ch in low):
-        deleet = _LEET_WORD.sub(lambda m: m.group().translate(_LEET), low)
-        if deleet != low:
-            lows.append(deleet)
+        changed = [d for line in low.splitlines() if (d := _LEET_WORD.sub(lambda m: m.group().translate(_LEET), line))
+                   != line]
+        if changed:
+            lows.append("\n".join(changed))
     if _SPACED.search(low):
-        lows.append(_SPACED.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group()), low))
+        changed = [_SPACED.sub(lambda m: re.sub(r"[ .\-_*·]", "", m.group()), line) for line in low.splitlines()
+                   if _SPACED.search(line)]
+        lows.append("\n".join(changed))
     for blob in _BASE64.findall(text):
         decoded = _b64_text(blob)
         if decoded:
             lows.append(fold(decoded).lower())
     plain = unicodedata.normalize("NFKC", strip_invisible(text)).lower() if not text.isascii() else low
     return {"low": lows, "cased": [cased], "plain": [plain]}
+
+
+def _served_part(text: str) -> str:
+    """What of `text` a context block can ever serve: the block holds at most MAX_BUDGET_TOKENS, and a
+    long notebook or skill is cut from its end. Reading only that keeps a 1 MB notebook from costing
+    seconds while nothing an agent can be shown goes unread."""
+    if len(text) <= SCAN_ALL_CHARS:
+        return text
+    from memory_admin.services.context import MAX_BUDGET_TOKENS
+    from memory_admin.tokens import truncate_to_tokens
+
+    return truncate_to_tokens(text, MAX_BUDGET_TOKENS)
 
 
 def _b64_text(blob: str) -> str:
@@ -386,6 +473,18 @@ def _b64_text(blob: str) -> str:
     return decoded if decoded and printable / len(decoded) > 0.95 and letters / len(decoded) > 0.6 else ""
 
 
+_ROLE_KIND = {"human": "user", "ai": "assistant", "bot": "assistant", "gpt": "assistant", "model": "assistant"}
+
+
+def _kinds(pattern: re.Pattern[str], view: str, limit: int = 1000) -> set[str]:
+    kinds: set[str] = set()
+    for n, match in enumerate(pattern.finditer(view)):
+        kinds.add(re.sub(r"\s+", "", match.group(match.lastindex or 0)))
+        if len(kinds) > 3 or n >= limit:
+            break
+    return kinds
+
+
 def _imperative(view: str, start: int) -> bool:
     return bool(_IMPERATIVE_BEFORE.search(view[max(0, start - 60):start]))
 
@@ -397,6 +496,11 @@ def assess(text: str) -> Verdict:
     imperative = False
     for feature in FEATURES:
         for view in views[feature.view]:
+            if feature.distinct > 1:
+                kinds = {_ROLE_KIND.get(k, k) for k in _kinds(feature.pattern, view)}
+                if len(kinds) >= feature.distinct:
+                    fired[feature.name] = feature
+                continue
             for n, match in enumerate(feature.pattern.finditer(view)):
                 fired[feature.name] = feature
                 if not feature.directive or imperative or n >= 5:
@@ -460,6 +564,7 @@ def verdict(text: str, *, tenant_id: int | None = None) -> Verdict:
     cached = _cache.get(key)
     if cached is not None:
         return cached
+    text = _served_part(text)
     result = assess(text)
     if not result.flagged:
         spaced = _squashed_only(text)
