@@ -23,12 +23,12 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import unicodedata
-from functools import cache
 import threading
 import time
+import unicodedata
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from django.db.models import Q

@@ -185,7 +185,8 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
         return result
 
     # 2. Poisoning guard: stored for review, never served.
-    reason = injection_reason(content, tenant_id=principal.tenant_id) or ("source is external" if source == Fact.Source.EXTERNAL else None)
+    reason = (injection_reason(content, tenant_id=principal.tenant_id)
+              or ("source is external" if source == Fact.Source.EXTERNAL else None))
     if reason:
         return _Pending(fact, conf, done, quarantined=reason)
 
