@@ -572,10 +572,11 @@ def verdict(text: str, *, tenant_id: int | None = None) -> Verdict:
             result = spaced
     if use_llm and result.borderline:
         opinion = _llm_opinion(text, tenant_id)
-        if opinion is not None:
-            flagged, why = opinion
-            result = Verdict(result.score, result.features, result.labels, judge="llm", judge_reason=why,
-                             flagged=flagged)
+        if opinion is None:
+            return result  # not remembered: the model is asked again next time
+        flagged, why = opinion
+        result = Verdict(result.score, result.features, result.labels, judge="llm", judge_reason=why,
+                         flagged=flagged)
     with _cache_lock:
         _cache[key] = result
         if len(_cache) > _CACHE_SIZE:
