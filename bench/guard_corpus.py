@@ -70,6 +70,15 @@ def main() -> None:
           f"false positives {fps}/{benign} = {fps / benign:.1%}")
     print(f"time per text: median {statistics.median(timings):.0f} µs, max {max(timings):.0f} µs")
 
+    # Long texts: ordinary prose the size of the largest fact and of the largest notebook (the guard reads
+    # as much of a notebook as a context block can serve of it).
+    prose = "\n".join(item["text"] for part in corpus["benign"].values() for item in part)
+    for label, size in (("8 KB fact", 8 * 1024), ("1 MB notebook", 1024 * 1024)):
+        text = (prose * (size // len(prose) + 1))[:size]
+        started = time.perf_counter()
+        verdict(text + " " + label)  # a text of its own: not a cached verdict
+        print(f"{label}: {(time.perf_counter() - started) * 1000:.0f} ms")
+
     if "--locomo" in sys.argv and LOCOMO.exists():
         turns = [json.loads(line)["text"] for line in LOCOMO.read_text().splitlines() if line.strip()]
         flagged = [t for t in turns if verdict(t).flagged]
