@@ -163,6 +163,14 @@ def test_no_content_can_forge_the_fence_or_a_section_header(api, tenant):
     assert len(first["sections"][5]["included"]) == 5  # EPISODE_LIMIT, all of them withheld or quoted
 
 
+def test_the_listed_angle_brackets_are_every_character_that_folds_to_one():
+    from memory_admin.services.context import ANGLE_BRACKETS
+
+    computed = {chr(cp) for cp in range(0x20, 0x10000)
+                if not 0xD800 <= cp <= 0xDFFF and fold(chr(cp)) in ("<", ">", "<<", ">>")}
+    assert set(ANGLE_BRACKETS) == computed
+
+
 def test_a_stored_episode_summary_that_reads_as_instructions_is_withheld(api, tenant):
     user = MemoryUser.objects.create(tenant=tenant, external_id="gus")
     now = timezone.now()
