@@ -122,6 +122,8 @@ OPENAI_EMBEDDING_MODEL = os.environ.get("OPENAI_EMBEDDING_MODEL", "text-embeddin
 OPENAI_TIMEOUT_SECONDS = float(os.environ.get("OPENAI_TIMEOUT_SECONDS", "30"))
 # The contradiction judge: "rules" (offline, default) or "llm" (needs OPENAI_API_KEY).
 CONTRADICTION_JUDGE = os.environ.get("CONTRADICTION_JUDGE", "llm" if OPENAI_API_KEY else "rules")
+# The poisoning guard's second opinion on ambiguous texts: "rules" (none) or "llm" (needs OPENAI_API_KEY).
+GUARD_JUDGE = os.environ.get("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules")
 
 # Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
 # per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.

@@ -11,6 +11,7 @@ from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut,
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
+from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.notebook import check_notebook_size, notebook_save
 from memory_admin.services.skills import check_skill_path, check_skill_size, skill_save
 from memory_admin.services.users import user_erase, user_export
@@ -56,6 +57,7 @@ def get_notebook(request, user_id: str):
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
 def put_notebook(request, user_id: str, payload: NotebookIn):
     check_notebook_size(payload.content)  # before the first write creates the user: refusals write nothing
+    refuse_instructions(request.principal, payload.content, what="notebook")
     user = memory_user_for(request.principal, user_id, create=True)
     notebook = notebook_save(principal=request.principal, memory_user=user, content=payload.content,
                              base_version=payload.version, note=payload.note)
@@ -92,6 +94,7 @@ def get_skill(request, path: str, user_id: str | None = None):
 def put_skill(request, path: str, payload: SkillIn):
     check_skill_path(path)
     check_skill_size(payload.content)  # before the first write creates the user: refusals write nothing
+    refuse_instructions(request.principal, payload.content, what="skill")
     user = memory_user_for(request.principal, payload.user_id, create=True) if payload.user_id else None
     skill = skill_save(principal=request.principal, path=path, content=payload.content,
                        base_version=payload.version, memory_user=user)

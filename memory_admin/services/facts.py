@@ -26,7 +26,7 @@ from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookC
 from memory_admin.scoring import annotate_scores
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.guard import injection_reason
+from memory_admin.services.guard import injection_reason, refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_text
@@ -185,7 +185,8 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
         return result
 
     # 2. Poisoning guard: stored for review, never served.
-    reason = injection_reason(content) or ("source is external" if source == Fact.Source.EXTERNAL else None)
+    reason = (injection_reason(content, tenant_id=principal.tenant_id)
+              or ("source is external" if source == Fact.Source.EXTERNAL else None))
     if reason:
         return _Pending(fact, conf, done, quarantined=reason)
 
@@ -531,6 +532,8 @@ def fact_correct(
     check_fact_size(content)
     # Screen outside the transaction: a refusal's block record must survive the refusal.
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
+    # A correction replaces a served fact at once, so it is refused rather than quarantined.
+    refuse_instructions(principal, content, what="correction")
     vector = embed_one(content)
     with transaction.atomic():
         if old.memory_user_id:
