@@ -5,7 +5,7 @@ from __future__ import annotations
 from ninja import Router
 
 from memory_admin.api import api
-from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary
+from memory_admin.api.schemas import Identifier, NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary, text
 from memory_admin.errors import NotFound
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for, visible
@@ -14,6 +14,9 @@ from memory_admin.services.skills import check_skill_path, check_skill_size, ski
 from memory_admin.services.users import user_erase, user_export
 
 router = Router(tags=["memory"])
+# Checked (and normalised) by check_skill_path; the type bounds what reaches it.
+SkillPath = text(min_length=1, max_length=300)
+SkillPrefix = text(max_length=300)
 
 
 def _notebook_out(user, notebook: Notebook | None) -> dict:
@@ -27,13 +30,13 @@ def _notebook_out(user, notebook: Notebook | None) -> dict:
 
 
 @router.get("/users/{user_id}/notebook", response=NotebookOut)
-def get_notebook(request, user_id: str):
+def get_notebook(request, user_id: Identifier):
     user = memory_user_for(request.principal, user_id)
     return _notebook_out(user, visible(request.principal, Notebook.objects.filter(memory_user=user)).first())
 
 
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
-def put_notebook(request, user_id: str, payload: NotebookIn):
+def put_notebook(request, user_id: Identifier, payload: NotebookIn):
     check_notebook_size(payload.content)  # before the first write creates the user: refusals write nothing
     user = memory_user_for(request.principal, user_id, create=True)
     notebook = notebook_save(principal=request.principal, memory_user=user, content=payload.content,
@@ -55,7 +58,7 @@ def _skill_out(skill: Skill, *, full: bool = True) -> dict:
 
 
 @router.get("/skills", response=list[SkillSummary])
-def list_skills(request, prefix: str = "", user_id: str | None = None):
+def list_skills(request, prefix: SkillPrefix = "", user_id: Identifier | None = None):
     qs = visible(request.principal, Skill.objects.select_related("memory_user"))
     if user_id:
         user = memory_user_for(request.principal, user_id)
@@ -68,7 +71,7 @@ def list_skills(request, prefix: str = "", user_id: str | None = None):
 
 
 @router.get("/skills/{path:path}", response=SkillOut)
-def get_skill(request, path: str, user_id: str | None = None):
+def get_skill(request, path: SkillPath, user_id: Identifier | None = None):
     path = check_skill_path(path)
     user = memory_user_for(request.principal, user_id) if user_id else None
     skill = visible(request.principal, Skill.objects.select_related("memory_user")).filter(
@@ -80,7 +83,7 @@ def get_skill(request, path: str, user_id: str | None = None):
 
 
 @router.put("/skills/{path:path}", response=SkillOut)
-def put_skill(request, path: str, payload: SkillIn):
+def put_skill(request, path: SkillPath, payload: SkillIn):
     check_skill_path(path)
     check_skill_size(payload.content)  # before the first write creates the user: refusals write nothing
     user = memory_user_for(request.principal, payload.user_id, create=True) if payload.user_id else None
@@ -90,13 +93,13 @@ def put_skill(request, path: str, payload: SkillIn):
 
 
 @router.get("/users/{user_id}/export")
-def export_user(request, user_id: str):
+def export_user(request, user_id: Identifier):
     user = memory_user_for(request.principal, user_id)
     return user_export(principal=request.principal, memory_user=user)
 
 
 @router.delete("/users/{user_id}")
-def erase_user(request, user_id: str):
+def erase_user(request, user_id: Identifier):
     user = memory_user_for(request.principal, user_id)
     counts = user_erase(principal=request.principal, memory_user=user)
     return {"erased": True, "counts": counts}
