@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
@@ -11,6 +11,7 @@ from ninja import Schema
 from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 from memory_admin import scoring
+from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import Fact
 from memory_admin.textnorm import unreadable_reason
 
@@ -45,19 +46,14 @@ Identifier = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PA
 Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
 Limit = Annotated[StrictInt, Field(ge=1, le=200)]
 
-# Plausible times: nothing observed before 1900, nothing dated beyond 2200 (a fixed horizon rather
-# than "now + n years", so that a value accepted today is still accepted when replayed tomorrow).
-EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
-LATEST = datetime(2200, 1, 1, tzinfo=UTC)
-
-
 def _plausible(value: datetime) -> datetime:
-    if not EARLIEST <= value < LATEST:
-        raise ValueError(f"must lie between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d} (UTC)")
+    reason = implausible_time_reason(value)
+    if reason:
+        raise ValueError(reason)
     return value
 
 
-# A timezone-aware ISO 8601 time (`2024-05-01T09:30:00Z`, `…+02:00`); a naive one is refused.
+# A timezone-aware ISO 8601 time (`2024-05-01T09:30:00Z`, `…+02:00`) from 1900 up to 2200 (see inputs.py).
 Timestamp = Annotated[AwareDatetime, AfterValidator(_plausible)]
 
 METADATA_MAX_DEPTH = 16
