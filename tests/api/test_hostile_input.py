@@ -14,8 +14,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from memory_admin.models import Fact, Message, MemoryUser, TenantSettings, Thread
-from tests.api.test_bad_input import alice, alice_state, assert_refused, counts  # noqa: F401 - fixture
+from memory_admin.models import Fact, MemoryUser, Message, TenantSettings, Thread
+from tests.api import test_bad_input
+from tests.api.test_bad_input import alice_state, assert_refused, counts
+
+alice = test_bad_input.alice  # the fixture: alice with a fact, a notebook and a tenant skill
 
 # --- 1. timestamps -----------------------------------------------------------------------------------
 
