@@ -72,7 +72,7 @@ class AgentApi(NinjaAPI):
         for pattern in urls:
             pattern.callback = _json_method_not_allowed(pattern.callback)
         # Last: any other path under the API is a JSON 404, never Django's HTML page.
-        urls.append(re_path(r"^.*$", _unknown_route, name="unknown-route"))
+        urls.append(re_path(r"^[\s\S]*$", _unknown_route, name="unknown-route"))  # any path, even with a newline
         return urls
 
 

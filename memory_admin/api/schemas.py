@@ -30,12 +30,26 @@ def _readable(value: str) -> str:
     return value
 
 
-Text = Annotated[StrictStr, AfterValidator(_readable)]
+# What `_readable` accepts, for the OpenAPI schema only (the check itself is `unreadable_reason`).
+READABLE_PATTERN = r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\ud800-\udfff]*$"
 
 
 def text(**constraints: Any) -> Any:
-    """`Text` with length/pattern constraints (declared before the check so that OpenAPI shows them)."""
+    """A readable string with length/pattern constraints (declared before the check so that OpenAPI
+    shows them; without a pattern of its own, OpenAPI shows the readable-text pattern)."""
+    if "pattern" not in constraints:
+        constraints["json_schema_extra"] = {"pattern": READABLE_PATTERN}
     return Annotated[StrictStr, Field(**constraints), AfterValidator(_readable)]
+
+
+Text = text()
+
+
+def number(**constraints: Any) -> Any:
+    """A JSON number (integer or not, never a bool, NaN or Infinity) with bounds on both branches, so
+    that OpenAPI states them as minimum/maximum."""
+    floats = Annotated[StrictFloat, Field(allow_inf_nan=False, **constraints)]
+    return floats | Annotated[StrictInt, Field(**constraints)]
 
 
 IDENTIFIER_MAX = 200
@@ -87,7 +101,7 @@ Category = Literal["preference", "project", "technical", "personal", "other"]
 Kind = Literal["fact", "decision", "inference", "correction", "preference", "skill"]
 Source = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external"]
 Status = Literal["active", "superseded", "stale", "evicted", "quarantined"]
-Confidence = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1, allow_inf_nan=False)]
+Confidence = number(ge=0, le=1)
 
 
 class StrictIn(Schema):
@@ -102,7 +116,7 @@ class FactIn(StrictIn):
     confidence: Confidence | None = None
     source: Source = "agent_inferred"
     observed_at: Timestamp | None = None
-    ttl_days: Annotated[StrictFloat | StrictInt, Field(gt=0, le=36500)] | None = None
+    ttl_days: number(gt=0, le=36500) | None = None
     pinned: StrictBool = False
     importance: Confidence | None = None
     metadata: Metadata | None = None
@@ -302,18 +316,18 @@ class SettingsOut(Schema):
     episode_idle_minutes: int
 
 
-Unit = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)]
+Unit = number(ge=0, le=1)
 
 
 class SettingsPatch(StrictIn):
     confidence_threshold: Unit | None = None
-    dedup_similarity: Annotated[StrictFloat | StrictInt, Field(gt=0, le=1)] | None = None
-    contradiction_similarity: Annotated[StrictFloat | StrictInt, Field(gt=0, le=1)] | None = None
+    dedup_similarity: number(gt=0, le=1) | None = None
+    contradiction_similarity: number(gt=0, le=1) | None = None
     auto_resolve_gap: Unit | None = None
     fact_cap: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
     pii_policy: dict[Literal["email", "phone", "national_id"], Literal["block", "redact", "flag"]] | None = None
     search_weights: dict[Literal["vector", "keyword", "recency", "importance"],
-                         Annotated[StrictFloat | StrictInt, Field(ge=0, le=10)]] | None = None
+                         number(ge=0, le=10)] | None = None
     debounce_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] | None = None
     min_message_chars: Annotated[StrictInt, Field(ge=0, le=65536)] | None = None
     extraction_enabled: StrictBool | None = None

@@ -278,7 +278,8 @@ def test_out_of_range_batch_ids_are_422(api, batch_id):
 
 
 @pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/users/alice/nope", "/api/v1/facts/x/y/z",
-                                  "/api/v1/health/", "/api/v1/users/alice/facts/"])
+                                  "/api/v1/health/", "/api/v1/users/alice/facts/",
+                                  "/api/v1/skills/a%0Ab"])
 @pytest.mark.parametrize("method", ["get", "post", "delete"])
 def test_unknown_api_routes_answer_json_404(api, path, method):
     response = getattr(api.client, method)(path, HTTP_AUTHORIZATION=f"Bearer {api.key}")
