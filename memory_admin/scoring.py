@@ -15,9 +15,9 @@ staleness = 0.4·age factor + 0.3·access decay + 0.3·contradiction flag, in 0.
 Both forms are total: no stored value can make them raise (a fact dated 1500 or 2199, a negative
 access count, a NaN confidence written straight into the table). Postgres raises on float underflow
 (`exp(-1e6)`, or a product that rounds to 0), so every exponent is clamped to MAX_EXPONENT
-(exp(-50) ≈ 2e-22: "fully decayed"), and every factor and result below TINY counts as exactly 0, so
-that the products ranking builds from these scores cannot underflow either. Python mirrors each clamp,
-so the two forms still agree.
+(exp(-50) ≈ 2e-22: "fully decayed") and a stored confidence below TINY (or NaN) counts as exactly 0:
+effective confidence is then 0 or at least TINY·exp(−50) ≈ 2e-34, far from where the products
+ranking builds from it could underflow. Python mirrors each clamp, so the two forms still agree.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def terms(fact, now: datetime | None = None) -> dict:
     return {
         "confidence": confidence, "pinned": fact.pinned, "lambda": lam,
         "days_since_access": days_since_access, "decay": decay, "access_count": fact.access_count,
-        "reinforcement": reinforcement, "effective": _unit(confidence * decay * reinforcement),
+        "reinforcement": reinforcement, "effective": min(1.0, confidence * decay * reinforcement),
         "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay, "contested": fact.contested,
         "staleness": round(min(1.0, 0.4 * age_factor + 0.3 * access_decay + 0.3 * flag), 4),
         "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
@@ -128,7 +128,8 @@ def _exp_neg_sql(x: str) -> str:
 
 
 def _unit_sql(x: str) -> str:
-    # NaN compares above every number in Postgres, hence the explicit test.
+    # NaN compares above every number in Postgres, hence the explicit test. `x` appears three times:
+    # a column, never an expression holding a placeholder.
     return f"(CASE WHEN {x} >= {TINY} AND {x} <> 'NaN'::float8 THEN LEAST({x}, 1.0) ELSE 0.0 END)"
 
 
@@ -140,7 +141,7 @@ def effective_confidence_sql(table: str = "memory_admin_fact", now: str = "now()
     decay = _exp_neg_sql(f"{_lambda_sql(table + '.kind')} * {days}")
     reads = _exp_neg_sql(f"{table}.access_count / {REINFORCEMENT_SCALE}")
     reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - {reads}))"
-    decayed = _unit_sql(f"{confidence} * {decay} * {reinforcement}")
+    decayed = f"LEAST(1.0, {confidence} * {decay} * {reinforcement})"
     return f"(CASE WHEN {table}.pinned THEN {confidence} ELSE {decayed} END)"
 
 
