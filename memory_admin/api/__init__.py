@@ -70,10 +70,39 @@ class AgentApi(NinjaAPI):
     def _get_urls(self):
         urls = super()._get_urls()
         for pattern in urls:
-            pattern.callback = _json_method_not_allowed(pattern.callback)
+            pattern.callback = _json_method_not_allowed(_known_query_only(self, pattern.callback))
         # Last: any other path under the API is a JSON 404, never Django's HTML page.
         urls.append(re_path(r"^[\s\S]*$", _unknown_route, name="unknown-route"))  # any path, even with a newline
         return urls
+
+
+_ROUTE_PARAM = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
+
+
+@functools.cache
+def _query_names(api: NinjaAPI) -> dict[tuple[str, str], frozenset[str]]:
+    """(OpenAPI path, method) → the query parameters the schema documents for that operation."""
+    schema = api.get_openapi_schema()
+    return {(path, method.upper()): frozenset(p["name"] for p in op.get("parameters", []) if p["in"] == "query")
+            for path, methods in schema["paths"].items() for method, op in methods.items()}
+
+
+def _known_query_only(api: NinjaAPI, view):
+    """Refuse query parameters an operation does not document, as bodies refuse unknown fields: a
+    misspelt filter (`?stauts=stale`) must not silently answer the unfiltered list."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        route = request.resolver_match.route if request.resolver_match else ""
+        known = _query_names(api).get(("/" + _ROUTE_PARAM.sub(r"{\1}", route), request.method))
+        unknown = [name for name in request.GET if known is not None and name not in known]
+        if unknown:
+            field = unknown[0][:100] or "query"
+            return api.create_response(
+                request, _invalid([{"field": field, "reason": "unknown query parameter"}]), status=422)
+        return view(request, *args, **kwargs)
+
+    return wrapper
 
 
 def _json_method_not_allowed(view):

@@ -269,6 +269,15 @@ def test_setting_every_search_weight_to_zero_is_422(tenant, admin_api, alice):
     assert admin_api.get("users/alice/search", q="vim").status_code == 200
 
 
+@pytest.mark.parametrize(("path", "params"), [("users/alice/facts", {"stauts": "stale"}),
+                                              ("users/alice/search", {"q": "vim", "top_k": "3"}),
+                                              ("batches", {"": "null"}), ("health", {"verbose": "1"})])
+def test_an_undocumented_query_parameter_is_422_not_ignored(api, alice, path, params):
+    out = assert_refused(api.get(path, **params), 422, "invalid")
+    assert out["field"] == ([name for name in params if name != "q"][0] or "query")
+    assert api.get(path, **{k: v for k, v in params.items() if k in ("q",)}).status_code == 200
+
+
 @pytest.mark.parametrize("batch_id", ["0", "9" * 30])
 def test_out_of_range_batch_ids_are_422(api, batch_id):
     assert assert_refused(api.post(f"batches/{batch_id}/retry"), 422, "invalid")["field"] == "batch_id"

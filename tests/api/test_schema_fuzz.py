@@ -9,6 +9,8 @@ about two minutes on two cores. A failure prints the request that reproduces it.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import schemathesis
 from django.core.signals import request_finished, request_started
@@ -19,7 +21,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from memory_admin.services.keys import api_key_create
 from memory_admin.wsgi import application
 
-MAX_EXAMPLES = 12
+MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))  # raise locally for a deeper run
 
 # The schema view reads no table: loading it at collection needs no database.
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", application)
