@@ -19,8 +19,8 @@ from memory_admin.api.schemas import (
     FactPage,
     ForgetIn,
     HistoryOut,
-    Identifier,
     PinIn,
+    UserId,
     WriteOut,
     text,
 )
@@ -56,7 +56,7 @@ class FactFilters(Schema):
 
 
 @router.get("/users/{user_id}/facts", response=FactPage)
-def list_facts(request, user_id: Identifier, filters: Query[FactFilters]):
+def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
     user = memory_user_for(request.principal, user_id)
     limit = max(1, min(filters.limit, 200))
     rows, next_cursor = fact_list(
@@ -68,7 +68,7 @@ def list_facts(request, user_id: Identifier, filters: Query[FactFilters]):
 
 
 @router.post("/users/{user_id}/facts", response={200: WriteOut, 201: WriteOut})
-def write_fact(request, user_id: Identifier, payload: FactIn):
+def write_fact(request, user_id: UserId, payload: FactIn):
     check_fact_size(payload.content, payload.metadata)  # before the first write creates the user
     user = memory_user_for(request.principal, user_id, create=True)
     data = payload.dict(exclude_none=True)
@@ -94,7 +94,7 @@ def _write_out(result: WriteResult) -> dict:
 
 
 @router.post("/users/{user_id}/facts/batch", response=FactBatchOut)
-def write_facts(request, user_id: Identifier, payload: FactBatchIn):
+def write_facts(request, user_id: UserId, payload: FactBatchIn):
     """Up to 100 facts through the write path in one request: one embedding call, one transaction under
     one lock of the user, and an outcome per fact in the order given."""
     if len(payload.facts) > MAX_BATCH_FACTS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ninja import Router
 
 from memory_admin.api import api
-from memory_admin.api.schemas import Identifier, NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary, text
+from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary, UserId, text
 from memory_admin.errors import NotFound
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for, visible
@@ -30,13 +30,13 @@ def _notebook_out(user, notebook: Notebook | None) -> dict:
 
 
 @router.get("/users/{user_id}/notebook", response=NotebookOut)
-def get_notebook(request, user_id: Identifier):
+def get_notebook(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return _notebook_out(user, visible(request.principal, Notebook.objects.filter(memory_user=user)).first())
 
 
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
-def put_notebook(request, user_id: Identifier, payload: NotebookIn):
+def put_notebook(request, user_id: UserId, payload: NotebookIn):
     check_notebook_size(payload.content)  # before the first write creates the user: refusals write nothing
     user = memory_user_for(request.principal, user_id, create=True)
     notebook = notebook_save(principal=request.principal, memory_user=user, content=payload.content,
@@ -58,7 +58,7 @@ def _skill_out(skill: Skill, *, full: bool = True) -> dict:
 
 
 @router.get("/skills", response=list[SkillSummary])
-def list_skills(request, prefix: SkillPrefix = "", user_id: Identifier | None = None):
+def list_skills(request, prefix: SkillPrefix = "", user_id: UserId | None = None):
     qs = visible(request.principal, Skill.objects.select_related("memory_user"))
     if user_id:
         user = memory_user_for(request.principal, user_id)
@@ -71,7 +71,7 @@ def list_skills(request, prefix: SkillPrefix = "", user_id: Identifier | None = 
 
 
 @router.get("/skills/{path:path}", response=SkillOut)
-def get_skill(request, path: SkillPath, user_id: Identifier | None = None):
+def get_skill(request, path: SkillPath, user_id: UserId | None = None):
     path = check_skill_path(path)
     user = memory_user_for(request.principal, user_id) if user_id else None
     skill = visible(request.principal, Skill.objects.select_related("memory_user")).filter(
@@ -93,13 +93,13 @@ def put_skill(request, path: SkillPath, payload: SkillIn):
 
 
 @router.get("/users/{user_id}/export")
-def export_user(request, user_id: Identifier):
+def export_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return user_export(principal=request.principal, memory_user=user)
 
 
 @router.delete("/users/{user_id}")
-def erase_user(request, user_id: Identifier):
+def erase_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     counts = user_erase(principal=request.principal, memory_user=user)
     return {"erased": True, "counts": counts}

@@ -9,7 +9,7 @@ from uuid import UUID
 from ninja import Field, Query, Router, Schema
 
 from memory_admin.api import api
-from memory_admin.api.schemas import Identifier, StrictIn, Text, Timestamp, text
+from memory_admin.api.schemas import Identifier, StrictIn, Text, Timestamp, UserId, text
 from memory_admin.models import Episode, ExtractionBatch, Message
 from memory_admin.selectors.access import get_visible, memory_user_for, visible
 from memory_admin.services.extraction import MessageIn, batch_retry, message_post, thread_close, thread_for
@@ -150,7 +150,7 @@ def _episodes(principal):
 
 
 @router.post("/users/{user_id}/messages", response={202: MessagesOut})
-def post_messages(request, user_id: Identifier, payload: MessagesIn):
+def post_messages(request, user_id: UserId, payload: MessagesIn):
     user = memory_user_for(request.principal, user_id, create=True)
     result = message_post(
         principal=request.principal, memory_user=user, thread_id=payload.thread_id,
@@ -165,7 +165,7 @@ def post_messages(request, user_id: Identifier, payload: MessagesIn):
 
 
 @router.post("/users/{user_id}/threads/{thread_id}/close", response={202: CloseOut})
-def close_thread(request, user_id: Identifier, thread_id: Identifier, payload: CloseIn | None = None):
+def close_thread(request, user_id: UserId, thread_id: Identifier, payload: CloseIn | None = None):
     user = memory_user_for(request.principal, user_id)
     thread = thread_close(principal=request.principal, memory_user=user, thread_id=thread_id,
                           outcome=payload.outcome if payload else None)
@@ -174,7 +174,7 @@ def close_thread(request, user_id: Identifier, thread_id: Identifier, payload: C
 
 
 @router.get("/users/{user_id}/episodes", response=EpisodePage)
-def list_episodes(request, user_id: Identifier, filters: Query[EpisodeFilters]):
+def list_episodes(request, user_id: UserId, filters: Query[EpisodeFilters]):
     user = memory_user_for(request.principal, user_id)
     qs = _episodes(request.principal).filter(memory_user=user)
     if filters.since:

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 from memory_admin import scoring
 from memory_admin.inputs import implausible_time_reason
@@ -56,6 +67,7 @@ IDENTIFIER_MAX = 200
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=|-]*$"
 # A user, thread or task id: letters, digits and `_ . : @ + = | -`, at most 200 characters.
 Identifier = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN)
+UserId = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN, examples=["alice"])
 # A cursor is an opaque token this API returned: short, URL-safe.
 Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
 Limit = Annotated[StrictInt, Field(ge=1, le=200)]
@@ -67,8 +79,18 @@ def _plausible(value: datetime) -> datetime:
     return value
 
 
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    # pydantic would also read 1700000000 or "0.5" as seconds since 1970: the schema says date-time.
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("give an ISO 8601 date-time with a timezone, e.g. 2024-05-01T09:30:00Z")
+    return value
+
+
 # A timezone-aware ISO 8601 time (`2024-05-01T09:30:00Z`, `…+02:00`) from 1900 up to 2200 (see inputs.py).
-Timestamp = Annotated[AwareDatetime, AfterValidator(_plausible)]
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_plausible)]
 
 METADATA_MAX_DEPTH = 16
 
@@ -281,7 +303,7 @@ class NotebookIn(StrictIn):
 class SkillIn(StrictIn):
     content: Text
     version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
-    user_id: Identifier | None = None
+    user_id: UserId | None = None
 
 
 class SkillOut(Schema):

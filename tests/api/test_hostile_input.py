@@ -29,6 +29,9 @@ BAD_TIMES = [
     pytest.param("1899-12-31T23:59:59Z", id="just before 1900"),
     pytest.param("2200-01-01T00:00:00Z", id="the horizon"),
     pytest.param("9999-12-31T23:59:59+00:00", id="year 9999"),
+    pytest.param("1700000000", id="seconds since 1970, not ISO 8601"),
+    pytest.param("0.5", id="a number in a string"),
+    pytest.param(1700000000, id="a JSON number"),
 ]
 
 

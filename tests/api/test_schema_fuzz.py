@@ -20,6 +20,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from memory_admin.services.keys import api_key_create
 from memory_admin.wsgi import application
+from tests.conftest import Api
 
 MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))  # raise locally for a deeper run
 
@@ -28,9 +29,9 @@ schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", application)
 
 
 @pytest.fixture(autouse=True)
-def _connection_kept_open(db):
+def _connection_kept_open(admin_key):
     # As Django's test client does: the test's transaction holds the connection, so requests must not
-    # close it when they start and finish.
+    # close it when they start and finish. After the seed data: the test client reconnects the signal.
     request_started.disconnect(close_old_connections)
     request_finished.disconnect(close_old_connections)
     yield
@@ -40,8 +41,15 @@ def _connection_kept_open(db):
 
 @pytest.fixture
 def admin_key(tenant):
-    """An admin key of a tenant with one user, so that user routes answer more than 404."""
+    """An admin key of a tenant where `alice` (the user id the schema gives as its example) has facts,
+    a notebook and a thread, so that the user routes answer more than 404."""
     _, raw = api_key_create(tenant_id=tenant.pk, agent_name="fuzzer", is_admin=True)
+    api = Api(raw)
+    for content in ("Alice prefers vim", "Alice lives in Lyon", "Alice deploys with helm"):
+        assert api.post("users/alice/facts", {"content": content, "source": "user_stated"}).status_code == 201
+    assert api.put("users/alice/notebook", {"content": "# Alice\n- likes tea", "version": 0}).status_code == 200
+    assert api.post("users/alice/messages", {"thread_id": "alice", "messages": [
+        {"role": "user", "content": "I moved to Lyon last year"}]}).status_code == 202
     return raw
 
 
