@@ -22,7 +22,7 @@ from memory_admin.services.keys import api_key_create
 from memory_admin.wsgi import application
 from tests.conftest import Api
 
-MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "12"))  # raise locally for a deeper run
+MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))  # raise locally for a deeper run
 
 # The schema view reads no table: loading it at collection needs no database.
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", application)
