@@ -102,3 +102,10 @@ def test_an_implausible_as_of_date_is_explained(tenant, memory_user, operator, d
     response = operator.get(reverse("user_asof", args=[tenant.slug, memory_user.pk]), {"date": date})
     assert response.status_code == 200
     assert "must lie between 1900-01-01 and 2200-01-01" in response.content.decode()
+
+
+@pytest.mark.parametrize("page", ["audit", "pii"])
+@pytest.mark.parametrize("until", ["9999-12-31", "0001-01-01"])
+def test_date_filters_at_the_ends_of_the_calendar_do_not_fail(tenant, admin, page, until):
+    response = admin.get(reverse(page, args=[tenant.slug]), {"since": until, "until": until})
+    assert response.status_code == 200
