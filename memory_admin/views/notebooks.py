@@ -89,10 +89,14 @@ def notebook_restore_post(request: HttpRequest, ctx: dict) -> HttpResponse:
         return redirect(ctx["save_url"])
     if not ctx["can_edit"]:
         return forbidden(request, READ_ONLY)
+    version = whole_number(request.POST.get("version"), field="version")
+    base_version = whole_number(request.POST.get("base_version"), field="base_version")
     try:
+        if version is None or base_version is None:
+            raise KeyError("version")
         notebook_restore(principal=request.principal, memory_user=ctx["memory_user"],
-                         version=int(request.POST["version"]), base_version=int(request.POST["base_version"]))
-    except (KeyError, ValueError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
+                         version=version, base_version=base_version)
+    except (KeyError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
         raise Http404("No such revision.") from exc
     except DomainError as exc:
         ctx["error"] = exc.detail

@@ -109,3 +109,13 @@ def test_an_implausible_as_of_date_is_explained(tenant, memory_user, operator, d
 def test_date_filters_at_the_ends_of_the_calendar_do_not_fail(tenant, admin, page, until):
     response = admin.get(reverse(page, args=[tenant.slug]), {"since": until, "until": until})
     assert response.status_code == 200
+
+
+@pytest.mark.parametrize("version", ["abc", "9" * 30])
+def test_a_malformed_restore_version_is_422(tenant, memory_user, operator, version):
+    Notebook.objects.create(tenant=tenant, memory_user=memory_user, content="# Alice", version=1)
+    url = reverse("notebook_restore", args=[tenant.slug, memory_user.pk])
+    response = operator.post(url, {"version": version, "base_version": "1"})
+    assert response.status_code == 422
+    assert "version must be a whole number" in response.content.decode()
+    assert Notebook.objects.get(memory_user=memory_user).version == 1
