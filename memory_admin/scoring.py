@@ -11,6 +11,13 @@ staleness = 0.4·age factor + 0.3·access decay + 0.3·contradiction flag, in 0.
     access decay = 1 − exp(−days since last access / ACCESS_SCALE_DAYS)   (the same "last access")
     contradiction flag = 1 while the fact is part of an open contradiction.
     stale above 0.7 (half weight in ranking), eviction candidate above 0.9.
+
+Both forms are total: no stored value can make them raise (a fact dated 1500 or 2199, a negative
+access count, a NaN confidence written straight into the table). Postgres raises on float underflow
+(`exp(-1e6)`, or a product that rounds to 0), so every exponent is clamped to MAX_EXPONENT
+(exp(-50) ≈ 2e-22: "fully decayed") and a stored confidence below TINY (or NaN) counts as exactly 0:
+effective confidence is then 0 or at least TINY·exp(−50) ≈ 2e-34, far from where the products
+ranking builds from it could underflow. Python mirrors each clamp, so the two forms still agree.
 """
 
 from __future__ import annotations
@@ -37,12 +44,25 @@ AGE_SCALE_DAYS = 180.0
 ACCESS_SCALE_DAYS = 60.0
 STALE_THRESHOLD = 0.7
 EVICTION_THRESHOLD = 0.9
+MAX_EXPONENT = 50.0
+TINY = 1e-12
 
 
 def _days(since: datetime | None, now: datetime) -> float:
     if since is None:
         return 0.0
     return max(0.0, (now - since).total_seconds() / 86400.0)
+
+
+def _exp_neg(x: float) -> float:
+    """exp(−x) for x ≥ 0, with x clamped to [0, MAX_EXPONENT]."""
+    return math.exp(-min(max(x, 0.0), MAX_EXPONENT))
+
+
+def _unit(x) -> float:
+    """A confidence-like value in {0} ∪ [TINY, 1]: NaN and tiny values are 0, above 1 is 1."""
+    x = float(x or 0.0)
+    return min(x, 1.0) if x >= TINY else 0.0
 
 
 def _last_access(fact) -> datetime | None:
@@ -56,16 +76,17 @@ def terms(fact, now: datetime | None = None) -> dict:
     lam = DECAY_LAMBDA.get(fact.kind, DECAY_LAMBDA["fact"])
     days_since_access = _days(_last_access(fact), now)
     age_days = _days(fact.valid_from or fact.created_at, now)
-    decay = 1.0 if fact.pinned else math.exp(-lam * days_since_access)
+    confidence = _unit(fact.confidence)
+    decay = 1.0 if fact.pinned else _exp_neg(lam * days_since_access)
     reinforcement = 1.0 if fact.pinned else (
-        1 + REINFORCEMENT_MAX * (1 - math.exp(-(fact.access_count or 0) / REINFORCEMENT_SCALE)))
-    age_factor = 1 - math.exp(-age_days / AGE_SCALE_DAYS)
-    access_decay = 1 - math.exp(-days_since_access / ACCESS_SCALE_DAYS)
+        1 + REINFORCEMENT_MAX * (1 - _exp_neg((fact.access_count or 0) / REINFORCEMENT_SCALE)))
+    age_factor = 1 - _exp_neg(age_days / AGE_SCALE_DAYS)
+    access_decay = 1 - _exp_neg(days_since_access / ACCESS_SCALE_DAYS)
     flag = 1.0 if fact.contested else 0.0
     return {
-        "confidence": float(fact.confidence), "pinned": fact.pinned, "lambda": lam,
+        "confidence": confidence, "pinned": fact.pinned, "lambda": lam,
         "days_since_access": days_since_access, "decay": decay, "access_count": fact.access_count,
-        "reinforcement": reinforcement, "effective": min(1.0, float(fact.confidence) * decay * reinforcement),
+        "reinforcement": reinforcement, "effective": min(1.0, confidence * decay * reinforcement),
         "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay, "contested": fact.contested,
         "staleness": round(min(1.0, 0.4 * age_factor + 0.3 * access_decay + 0.3 * flag), 4),
         "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
@@ -97,23 +118,40 @@ def _last_access_sql(table: str) -> str:
     return f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
 
 
-def effective_confidence_sql(table: str = "memory_admin_fact") -> str:
-    last = _last_access_sql(table)
-    days = f"GREATEST(0, date_part('epoch', now() - {last}) / 86400.0)"
-    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
-    decayed = f"LEAST(1.0, {table}.confidence * exp(-{_lambda_sql(table + '.kind')} * {days}) * {reinforcement})"
-    return f"(CASE WHEN {table}.pinned THEN {table}.confidence ELSE {decayed} END)"
+def _days_sql(since: str, now: str) -> str:
+    # GREATEST/LEAST treat NaN as the largest value: a NaN age clamps to MAX_EXPONENT downstream.
+    return f"GREATEST(0, date_part('epoch', {now} - {since}) / 86400.0)"
+
+
+def _exp_neg_sql(x: str) -> str:
+    return f"exp(-LEAST(GREATEST({x}, 0), {MAX_EXPONENT}))"
+
+
+def _unit_sql(x: str) -> str:
+    # NaN compares above every number in Postgres, hence the explicit test. `x` appears three times:
+    # a column, never an expression holding a placeholder.
+    return f"(CASE WHEN {x} >= {TINY} AND {x} <> 'NaN'::float8 THEN LEAST({x}, 1.0) ELSE 0.0 END)"
+
+
+def effective_confidence_sql(table: str = "memory_admin_fact", now: str = "now()") -> str:
+    """`now` is an SQL expression for the time of evaluation (a `%s::timestamptz` placeholder for
+    "as of" questions)."""
+    days = _days_sql(_last_access_sql(table), now)
+    confidence = _unit_sql(f"{table}.confidence")
+    decay = _exp_neg_sql(f"{_lambda_sql(table + '.kind')} * {days}")
+    reads = _exp_neg_sql(f"{table}.access_count / {REINFORCEMENT_SCALE}")
+    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - {reads}))"
+    decayed = f"LEAST(1.0, {confidence} * {decay} * {reinforcement})"
+    return f"(CASE WHEN {table}.pinned THEN {confidence} ELSE {decayed} END)"
 
 
 def staleness_sql(table: str = "memory_admin_fact") -> str:
-    age_days = f"GREATEST(0, date_part('epoch', now() - COALESCE({table}.valid_from, {table}.created_at)) / 86400.0)"
-    last = _last_access_sql(table)
-    access_days = f"GREATEST(0, date_part('epoch', now() - {last}) / 86400.0)"
-    return (
-        f"LEAST(1.0, 0.4 * (1 - exp(-{age_days} / {AGE_SCALE_DAYS}))"
-        f" + 0.3 * (1 - exp(-{access_days} / {ACCESS_SCALE_DAYS}))"
-        f" + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))"
-    )
+    age_days = _days_sql(f"COALESCE({table}.valid_from, {table}.created_at)", "now()")
+    access_days = _days_sql(_last_access_sql(table), "now()")
+    age_factor = f"(1 - {_exp_neg_sql(f'{age_days} / {AGE_SCALE_DAYS}')})"
+    access_decay = f"(1 - {_exp_neg_sql(f'{access_days} / {ACCESS_SCALE_DAYS}')})"
+    return (f"LEAST(1.0, 0.4 * {age_factor} + 0.3 * {access_decay}"
+            f" + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))")
 
 
 def annotate_scores(queryset):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
+from django.urls import re_path
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
@@ -26,13 +28,110 @@ class BearerKey(HttpBearer):
         return principal
 
 
-class AgentAPI(NinjaAPI):
+# Error answers each operation can give besides its own (SPEC §11: every status code a route can return
+# is in its OpenAPI entry). Documented here once for all routes rather than on every decorator.
+_ERRORS_ALWAYS = {422: "Invalid input: `field` names what was wrong, `errors` lists every problem.",
+                  503: "The database cannot be reached; nothing was written."}
+_ERRORS_AUTHENTICATED = {401: "Missing, invalid or revoked API key.",
+                         403: "The key's role may not do this.",
+                         404: "No such object visible to this key (another tenant's objects look the same).",
+                         429: "Too many requests: retry after the `Retry-After` header's seconds."}
+_ERRORS_WITH_BODY = {413: "The request body or a field in it is over its size limit (`limit`)."}
+_ERRORS_ON_WRITE = {409: "A version conflict or a state that no longer allows this (`current_version`...)."}
+
+
+class AgentApi(NinjaAPI):
+    """NinjaAPI with stable operation ids, every error answer documented, and JSON 404/405 answers."""
+
     def get_openapi_operation_id(self, operation) -> str:
-        # Stable operation ids (the handler's name): the typed client and its drift test key on them.
+        # The handler's name (unique across the API): clients generated from the schema keep their
+        # method names when a module is renamed.
         return operation.view_func.__name__
 
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        from memory_admin.api.schemas import ErrorOut
 
-api = AgentAPI(
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+        error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
+        for methods in schema["paths"].values():
+            for method, operation in methods.items():
+                codes = dict(_ERRORS_ALWAYS)
+                if operation.get("security"):
+                    codes |= _ERRORS_AUTHENTICATED
+                if "requestBody" in operation:
+                    codes |= _ERRORS_WITH_BODY
+                if method != "get" and operation.get("security"):
+                    codes |= _ERRORS_ON_WRITE
+                responses = operation.setdefault("responses", {})
+                for status, description in sorted(codes.items()):
+                    responses.setdefault(status, {"description": description, **error})
+        return schema
+
+    def _get_urls(self):
+        urls = super()._get_urls()
+        for pattern in urls:
+            pattern.callback = _json_method_not_allowed(_known_query_only(self, pattern.callback))
+        # Last: any other path under the API is a JSON 404, never Django's HTML page.
+        urls.append(re_path(r"^[\s\S]*$", _unknown_route, name="unknown-route"))  # any path, even with a newline
+        return urls
+
+
+_ROUTE_PARAM = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
+
+
+@functools.cache
+def _query_names(api: NinjaAPI) -> dict[tuple[str, str], frozenset[str]]:
+    """(OpenAPI path, method) → the query parameters the schema documents for that operation."""
+    schema = api.get_openapi_schema()
+    return {(path, method.upper()): frozenset(p["name"] for p in op.get("parameters", []) if p["in"] == "query")
+            for path, methods in schema["paths"].items() for method, op in methods.items()}
+
+
+def _known_query_only(api: NinjaAPI, view):
+    """Refuse query parameters an operation does not document, as bodies refuse unknown fields: a
+    misspelt filter (`?stauts=stale`) must not silently answer the unfiltered list."""
+
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        route = request.resolver_match.route if request.resolver_match else ""
+        known = _query_names(api).get(("/" + _ROUTE_PARAM.sub(r"{\1}", route), request.method))
+        unknown = [name for name in request.GET if known is not None and name not in known]
+        if unknown:
+            field = unknown[0][:100] or "query"
+            return api.create_response(
+                request, _invalid([{"field": field, "reason": "unknown query parameter"}]), status=422)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _json_method_not_allowed(view):
+    @functools.wraps(view)  # keeps csrf_exempt
+    def wrapper(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if response.status_code == 405:
+            allowed = response.get("Allow", "")
+            response = JsonResponse(
+                {"code": "method_not_allowed", "detail": f"{request.method} is not allowed here; use {allowed}.",
+                 "allowed": [m.strip() for m in allowed.split(",") if m.strip()]},
+                status=405,
+            )
+            response["Allow"] = allowed
+        return response
+
+    return wrapper
+
+
+def _unknown_route(request, *args, **kwargs):
+    return JsonResponse({"code": "not_found", "detail": "No such API route; see /api/v1/docs."}, status=404)
+
+
+_unknown_route.csrf_exempt = True
+
+
+api = AgentApi(
     title="memory-admin agent API",
     version="1",
     description="Memory for AI agents: write facts, search, fetch a token-capped context block.",
@@ -82,8 +181,9 @@ def _auth_error(request, exc):
 
 @api.exception_handler(HttpError)
 def _http_error(request, exc: HttpError):
-    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
-        # ninja's "Cannot parse request body": malformed JSON (or not UTF-8) is invalid input (SPEC §11).
+    if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+        # ninja's "Cannot parse request body": malformed JSON (or not UTF-8, or nested beyond what the
+        # parser can follow) is invalid input (SPEC §11).
         return api.create_response(
             request, _invalid([{"field": "body", "reason": "the request body is not valid JSON"}]), status=422
         )

@@ -11,6 +11,7 @@ from memory_admin.api import api
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
     CorrectIn,
+    Cursor,
     FactBatchIn,
     FactBatchOut,
     FactIn,
@@ -19,7 +20,9 @@ from memory_admin.api.schemas import (
     ForgetIn,
     HistoryOut,
     PinIn,
+    UserId,
     WriteOut,
+    text,
 )
 from memory_admin.errors import TooLarge
 from memory_admin.selectors.access import memory_user_for
@@ -38,18 +41,22 @@ from memory_admin.services.facts import (
 router = Router(tags=["facts"])
 
 
+KeyFilter = text(max_length=200)
+TextFilter = text(max_length=2000)
+
+
 class FactFilters(Schema):
     status: Literal["active", "superseded", "stale", "evicted", "quarantined", "any"] = "active"
     category: Literal["preference", "project", "technical", "personal", "other"] | None = None
     kind: Literal["fact", "decision", "inference", "correction", "preference", "skill"] | None = None
-    key: str | None = None
-    text: str | None = None
-    cursor: str | None = None
+    key: KeyFilter | None = None
+    text: TextFilter | None = None
+    cursor: Cursor | None = None
     limit: int = 50
 
 
 @router.get("/users/{user_id}/facts", response=FactPage)
-def list_facts(request, user_id: str, filters: Query[FactFilters]):
+def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
     user = memory_user_for(request.principal, user_id)
     limit = max(1, min(filters.limit, 200))
     rows, next_cursor = fact_list(
@@ -61,7 +68,7 @@ def list_facts(request, user_id: str, filters: Query[FactFilters]):
 
 
 @router.post("/users/{user_id}/facts", response={200: WriteOut, 201: WriteOut})
-def write_fact(request, user_id: str, payload: FactIn):
+def write_fact(request, user_id: UserId, payload: FactIn):
     check_fact_size(payload.content, payload.metadata)  # before the first write creates the user
     user = memory_user_for(request.principal, user_id, create=True)
     data = payload.dict(exclude_none=True)
@@ -87,7 +94,7 @@ def _write_out(result: WriteResult) -> dict:
 
 
 @router.post("/users/{user_id}/facts/batch", response=FactBatchOut)
-def write_facts(request, user_id: str, payload: FactBatchIn):
+def write_facts(request, user_id: UserId, payload: FactBatchIn):
     """Up to 100 facts through the write path in one request: one embedding call, one transaction under
     one lock of the user, and an outcome per fact in the order given."""
     if len(payload.facts) > MAX_BATCH_FACTS:

@@ -7,7 +7,7 @@ from datetime import datetime
 from ninja import Router, Schema
 
 from memory_admin.api import api
-from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary
+from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary, UserId, text
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
@@ -17,6 +17,10 @@ from memory_admin.services.skills import check_skill_path, check_skill_size, ski
 from memory_admin.services.users import user_erase, user_export
 
 router = Router(tags=["memory"])
+# Checked (and normalised) by check_skill_path; the type bounds what reaches it.
+SkillPath = text(min_length=1, max_length=300)
+SkillPrefix = text(max_length=300)
+UserPrefix = text(max_length=200)
 
 
 def _notebook_out(user, notebook: Notebook | None) -> dict:
@@ -41,7 +45,7 @@ class UserPage(Schema):
 
 
 @router.get("/users", response=UserPage)
-def list_users(request, prefix: str = "", cursor: str = "", limit: int = 100):
+def list_users(request, prefix: UserPrefix = "", cursor: UserPrefix = "", limit: int = 100):
     """The memory users this key reaches (erased ones excluded), by id, with the tasks they hold facts in."""
     items, next_cursor = memory_users_listed(request.principal, prefix=prefix, after=cursor,
                                              limit=max(1, min(limit, 500)))
@@ -49,13 +53,13 @@ def list_users(request, prefix: str = "", cursor: str = "", limit: int = 100):
 
 
 @router.get("/users/{user_id}/notebook", response=NotebookOut)
-def get_notebook(request, user_id: str):
+def get_notebook(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return _notebook_out(user, notebook_of(request.principal, user))
 
 
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
-def put_notebook(request, user_id: str, payload: NotebookIn):
+def put_notebook(request, user_id: UserId, payload: NotebookIn):
     check_notebook_size(payload.content)  # before the first write creates the user: refusals write nothing
     refuse_instructions(request.principal, payload.content, what="notebook")
     user = memory_user_for(request.principal, user_id, create=True)
@@ -78,20 +82,20 @@ def _skill_out(skill: Skill, *, full: bool = True) -> dict:
 
 
 @router.get("/skills", response=list[SkillSummary])
-def list_skills(request, prefix: str = "", user_id: str | None = None):
+def list_skills(request, prefix: SkillPrefix = "", user_id: UserId | None = None):
     user = memory_user_for(request.principal, user_id) if user_id else None
     return [_skill_out(s, full=False) for s in skills_listed(request.principal, prefix=prefix, memory_user=user)]
 
 
 @router.get("/skills/{path:path}", response=SkillOut)
-def get_skill(request, path: str, user_id: str | None = None):
+def get_skill(request, path: SkillPath, user_id: UserId | None = None):
     path = check_skill_path(path)
     user = memory_user_for(request.principal, user_id) if user_id else None
     return _skill_out(skill_at(request.principal, path, memory_user=user))
 
 
 @router.put("/skills/{path:path}", response=SkillOut)
-def put_skill(request, path: str, payload: SkillIn):
+def put_skill(request, path: SkillPath, payload: SkillIn):
     check_skill_path(path)
     check_skill_size(payload.content)  # before the first write creates the user: refusals write nothing
     refuse_instructions(request.principal, payload.content, what="skill")
@@ -102,13 +106,13 @@ def put_skill(request, path: str, payload: SkillIn):
 
 
 @router.get("/users/{user_id}/export")
-def export_user(request, user_id: str):
+def export_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return user_export(principal=request.principal, memory_user=user)
 
 
 @router.delete("/users/{user_id}")
-def erase_user(request, user_id: str):
+def erase_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     counts = user_erase(principal=request.principal, memory_user=user)
     return {"erased": True, "counts": counts}

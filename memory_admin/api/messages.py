@@ -7,10 +7,9 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from ninja import Field, Query, Router, Schema
-from pydantic import StrictStr
 
 from memory_admin.api import api
-from memory_admin.api.schemas import StrictIn
+from memory_admin.api.schemas import Identifier, StrictIn, Text, Timestamp, UserId, text
 from memory_admin.models import Episode, ExtractionBatch, Message
 from memory_admin.selectors.access import get_visible, memory_user_for, visible
 from memory_admin.services.extraction import MessageIn, batch_retry, message_post, thread_close, thread_for
@@ -23,12 +22,12 @@ Outcome = Literal["success", "failure", "unknown"]
 
 class MessageItemIn(StrictIn):
     role: Role
-    content: StrictStr
-    created_at: datetime | None = None
+    content: Text
+    created_at: Timestamp | None = None
 
 
 class MessagesIn(StrictIn):
-    thread_id: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    thread_id: Identifier
     messages: Annotated[list[MessageItemIn], Field(min_length=1)]
 
 
@@ -93,12 +92,16 @@ class EpisodePage(Schema):
     next_cursor: str | None
 
 
+# An offset this API returned (digits); bounded so that it stays a valid SQL OFFSET.
+EpisodeCursor = text(max_length=9, pattern=r"^[0-9]+$")
+
+
 class EpisodeFilters(Schema):
-    since: datetime | None = None  # episodes that ended at or after
-    until: datetime | None = None  # episodes that started before
-    thread_id: str | None = None
+    since: Timestamp | None = None  # episodes that ended at or after
+    until: Timestamp | None = None  # episodes that started before
+    thread_id: Identifier | None = None
     outcome: Outcome | None = None
-    cursor: str | None = None
+    cursor: EpisodeCursor | None = None
     limit: int = 50
 
 
@@ -147,7 +150,7 @@ def _episodes(principal):
 
 
 @router.post("/users/{user_id}/messages", response={202: MessagesOut})
-def post_messages(request, user_id: str, payload: MessagesIn):
+def post_messages(request, user_id: UserId, payload: MessagesIn):
     user = memory_user_for(request.principal, user_id, create=True)
     result = message_post(
         principal=request.principal, memory_user=user, thread_id=payload.thread_id,
@@ -162,7 +165,7 @@ def post_messages(request, user_id: str, payload: MessagesIn):
 
 
 @router.post("/users/{user_id}/threads/{thread_id}/close", response={202: CloseOut})
-def close_thread(request, user_id: str, thread_id: str, payload: CloseIn | None = None):
+def close_thread(request, user_id: UserId, thread_id: Identifier, payload: CloseIn | None = None):
     user = memory_user_for(request.principal, user_id)
     thread = thread_close(principal=request.principal, memory_user=user, thread_id=thread_id,
                           outcome=payload.outcome if payload else None)
@@ -171,7 +174,7 @@ def close_thread(request, user_id: str, thread_id: str, payload: CloseIn | None 
 
 
 @router.get("/users/{user_id}/episodes", response=EpisodePage)
-def list_episodes(request, user_id: str, filters: Query[EpisodeFilters]):
+def list_episodes(request, user_id: UserId, filters: Query[EpisodeFilters]):
     user = memory_user_for(request.principal, user_id)
     qs = _episodes(request.principal).filter(memory_user=user)
     if filters.since:
@@ -183,7 +186,7 @@ def list_episodes(request, user_id: str, filters: Query[EpisodeFilters]):
     if filters.outcome:
         qs = qs.filter(outcome=filters.outcome)
     limit = max(1, min(filters.limit, 200))
-    offset = int(filters.cursor) if filters.cursor and filters.cursor.isdigit() else 0
+    offset = int(filters.cursor) if filters.cursor else 0
     rows = list(qs.order_by("-started_at", "-created_at")[offset: offset + limit + 1])
     more = len(rows) > limit
     return {"items": [_episode_out(e) for e in rows[:limit]], "next_cursor": str(offset + limit) if more else None}
@@ -209,8 +212,11 @@ def list_batches(request, status: Literal["pending", "running", "done", "failed"
     return [_batch_out(b) for b in qs.order_by("-created_at")[: max(1, min(limit, 200))]]
 
 
+BatchId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+
+
 @router.post("/batches/{batch_id}/retry", response={202: BatchOut})
-def retry_batch(request, batch_id: int):
+def retry_batch(request, batch_id: BatchId):
     batch = batch_retry(request.principal, batch_id)
     batch = ExtractionBatch.objects.select_related("memory_user", "thread").get(pk=batch.pk)
     return 202, _batch_out(batch)

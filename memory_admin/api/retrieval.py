@@ -8,7 +8,7 @@ from django.http import HttpResponse
 from ninja import Router, Schema
 
 from memory_admin.api import api
-from memory_admin.api.schemas import FactOut
+from memory_admin.api.schemas import FactOut, Text, UserId
 from memory_admin.errors import Invalid
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.search import INCLUDABLE, fact_search, parse_include
@@ -80,7 +80,7 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
 
 
 @router.get("/users/{user_id}/search", response=SearchOut)
-def search(request, response: HttpResponse, user_id: str, q: str, k: int = 10, include: str = ""):
+def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 10, include: Text = ""):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
     if len(q) > MAX_QUERY_CHARS:
@@ -104,7 +104,7 @@ def search(request, response: HttpResponse, user_id: str, q: str, k: int = 10, i
 
 
 @router.get("/users/{user_id}/context", response=ContextOut)
-def context(request, response: HttpResponse, user_id: str, task: str = "", budget_tokens: int = 2000):
+def context(request, response: HttpResponse, user_id: UserId, task: Text = "", budget_tokens: int = 2000):
     if not MIN_BUDGET_TOKENS <= budget_tokens <= MAX_BUDGET_TOKENS:
         raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.",
                       field="budget_tokens")

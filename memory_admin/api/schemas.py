@@ -2,47 +2,154 @@
 
 from __future__ import annotations
 
+import math
+import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from ninja import Schema
-from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+)
 
 from memory_admin import scoring
+from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import Fact
+from memory_admin.textnorm import unreadable_reason
+
+# --- Field types shared by every route (SPEC §11): one definition of what a hostile value is --------
+#
+# Every string the API accepts is `Text` (or a narrower type built on it): NUL, lone surrogates and
+# control characters other than tab and line ends are refused with 422 before anything runs.
+# Identifiers are short and drawn from a safe set, so they fit in a URL path segment (no `/`), a log
+# line and the audit log as they are. Timestamps must carry a zone and lie in a plausible window.
+
+
+def _readable(value: str) -> str:
+    reason = unreadable_reason(value)
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+# What `_readable` accepts, for the OpenAPI schema only (the check itself is `unreadable_reason`).
+READABLE_PATTERN = r"^[^\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\ud800-\udfff]*$"
+
+
+def text(**constraints: Any) -> Any:
+    """A readable string with length/pattern constraints (declared before the check so that OpenAPI
+    shows them; without a pattern of its own, OpenAPI shows the readable-text pattern)."""
+    if "pattern" not in constraints:
+        constraints["json_schema_extra"] = {"pattern": READABLE_PATTERN}
+    return Annotated[StrictStr, Field(**constraints), AfterValidator(_readable)]
+
+
+Text = text()
+
+
+def number(**constraints: Any) -> Any:
+    """A JSON number (integer or not, never a bool, NaN or Infinity) with bounds on both branches, so
+    that OpenAPI states them as minimum/maximum."""
+    floats = Annotated[StrictFloat, Field(allow_inf_nan=False, **constraints)]
+    return floats | Annotated[StrictInt, Field(**constraints)]
+
+
+IDENTIFIER_MAX = 200
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=|-]*$"
+# A user, thread or task id: letters, digits and `_ . : @ + = | -`, at most 200 characters.
+Identifier = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN)
+UserId = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN, examples=["alice"])
+# A cursor is an opaque token this API returned: short, URL-safe.
+Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
+Limit = Annotated[StrictInt, Field(ge=1, le=200)]
+
+def _plausible(value: datetime) -> datetime:
+    reason = implausible_time_reason(value)
+    if reason:
+        raise ValueError(reason)
+    return value
+
+
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
+
+
+def _iso_text(value: Any) -> Any:
+    # pydantic would also read 1700000000 or "0.5" as seconds since 1970: the schema says date-time.
+    if not isinstance(value, str) or not _ISO_DATE.match(value):
+        raise ValueError("give an ISO 8601 date-time with a timezone, e.g. 2024-05-01T09:30:00Z")
+    return value
+
+
+# A timezone-aware ISO 8601 time (`2024-05-01T09:30:00Z`, `…+02:00`) from 1900 up to 2200 (see inputs.py).
+Timestamp = Annotated[AwareDatetime, BeforeValidator(_iso_text), AfterValidator(_plausible)]
+
+METADATA_MAX_DEPTH = 16
+
+
+def _json_tree(value: Any, depth: int = 0) -> None:
+    if depth > METADATA_MAX_DEPTH:
+        raise ValueError(f"nested deeper than {METADATA_MAX_DEPTH} levels")
+    if isinstance(value, str):
+        _readable(value)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and Infinity are not JSON numbers")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _readable(str(key))
+            _json_tree(item, depth + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _json_tree(item, depth + 1)
+
+
+def _metadata(value: dict[str, Any]) -> dict[str, Any]:
+    _json_tree(value)
+    return value
+
+
+# Free-form JSON attached to a fact: readable strings (keys too), finite numbers, bounded depth.
+Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
 
 Category = Literal["preference", "project", "technical", "personal", "other"]
 Kind = Literal["fact", "decision", "inference", "correction", "preference", "skill"]
 Source = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external"]
 Status = Literal["active", "superseded", "stale", "evicted", "quarantined"]
-Confidence = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)]
+Confidence = number(ge=0, le=1)
 
 
 class StrictIn(Schema):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class FactIn(StrictIn):
-    content: StrictStr
-    key: Annotated[StrictStr, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$")] | None = None
+    content: Text
+    key: text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$") | None = None
     category: Category = "other"
     kind: Kind = "fact"
     confidence: Confidence | None = None
     source: Source = "agent_inferred"
-    observed_at: datetime | None = None
-    ttl_days: Annotated[StrictFloat | StrictInt, Field(gt=0, le=36500)] | None = None
+    observed_at: Timestamp | None = None
+    ttl_days: number(gt=0, le=36500) | None = None
     pinned: StrictBool = False
     importance: Confidence | None = None
-    metadata: dict[str, Any] | None = None
-    task_id: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    metadata: Metadata | None = None
+    task_id: Identifier | None = None
 
 
 class CorrectIn(StrictIn):
-    content: StrictStr
+    content: Text
     confidence: Confidence | None = None
     category: Category | None = None
-    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
+    reason: text(max_length=2000) = ""
 
 
 class PinIn(StrictIn):
@@ -50,7 +157,7 @@ class PinIn(StrictIn):
 
 
 class ForgetIn(StrictIn):
-    reason: Annotated[StrictStr, Field(max_length=2000)] = ""
+    reason: text(max_length=2000) = ""
 
 
 class FactOut(Schema):
@@ -188,15 +295,15 @@ class NotebookOut(Schema):
 
 
 class NotebookIn(StrictIn):
-    content: StrictStr
-    version: Annotated[StrictInt, Field(ge=0)]
-    note: Annotated[StrictStr, Field(max_length=500)] = ""
+    content: Text
+    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
+    note: text(max_length=500) = ""
 
 
 class SkillIn(StrictIn):
-    content: StrictStr
-    version: Annotated[StrictInt, Field(ge=0)] | None = None
-    user_id: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    content: Text
+    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
+    user_id: UserId | None = None
 
 
 class SkillOut(Schema):
@@ -231,18 +338,18 @@ class SettingsOut(Schema):
     episode_idle_minutes: int
 
 
-Unit = Annotated[StrictFloat | StrictInt, Field(ge=0, le=1)]
+Unit = number(ge=0, le=1)
 
 
 class SettingsPatch(StrictIn):
     confidence_threshold: Unit | None = None
-    dedup_similarity: Annotated[StrictFloat | StrictInt, Field(gt=0, le=1)] | None = None
-    contradiction_similarity: Annotated[StrictFloat | StrictInt, Field(gt=0, le=1)] | None = None
+    dedup_similarity: number(gt=0, le=1) | None = None
+    contradiction_similarity: number(gt=0, le=1) | None = None
     auto_resolve_gap: Unit | None = None
     fact_cap: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
     pii_policy: dict[Literal["email", "phone", "national_id"], Literal["block", "redact", "flag"]] | None = None
     search_weights: dict[Literal["vector", "keyword", "recency", "importance"],
-                         Annotated[StrictFloat | StrictInt, Field(ge=0, le=10)]] | None = None
+                         number(ge=0, le=10)] | None = None
     debounce_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] | None = None
     min_message_chars: Annotated[StrictInt, Field(ge=0, le=65536)] | None = None
     extraction_enabled: StrictBool | None = None
@@ -250,5 +357,10 @@ class SettingsPatch(StrictIn):
 
 
 class ErrorOut(Schema):
+    """Every 4xx/5xx answer: a stable `code`, a sentence, and fields that depend on the code (`field`
+    and `errors` for `invalid`, `limit` for size limits, `current_version` for conflicts...)."""
+
+    model_config = ConfigDict(extra="allow")
+
     code: str
     detail: str

@@ -7,6 +7,7 @@ from ninja import Router
 
 from memory_admin.api import api
 from memory_admin.api.schemas import SettingsOut, SettingsPatch
+from memory_admin.errors import Invalid
 from memory_admin.selectors.access import ADMIN, require_tenant_wide
 from memory_admin.selectors.health import background_status, database_reachable
 from memory_admin.services.audit import audit
@@ -75,6 +76,9 @@ def patch_settings(request, payload: SettingsPatch):
             changes["pii_policy"] = {**obj.pii_policy, **changes["pii_policy"]}
         if "search_weights" in changes:
             changes["search_weights"] = {**obj.search_weights, **changes["search_weights"]}
+            if not any(changes["search_weights"].values()):
+                # Every hit would score 0: ranking would be arbitrary. Refuse rather than store it.
+                raise Invalid("search_weights: at least one weight must be above 0.", field="search_weights")
         for name, value in changes.items():
             setattr(obj, name, value)
         obj.save()

@@ -26,10 +26,7 @@ from memory_admin.models import (
     PiiBlock,
 )
 from memory_admin.scoring import (
-    DECAY_LAMBDA,
     EVICTION_THRESHOLD,
-    REINFORCEMENT_MAX,
-    REINFORCEMENT_SCALE,
     STALE_THRESHOLD,
     annotate_scores,
     effective_confidence_sql,
@@ -528,13 +525,8 @@ GC_REPORT_LIMIT = 200
 
 def _eff_conf_at_sql(table: str = "memory_admin_fact") -> str:
     """Effective confidence at the time bound as the one SQL parameter (scoring.py's formula with
-    that time for now(); pinned facts never reach the rule that uses it)."""
-    lam = " ".join(f"WHEN '{kind}' THEN {value}" for kind, value in DECAY_LAMBDA.items())
-    last = f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
-    days = f"GREATEST(0, EXTRACT(EPOCH FROM (%s::timestamptz - {last})) / 86400.0)"
-    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - exp(-{table}.access_count / {REINFORCEMENT_SCALE})))"
-    return (f"LEAST(1.0, {table}.confidence * exp(-(CASE {table}.kind {lam} ELSE {DECAY_LAMBDA['fact']} END)"
-            f" * {days}) * {reinforcement})")
+    that time for now())."""
+    return effective_confidence_sql(table, now="%s::timestamptz")
 
 
 def gc_rule_querysets(tenant_id: int, now: datetime) -> dict[str, QuerySet[Fact]]:

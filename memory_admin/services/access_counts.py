@@ -21,10 +21,13 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import BigIntegerField, F, Value
+from django.db.models.functions import Cast, Least
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
+MAX_ACCESS_COUNT = 2**31 - 1  # the column is an int4
+
 _lock = threading.Lock()
 _pending: dict[str, tuple[int, datetime]] = {}  # fact id → (reads, latest read)
 _flusher: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
@@ -43,7 +46,9 @@ def record_access(fact_ids) -> None:
     if _interval() <= 0:
         from memory_admin.models import Fact
 
-        Fact.objects.filter(pk__in=ids).update(access_count=F("access_count") + 1, last_accessed_at=now)
+        # Saturating: a count at the int4 limit stays there rather than failing the read.
+        count = Least(Cast(F("access_count"), BigIntegerField()) + 1, Value(MAX_ACCESS_COUNT))
+        Fact.objects.filter(pk__in=ids).update(access_count=count, last_accessed_at=now)
         return
     with _lock:
         for fact_id in ids:
@@ -65,7 +70,8 @@ def flush() -> int:
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(
-                "UPDATE memory_admin_fact AS f SET access_count = f.access_count + v.n,"
+                "UPDATE memory_admin_fact AS f"
+                f" SET access_count = LEAST(f.access_count::int8 + v.n, {MAX_ACCESS_COUNT}),"
                 " last_accessed_at = GREATEST(COALESCE(f.last_accessed_at, v.t), v.t)"
                 f" FROM (VALUES {values}) AS v(id, n, t) WHERE f.id = v.id",
                 params,

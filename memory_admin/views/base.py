@@ -17,7 +17,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from memory_admin.errors import DomainError, Forbidden, NotFound
+from memory_admin.errors import DomainError, Forbidden, Invalid, NotFound
+from memory_admin.inputs import unreadable_field
 from memory_admin.selectors.access import ADMIN, AUDIT, CURATE, READ, WRITE_MEMORY
 from memory_admin.selectors.staff import memberships_of, principal_from_membership
 
@@ -78,12 +79,19 @@ def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
                 return forbidden(request, "Members see their own notebook and facts only.")
             if not principal.can(ability):
                 return forbidden(request, f"Your role ({principal.role}) may not open this page.")
+            # One check for every filter and form field of every page (SPEC §11), before any view runs.
+            unreadable = unreadable_field(request.GET) or (
+                unreadable_field(request.POST) if request.method == "POST" else None)
+            if unreadable:
+                return invalid(request, f"The field “{unreadable[0]}” {unreadable[1]}; nothing was changed.")
             try:
                 return view(request, *args, **kwargs)
             except NotFound as exc:
                 raise Http404(exc.detail) from exc
             except Forbidden as exc:
                 return forbidden(request, exc.detail)
+            except Invalid as exc:
+                return invalid(request, f"{exc.detail} Nothing was changed.")
 
         return wrapper
 
@@ -92,6 +100,10 @@ def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
 
 def forbidden(request: HttpRequest, detail: str) -> HttpResponse:
     return render(request, "dashboard/error.html", {"title": "Not allowed", "detail": detail}, status=403)
+
+
+def invalid(request: HttpRequest, detail: str) -> HttpResponse:
+    return render(request, "dashboard/error.html", {"title": "Invalid input", "detail": detail}, status=422)
 
 
 def domain_error(request: HttpRequest, exc: DomainError, *, template: str = "dashboard/_flash.html") -> HttpResponse:

@@ -12,6 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from memory_admin.errors import Conflict, DomainError
+from memory_admin.inputs import whole_number
 from memory_admin.models import Notebook, NotebookRevision
 from memory_admin.selectors.access import WRITE_MEMORY, visible
 from memory_admin.services.notebook import notebook_restore, notebook_save
@@ -31,8 +32,8 @@ def notebook_page(request: HttpRequest, ctx: dict, *, draft: str | None = None, 
             visible(request.principal, NotebookRevision.objects.filter(notebook=notebook))
             .only("version", "author", "note", "created_at", "notebook_id").order_by("-version")[:50]
         )
-        diff_version = request.GET.get("diff")
-        if diff_version and diff_version.isdigit():
+        diff_version = whole_number(request.GET.get("diff"), field="diff")
+        if diff_version is not None:
             pair = {r.version: r for r in visible(request.principal, NotebookRevision.objects.filter(
                 notebook=notebook, version__in=[int(diff_version) - 1, int(diff_version)]))}
             new = pair.get(int(diff_version))
@@ -58,10 +59,7 @@ def notebook_post(request: HttpRequest, ctx: dict) -> HttpResponse:
     """Preview or save the editor's draft. On a conflict nothing is overwritten: the draft stays in the
     editor next to a diff against the version saved meanwhile."""
     draft = request.POST.get("content", "").replace("\r\n", "\n")
-    try:
-        base_version = int(request.POST.get("base_version", "0"))
-    except ValueError:
-        base_version = 0
+    base_version = whole_number(request.POST.get("base_version"), field="base_version", default=0)
     if "preview" in request.POST:  # the no-JavaScript preview: render the draft, save nothing
         return notebook_page(request, ctx, draft=draft, base_version=base_version, preview=True)
     if not ctx["can_edit"]:
@@ -91,10 +89,14 @@ def notebook_restore_post(request: HttpRequest, ctx: dict) -> HttpResponse:
         return redirect(ctx["save_url"])
     if not ctx["can_edit"]:
         return forbidden(request, READ_ONLY)
+    version = whole_number(request.POST.get("version"), field="version")
+    base_version = whole_number(request.POST.get("base_version"), field="base_version")
     try:
+        if version is None or base_version is None:
+            raise KeyError("version")
         notebook_restore(principal=request.principal, memory_user=ctx["memory_user"],
-                         version=int(request.POST["version"]), base_version=int(request.POST["base_version"]))
-    except (KeyError, ValueError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
+                         version=version, base_version=base_version)
+    except (KeyError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
         raise Http404("No such revision.") from exc
     except DomainError as exc:
         ctx["error"] = exc.detail

@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 
+from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import AuditEvent, PiiBlock
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import AUDIT, get_visible, visible
@@ -40,13 +41,15 @@ def _filters(request: HttpRequest, names: tuple[str, ...]) -> dict[str, str]:
 
 
 def _is_date(text: str) -> bool:
-    from datetime import date
+    """A day the filters can use: ISO, and inside the plausible window (9999-12-31 plus the one day
+    an `until` adds would overflow)."""
+    from datetime import UTC, date, datetime, time
 
     try:
-        date.fromisoformat(text)
+        day = date.fromisoformat(text)
     except ValueError:
         return False
-    return True
+    return implausible_time_reason(datetime.combine(day, time.min, tzinfo=UTC)) is None
 
 
 @tenant_view(ability=AUDIT)

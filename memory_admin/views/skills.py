@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from memory_admin.errors import Conflict, DomainError
+from memory_admin.inputs import whole_number
 from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, memory_user_for, visible
 from memory_admin.services.skills import skill_save
@@ -54,7 +55,7 @@ def skill_edit(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and ctx["can_edit"]:
         path = request.POST.get("path", skill.path if skill else "")
         content = request.POST.get("content", "").replace("\r\n", "\n")
-        base = int(request.POST.get("base_version") or 0)
+        base = whole_number(request.POST.get("base_version"), field="base_version", default=0)
         owner_id = request.POST.get("owner", "").strip()
         try:
             memory_user = skill.memory_user if skill else (memory_user_for(principal, owner_id) if owner_id else None)
@@ -82,8 +83,8 @@ def skill_edit(request: HttpRequest) -> HttpResponse:
     if skill is not None:
         ctx["revisions"] = list(visible(principal, SkillRevision.objects.filter(skill=skill))
                                 .only("version", "author", "created_at", "skill_id").order_by("-version")[:50])
-        diff_version = request.GET.get("diff", "")
-        if diff_version.isdigit():
+        diff_version = whole_number(request.GET.get("diff"), field="diff")
+        if diff_version is not None:
             pair = {r.version: r for r in SkillRevision.objects.filter(
                 skill=skill, version__in=[int(diff_version) - 1, int(diff_version)])}
             if int(diff_version) in pair:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from memory_admin.errors import DomainError
+from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import Episode, Fact, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
@@ -157,7 +158,10 @@ def user_asof(request: HttpRequest, user_id: int) -> HttpResponse:
             moment = day if "T" in raw else datetime.combine(day.date(), time.max)
             if timezone.is_naive(moment):
                 moment = timezone.make_aware(moment)
-        except ValueError:
+            reason = implausible_time_reason(moment)
+            if reason:
+                moment, error = None, f"The date {reason}."
+        except (ValueError, OverflowError):
             error = "Give a date as YYYY-MM-DD (or YYYY-MM-DDTHH:MM)."
     beliefs = sel.beliefs_as_of(request.principal, ctx["memory_user"], moment) if moment else None
     ctx.update({"date": raw, "moment": moment, "beliefs": beliefs, "error": error,
