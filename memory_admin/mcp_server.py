@@ -32,6 +32,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import Field
 from pydantic import ValidationError as SchemaError
 
+from memory_admin.api import invalid_body
 from memory_admin.api.facts import STORED_OUTCOMES, _write_out
 from memory_admin.api.memory import _notebook_out, _skill_out
 from memory_admin.api.messages import MessagesIn
@@ -118,10 +119,7 @@ def _door() -> Iterator[Principal]:
     except DomainError as exc:
         raise _refusal(exc.as_dict()) from None
     except SchemaError as exc:
-        errors = [{"field": ".".join(str(p) for p in e["loc"]) or "arguments", "reason": e["msg"]}
-                  for e in exc.errors()]
-        raise _refusal({"code": "invalid", "detail": f"{errors[0]['field']}: {errors[0]['reason']}",
-                        "field": errors[0]["field"], "errors": errors}) from None
+        raise _refusal(invalid_body(exc.errors(), default_field="arguments")) from None
 
 
 def _json(value: Any) -> Any:

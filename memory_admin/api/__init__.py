@@ -160,15 +160,20 @@ def _invalid(errors: list[dict[str, str]]):
             "errors": errors}
 
 
-@api.exception_handler(ValidationError)
-def _validation_error(request, exc: ValidationError):
-    errors: dict[str, str] = {}
-    for error in exc.errors:
+def invalid_body(errors: list[dict], *, default_field: str = "body") -> dict:
+    """The `invalid` answer for pydantic errors: one entry per field the client sent (union branches and
+    containers dropped from the location). The REST API and the MCP tools answer with this one shape."""
+    fields: dict[str, str] = {}
+    for error in errors:
         loc = [str(part) for part in error.get("loc", [])
                if part not in _CONTAINERS and not _NOT_A_FIELD.search(str(part))]
-        errors.setdefault(".".join(loc) or "body", error.get("msg", "invalid"))
-    listed = [{"field": field, "reason": reason} for field, reason in errors.items()]
-    return api.create_response(request, _invalid(listed), status=422)
+        fields.setdefault(".".join(loc) or default_field, error.get("msg", "invalid"))
+    return _invalid([{"field": field, "reason": reason} for field, reason in fields.items()])
+
+
+@api.exception_handler(ValidationError)
+def _validation_error(request, exc: ValidationError):
+    return api.create_response(request, invalid_body(exc.errors), status=422)
 
 
 @api.exception_handler(AuthenticationError)

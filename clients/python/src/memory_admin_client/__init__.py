@@ -4,13 +4,16 @@ from memory_admin_client._calls import OPERATIONS
 from memory_admin_client.client import AsyncMemoryAdmin, MemoryAdmin
 from memory_admin_client.errors import (
     AlreadySuperseded,
+    BackgroundStale,
     BadRequest,
     Blocked,
     Conflict,
     ConnectionFailed,
     Forbidden,
+    InstructionLike,
     Invalid,
     MemoryAdminError,
+    MethodNotAllowed,
     NotFound,
     RateLimited,
     ServerError,
@@ -41,8 +44,9 @@ from memory_admin_client.models import (
 __version__ = "0.1.0"
 __all__ = [
     "OPERATIONS", "AsyncMemoryAdmin", "MemoryAdmin",
-    "AlreadySuperseded", "BadRequest", "Blocked", "Conflict", "ConnectionFailed", "Forbidden", "Invalid",
-    "MemoryAdminError", "NotFound", "RateLimited", "ServerError", "TooLarge", "Unauthorized", "Unavailable",
+    "AlreadySuperseded", "BackgroundStale", "BadRequest", "Blocked", "Conflict", "ConnectionFailed", "Forbidden",
+    "InstructionLike", "Invalid", "MemoryAdminError", "MethodNotAllowed", "NotFound",
+    "RateLimited", "ServerError", "TooLarge", "Unauthorized", "Unavailable",
     "VersionConflict",
     "BatchItemResult", "BatchResult", "Context", "Fact", "FactPage", "History", "MemoryUser", "MessagesAccepted",
     "Notebook",

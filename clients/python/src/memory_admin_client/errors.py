@@ -77,6 +77,23 @@ class Blocked(MemoryAdminError):
         return self.body.get("block_id")
 
 
+class InstructionLike(MemoryAdminError):
+    """422 `instruction_like`: a notebook, skill or correction that reads as instructions to a model was
+    refused; nothing was stored. `field` names what was refused."""
+
+    @property
+    def field(self) -> str | None:
+        return self.body.get("field")
+
+
+class MethodNotAllowed(MemoryAdminError):
+    """405 `method_not_allowed`: `allowed` lists the methods the route takes."""
+
+    @property
+    def allowed(self) -> list[str]:
+        return self.body.get("allowed", [])
+
+
 class RateLimited(MemoryAdminError):
     """429 `rate_limited`: wait `retry_after` seconds (from the Retry-After header)."""
 
@@ -88,6 +105,11 @@ class RateLimited(MemoryAdminError):
 
 class Unavailable(MemoryAdminError):
     """503 `database_unavailable`, or the server could not be reached at all; nothing was written."""
+
+
+class BackgroundStale(Unavailable):
+    """503 `background_stale` from the readiness check: the scheduler's sweep or the worker's heartbeat is
+    older than the server allows."""
 
 
 class ConnectionFailed(Unavailable):
@@ -115,6 +137,9 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "too_many_messages": TooLarge,
     "invalid": Invalid,
     "blocked": Blocked,
+    "instruction_like": InstructionLike,
+    "method_not_allowed": MethodNotAllowed,
+    "background_stale": BackgroundStale,
     "rate_limited": RateLimited,
     "database_unavailable": Unavailable,
     "bad_request": BadRequest,
@@ -122,7 +147,7 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
 
 BY_STATUS: dict[int, type[MemoryAdminError]] = {
     400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: TooLarge,
-    422: Invalid, 429: RateLimited, 503: Unavailable,
+    405: MethodNotAllowed, 422: Invalid, 429: RateLimited, 503: Unavailable,
 }
 
 
