@@ -61,7 +61,7 @@ class OnnxEmbedder:
     # ~1.5 ms, so batching would save little; the micro-batcher is not used for this engine either.
     microbatch = False
 
-    def __init__(self) -> None:
+    def __init__(self, model_path=None) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per process; fork-safe
         import numpy as np
         import onnxruntime as ort
@@ -70,7 +70,7 @@ class OnnxEmbedder:
         from memory_admin import onnx_model
 
         self._np = np
-        path = onnx_model.ensure_model()
+        path = model_path or onnx_model.ensure_model()
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("EMBED_THREADS", "1"))
         options.inter_op_num_threads = 1
