@@ -149,6 +149,7 @@ def main() -> int:
                 assert status in (200, 201), (status, payload)
                 return (time.perf_counter() - t0) * 1000, server_timing(headers)
 
+            ours("POST", "/api/v1/users/warm/facts", {"content": "warm up", "source": "user_stated"})
             for i in range(4):  # warm both
                 ours("GET", "/api/v1/users/warm/search", params={"q": f"warm {i}"})
                 mem0.call("search", "warm", f"warm {i}")
