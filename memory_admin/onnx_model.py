@@ -25,7 +25,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
-RECIPE = "minilm-l6-v2/bert-graph-v1/dynamic-int8-per-channel/matmul+gather"
+RECIPE = "minilm-l6-v2/bert-graph-v1/dynamic-int8-per-channel/matmul+gather/ffn-out-fp32"
 MODEL_FILE = "all-MiniLM-L6-v2.int8.onnx"
 MANIFEST_FILE = "manifest.json"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
@@ -121,9 +121,14 @@ def build(directory: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as tmp:
         fp32, int8 = Path(tmp) / "fp32.onnx", Path(tmp) / MODEL_FILE
         _write_fp32_graph(src, fp32)
-        # int8 weights per output channel; activations are quantised per run (dynamic).
+        # int8 weights per output channel; activations are quantised per run (dynamic, one uint8 scale per
+        # tensor). The FFN output MatMuls stay float32: their input is the GELU output, whose outliers
+        # leave a per-tensor uint8 scale few levels for everything else. Quantised too, the mean cosine to
+        # the torch vectors was 0.992 (min 0.977) and similarities near the write path's thresholds moved
+        # by up to 0.02; kept float32: 0.996 (min 0.985), for ~1.4x the time of the all-int8 model.
+        keep_fp32 = [f"l{i}_ff2_mm" for i in range(_layers(src))]
         quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8,
-                         op_types_to_quantize=["MatMul", "Gather"])
+                         op_types_to_quantize=["MatMul", "Gather"], nodes_to_exclude=keep_fp32)
         digest = sha256_file(int8)
         os.replace(int8, directory / MODEL_FILE)
     manifest = {
@@ -138,6 +143,10 @@ def build(directory: Path) -> Path:
     os.replace(tmp_manifest, directory / MANIFEST_FILE)
     log.info("embedding model built: %s (%d bytes)", MODEL_FILE, manifest["bytes"])
     return directory / MODEL_FILE
+
+
+def _layers(src: Path) -> int:
+    return json.loads((src / "config.json").read_text())["num_hidden_layers"]
 
 
 def _write_fp32_graph(src: Path, out: Path) -> None:
