@@ -125,7 +125,7 @@ def _load_embedder_before_fork(**_kwargs) -> None:
     No inference happens here, so no torch thread pool exists yet to be broken by fork."""
     from django.conf import settings
 
-    if settings.EMBEDDER != "local":
+    if settings.EMBEDDER == "openai":
         return
     try:
         from memory_admin.embeddings import get_embedder
@@ -141,7 +141,7 @@ def _warm_embedder(**_kwargs) -> None:
     latency and lease predictable."""
     from django.conf import settings
 
-    if settings.EMBEDDER != "local":
+    if settings.EMBEDDER == "openai":
         return
     try:
         from memory_admin.embeddings import embed

