@@ -159,3 +159,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+# Every log record is made safe when created: paths masked, secrets/PII redacted, exception messages
+# withheld (memory_admin/logsafe.py).
+from memory_admin import logsafe  # noqa: E402
+
+logsafe.install()

@@ -75,7 +75,7 @@ def get_skill(request, path: str, user_id: str | None = None):
         path=path, memory_user=user
     ).first()
     if skill is None:
-        raise NotFound(f"No skill at {path}.")
+        raise NotFound("No skill at that path.")
     return _skill_out(skill)
 
 

@@ -26,6 +26,7 @@ from memory_admin.models import ExtractionBatch, MemoryUser, Message, PiiBlock, 
 from memory_admin.selectors.access import ADMIN, CURATE, WRITE_MEMORY, Principal, get_visible, visible
 from memory_admin.services.audit import audit
 from memory_admin.services.pii import find, fingerprint, preview
+from memory_admin.services.screening import screen_identifier
 from memory_admin.services.settings import tenant_settings
 
 MAX_MESSAGES_PER_REQUEST = 500
@@ -104,6 +105,8 @@ def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: st
     check_messages(messages)
     if not thread_id or len(thread_id) > 200:
         raise Invalid("thread_id must be 1 to 200 characters.", field="thread_id")
+    if not Thread.objects.filter(memory_user=memory_user, external_id=thread_id).exists():
+        screen_identifier(principal, thread_id, what="thread id", route="thread_id", memory_user_id=memory_user.pk)
     tenant = tenant_settings(principal.tenant_id)
     now = timezone.now()
     with transaction.atomic():

@@ -29,7 +29,7 @@ from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
-from memory_admin.services.screening import screen_text
+from memory_admin.services.screening import screen_identifier, screen_text, screens
 from memory_admin.services.settings import tenant_settings
 
 # Default confidence by source when a writer gives none (SPEC §2).
@@ -143,6 +143,8 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
     # 1. Secrets and PII. Clean text (the common case) needs neither the policy nor a record.
     if find_pii(content):
         content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
+    if task_ref:
+        screen_identifier(principal, task_ref, what="task id", route="task_id", memory_user_id=memory_user.pk)
     if key or metadata:
         key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
                                                  memory_user_id=memory_user.pk, tenant=tenant)
@@ -519,6 +521,8 @@ def fact_correct(
     check_fact_size(content)
     # Screen outside the transaction: a refusal's block record must survive the refusal.
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
+    reason = screen_text(principal, reason, route="correction", memory_user_id=old.memory_user_id,
+                         what="reason").content
     vector = embed_one(content)
     with transaction.atomic():
         if old.memory_user_id:
@@ -572,6 +576,7 @@ def refresh_contested(fact_ids) -> None:
     Fact.objects.filter(pk__in=ids).update(contested=Exists(open_q))
 
 
+@screens("reason", route="forget")
 @transaction.atomic
 def fact_forget(*, principal: Principal, fact_id, reason: str = "") -> Fact:
     fact = writable_fact(principal, fact_id)

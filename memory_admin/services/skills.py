@@ -11,7 +11,7 @@ from memory_admin.errors import Conflict, Invalid, TooLarge
 from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit
-from memory_admin.services.screening import screen_text
+from memory_admin.services.screening import screen_identifier, screen_text
 
 _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
 
@@ -39,9 +39,11 @@ def skill_save(
     """Create (base_version None or 0) or update (base_version = current) a skill; a stale version
     raises Conflict with the current version."""
     principal.require(WRITE_MEMORY)
+    raw_path = path
     path = check_skill_path(path)
     check_skill_size(content)
     user_id = memory_user.pk if memory_user else None
+    screen_identifier(principal, raw_path, what="skill path", route="skill_path", memory_user_id=user_id)
     content = screen_text(principal, content, route="skill", memory_user_id=user_id).content
     with transaction.atomic():
         skill = (
