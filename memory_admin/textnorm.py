@@ -8,6 +8,7 @@ what a reader actually sees. It is for matching only: stored text keeps its orig
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -111,25 +112,42 @@ class Mapped:
         return self.src[start], self.end[stop - 1]
 
     def rewrite(self, pieces) -> Mapped:
-        """A new form from `pieces`: (output string, input start, input stop) covering the input in order
-        (an input range that produces "" is dropped)."""
+        """A new form from `pieces` covering the input in order: (None, a, b) keeps input [a, b) as it
+        is; (string, a, b) puts `string` in place of input [a, b) ("" drops it)."""
         out: list[str] = []
         src: list[int] = []
         end: list[int] = []
+        text = self.text
         for piece, a, b in pieces:
-            if not piece:
-                continue
-            out.append(piece)
-            if len(piece) == 1 and b == a + 1:
-                src.append(self.src[a])
-                end.append(self.end[a])
-            else:
+            if piece is None:
+                out.append(text[a:b])
+                src.extend(self.src[a:b])
+                end.extend(self.end[a:b])
+            elif piece:
+                out.append(piece)
                 s, e = self.src[a], self.end[b - 1]
                 src.extend([s] * len(piece))
                 end.extend([e] * len(piece))
         return Mapped("".join(out), src, end)
 
 
+def _runs(text: str, pattern: re.Pattern[str], replace) -> list | None:
+    """Pieces for `Mapped.rewrite`: each match of `pattern` replaced by `replace(match)` (None keeps
+    it), the text between kept as it is. None when nothing matched."""
+    pieces, cursor = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > cursor:
+            pieces.append((None, cursor, m.start()))
+        pieces.append((replace(m), m.start(), m.end()))
+        cursor = m.end()
+    if cursor == 0 and not pieces:
+        return None
+    if cursor < len(text):
+        pieces.append((None, cursor, len(text)))
+    return pieces
+
+
+@functools.lru_cache(maxsize=4096)
 def _fold_char(ch: str) -> str:
     if _is_invisible(ch):
         return ""
@@ -139,17 +157,9 @@ def _fold_char(ch: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
 
 
-def _collapse_hspace(form: Mapped) -> Mapped:
-    text = form.text
-    pieces, cursor = [], 0
-    for m in _HSPACE.finditer(text):
-        pieces.extend((c, i, i + 1) for i, c in enumerate(text[cursor:m.start()], cursor))
-        pieces.append((" ", m.start(), m.end()))
-        cursor = m.end()
-    if cursor == 0:
-        return form
-    pieces.extend((c, i, i + 1) for i, c in enumerate(text[cursor:], cursor))
-    return form.rewrite(pieces)
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Horizontal whitespace other than one plain space.
+_ODD_HSPACE = re.compile(r" [^\S\n]+|[^\S\n ][^\S\n]*")
 
 
 def fold_mapped(text: str | Mapped) -> Mapped:
@@ -157,8 +167,10 @@ def fold_mapped(text: str | Mapped) -> Mapped:
     characters are not applied; the combining marks they would absorb are dropped anyway)."""
     form = text if isinstance(text, Mapped) else Mapped.identity(text)
     if not form.text.isascii():
-        form = form.rewrite((_fold_char(c), i, i + 1) for i, c in enumerate(form.text))
-    return _collapse_hspace(form)
+        pieces = _runs(form.text, _NON_ASCII, lambda m: _fold_char(m.group()))
+        form = form.rewrite(pieces)
+    pieces = _runs(form.text, _ODD_HSPACE, lambda m: " ")
+    return form.rewrite(pieces) if pieces else form
 
 
 _PERCENT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
@@ -183,10 +195,12 @@ def decode_escapes_mapped(form: Mapped) -> Mapped:
     for a, b, decoded in marks:
         if a < cursor:
             continue
-        pieces.extend((c, i, i + 1) for i, c in enumerate(text[cursor:a], cursor))
+        if a > cursor:
+            pieces.append((None, cursor, a))
         pieces.append((decoded, a, b))
         cursor = b
-    pieces.extend((c, i, i + 1) for i, c in enumerate(text[cursor:], cursor))
+    if cursor < len(text):
+        pieces.append((None, cursor, len(text)))
     return form.rewrite(pieces)
 
 

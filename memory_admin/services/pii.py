@@ -88,12 +88,13 @@ class _Prefixed:
 
     kind: str
     pattern: re.Pattern[str]
+    compact_pattern: re.Pattern[str]  # for the form without whitespace, where the next word is glued on
     canonical: tuple[str, ...]
-    min_digits: int = 0
 
 
-def _p(kind: str, prefix: str, body: str, canonical: tuple[str, ...], tail: str = "", min_digits: int = 0):
-    return _Prefixed(kind, re.compile(f"(?P<prefix>{prefix})(?P<body>{body}){tail}", re.I), canonical, min_digits)
+def _p(kind: str, prefix: str, body: str, canonical: tuple[str, ...], tail: str = ""):
+    return _Prefixed(kind, re.compile(f"(?P<prefix>{prefix})(?P<body>{body}){tail}", re.I),
+                     re.compile(f"(?P<prefix>{prefix})(?P<body>{body})", re.I), canonical)
 
 
 _PREFIXED = [
@@ -111,6 +112,9 @@ _PRIVATE_KEY = re.compile(
     r"-{2,}\s?BEGIN\b[^\n-]{0,40}?PRIVATE\s?KEY[^\n-]{0,12}-{2,}(?:.*?-{2,}\s?END\b[^\n-]{0,40}?PRIVATE\s?KEY[^\n-]{0,12}-{2,}|.*)",
     re.S | re.I,
 )
+# Cheap pre-checks: the form without whitespace is scanned only when some prefix occurs in it.
+_ANY_PREFIX = re.compile(r"sk-|[sr]k_|gh[pousr]_|github_pat_|AKIA|ASIA|xox|eyJ|AIza|BEGIN", re.I)
+_AT_WORD = re.compile(r"[\[({]\s?at\s?[\])}]", re.I)
 _PRIVATE_KEY_COMPACT = re.compile(r"-{2,}BEGIN[A-Z0-9]{0,40}?PRIVATEKEY[A-Z]{0,12}-{2,}.*", re.S | re.I)
 
 _B64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
@@ -199,10 +203,17 @@ class _Collector:
     def overlaps(self, start: int, end: int) -> bool:
         return any(f.start < end and start < f.end for f in self.found)
 
-    def add(self, kind: str, form: Mapped, start: int, end: int) -> None:
+    def add(self, kind: str, form: Mapped, start: int, end: int, *, widen: bool = False) -> None:
+        """Record a finding unless it overlaps one already made; with `widen`, a finding that covers
+        earlier ones entirely (a split token found whole on the form without whitespace) replaces them."""
         a, b = form.span(start, end)
-        if not self.overlaps(a, b):
-            self.found.append(Finding(kind, a, b, re.sub(r"\s+", "", form.text[start:end])))
+        value = re.sub(r"\s+", "", form.text[start:end])
+        clashes = [f for f in self.found if f.start < b and a < f.end]
+        if clashes and widen and all(a <= f.start and f.end <= b for f in clashes):
+            self.found = [f for f in self.found if f not in clashes]
+            clashes = []
+        if not clashes:
+            self.found.append(Finding(kind, a, b, value))
 
 
 def _prefixed_ok(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> bool:
@@ -225,12 +236,12 @@ def _prefixed_ok(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool)
 def _scan_prefixed(col: _Collector, form: Mapped, *, compact: bool) -> None:
     text = form.text
     for spec in _PREFIXED:
-        for m in spec.pattern.finditer(text):
+        for m in (spec.compact_pattern if compact else spec.pattern).finditer(text):
             if _prefixed_ok(spec, m, text, compact=compact):
-                col.add(spec.kind, form, m.start(), m.end())
+                col.add(spec.kind, form, m.start(), m.end(), widen=compact)
     key_pattern = _PRIVATE_KEY_COMPACT if compact else _PRIVATE_KEY
     for m in key_pattern.finditer(text):
-        col.add("private_key", form, m.start(), m.end())
+        col.add("private_key", form, m.start(), m.end(), widen=compact)
 
 
 def _scan_aws_secret(col: _Collector, form: Mapped) -> None:
@@ -275,9 +286,13 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
     _scan_prefixed(col, form, compact=False)
     # Tokens split by whitespace or line breaks: the form without any whitespace.
     squashed = re.sub(r"\s+", "", norm)
-    if squashed != norm:
-        keep = [i for i, ch in enumerate(norm) if not ch.isspace()]
-        compact = Mapped(squashed, [form.src[i] for i in keep], [form.end[i] for i in keep])
+    if squashed != norm and _ANY_PREFIX.search(squashed):
+        src: list[int] = []
+        end: list[int] = []
+        for m in re.finditer(r"\S+", norm):
+            src.extend(form.src[m.start():m.end()])
+            end.extend(form.end[m.start():m.end()])
+        compact = Mapped(squashed, src, end)
         _scan_prefixed(col, compact, compact=True)
     _scan_aws_secret(col, form)
     for m in _CARD_CANDIDATE.finditer(norm):
@@ -293,8 +308,9 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
 
 def _find_contact(col: _Collector, form: Mapped) -> None:
     norm = form.text
-    for m in _EMAIL.finditer(norm):
-        col.add("email", form, m.start(), m.end())
+    if "@" in norm or _AT_WORD.search(norm):
+        for m in _EMAIL.finditer(norm):
+            col.add("email", form, m.start(), m.end())
     for m in _SSN.finditer(norm):
         if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
             col.add("national_id", form, m.start(), m.end())
