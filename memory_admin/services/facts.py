@@ -362,11 +362,21 @@ def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str,
                              tenant: TenantSettings):
     """The slot name and the agent's metadata are stored verbatim too: scanned like the content (a
     secret refuses the write), and redacted string by string where the policy says so."""
-    import json
-
     from memory_admin.services.pii import scan
 
-    text = json.dumps({"key": key, "metadata": metadata}, ensure_ascii=False)
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from strings(k)
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    # The strings themselves, one a line (not their JSON form, whose escapes would hide a line break).
+    text = "\n".join(strings([key or "", metadata or {}]))
     if not find_pii(text):
         return key, metadata
     result = screen_text(principal, text, route=route, memory_user_id=memory_user_id)

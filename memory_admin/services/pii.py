@@ -118,8 +118,10 @@ _AT_WORD = re.compile(r"[\[({]\s?at\s?[\])}]", re.I)
 _PRIVATE_KEY_COMPACT = re.compile(r"-{2,}BEGIN[A-Z0-9]{0,40}?PRIVATEKEY[A-Z]{0,12}-{2,}.*", re.S | re.I)
 
 _B64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_B64_LONG = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{42,120}(?![A-Za-z0-9/+=])")
 _AWS_CONTEXT = re.compile(r"(?i)aws|secret|access.?key")
 _B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{24,}={0,2}")
+_B64_PARTS = (re.compile(r"[A-Za-z0-9+/]{24,}={0,2}"), re.compile(r"[A-Za-z0-9]{24,}={0,2}"))
 
 _CARD_CANDIDATE = re.compile(r"(?<!\d)\d(?:[\s/._-]{0,2}\d){12,18}(?!\d)")
 _EMAIL = re.compile(
@@ -129,13 +131,14 @@ _EMAIL = re.compile(
     r"(?:\.|\s?[\[({]\s?dot\s?[\])}]\s?)[A-Za-z]{2,}(?![A-Za-z0-9])",
     re.I,
 )
-_SSN = re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}(?P<sep>[- .]?)(?!00)\d{2}(?P=sep)(?!0000)\d{4}(?![\d-])")
+_SSN = re.compile(r"(?<!\d)(?<!\d[-.])(?!000|666|9\d\d)\d{3}(?P<sep>[- .]?)(?!00)\d{2}(?P=sep)(?!0000)\d{4}(?![-.]?\d)")
 _SSN_CONTEXT = re.compile(r"(?i)\b(?:ssn|ss#|social\s?security|soc\.?\s?sec|tax\s?id|itin|tin)\b")
 _NINO = re.compile(r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")
 _PHONE = re.compile(
-    r"(?<![\w+])(?:\+\d{1,3}[ ./-]?)?(?:\(\d{2,4}\)[ ./-]?|\d{2,4}[ ./-])\d{3,4}[ ./-]?\d{3,5}(?![\w])"
+    r"(?:(?<![A-Za-z0-9+])(?:\+\d{1,3}[ ./-]?)?(?:\(\d{2,4}\)[ ./-]?|\d{2,4}[ ./-])|(?<![0-9+])\(\d{2,4}\)[ ./-]?)"
+    r"\d{3,4}[ ./-]?\d{3,5}(?![A-Za-z0-9])"
 )
-_E164 = re.compile(r"(?<![\w+])\+\s?\d{8,15}(?!\d)")
+_E164 = re.compile(r"(?<![0-9+])\+\s?\d{8,15}(?!\d)")
 _BARE_PHONE = re.compile(r"(?<![\w+])\d{10,11}(?!\d)")
 _PHONE_CONTEXT = re.compile(
     r"(?i)\b(?:phone|mobile|cell|call|tel|telephone|sms|text\s(?:me|him|her|them)|whats\s?app|fax|signal|dial)"
@@ -205,76 +208,113 @@ class _Collector:
 
     def add(self, kind: str, form: Mapped, start: int, end: int, *, widen: bool = False) -> None:
         """Record a finding unless it overlaps one already made; with `widen`, a finding that covers
-        earlier ones entirely (a split token found whole on the form without whitespace) replaces them."""
+        earlier ones of its kind entirely (a split token found whole on the form without whitespace)
+        replaces them."""
         a, b = form.span(start, end)
         value = re.sub(r"\s+", "", form.text[start:end])
         clashes = [f for f in self.found if f.start < b and a < f.end]
-        if clashes and widen and all(a <= f.start and f.end <= b for f in clashes):
+        if clashes and widen and all(a <= f.start and f.end <= b and f.kind == kind for f in clashes):
             self.found = [f for f in self.found if f not in clashes]
             clashes = []
         if not clashes:
             self.found.append(Finding(kind, a, b, value))
 
 
-def _prefixed_ok(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> bool:
+def _verdict(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> str | None:
+    """"strict": the prefix as issued, standing on its own; "lenient": glued to a word, in another
+    case, or found only once whitespace is removed, with a random-looking body; None: not a secret."""
     prefix, body = m.group("prefix"), m.group("body")
     if spec.kind == "jwt":
-        return True
+        return "strict"
     glued = m.start() > 0 and text[m.start() - 1].isalnum()
     if spec.kind == "aws_access_key":
-        digits = sum(c.isdigit() for c in body)
         if prefix in spec.canonical and body.isupper() and not glued and not compact:
-            return True
-        return digits >= 2 and (body.isupper() or body.islower() or body.isdigit())
+            return "strict"
+        digits = sum(c.isdigit() for c in body)
+        return "lenient" if digits >= 2 and (body.isupper() or body.islower() or body.isdigit()) else None
     if prefix in spec.canonical and not glued and not compact:
-        return True
-    if spec.kind in ("openai_key",) and prefix.lower() != "sk-" and not compact:
-        return True  # sk-proj-, sk-ant-...: the long prefix is distinctive enough
-    return _looks_random(body)
+        return "strict"
+    if spec.kind == "openai_key" and prefix.lower() != "sk-" and not compact:
+        return "strict"  # sk-proj-, sk-ant-...: the long prefix is distinctive enough
+    if spec.kind == "openai_key" and prefix.lower() == "sk-" and m.start() > 0 and text[m.start() - 1].isalpha():
+        # "task-…", "risk-…", "desk-…": a word ending in "sk" before a random id is common; only a
+        # body as long as a real key's (48) counts then.
+        return "lenient" if len(body) >= 40 and _looks_random(body) else None
+    return "lenient" if _looks_random(body) else None
 
 
-def _scan_prefixed(col: _Collector, form: Mapped, *, compact: bool) -> None:
-    text = form.text
-    for spec in _PREFIXED:
-        for m in (spec.compact_pattern if compact else spec.pattern).finditer(text):
-            if _prefixed_ok(spec, m, text, compact=compact):
-                col.add(spec.kind, form, m.start(), m.end(), widen=compact)
-    key_pattern = _PRIVATE_KEY_COMPACT if compact else _PRIVATE_KEY
-    for m in key_pattern.finditer(text):
-        col.add("private_key", form, m.start(), m.end(), widen=compact)
+def _scan_prefixed(col: _Collector, form: Mapped, compact_form: Mapped | None) -> None:
+    """Strict matches first (on the text, then on the form without whitespace), lenient ones after,
+    so that `task-ghp_…` is a GitHub token and not an OpenAI key glued to "ta"."""
+    for mode in ("strict", "lenient"):
+        for f, compact in ((form, False), (compact_form, True)):
+            if f is None:
+                continue
+            text = f.text
+            for spec in _PREFIXED:
+                for m in (spec.compact_pattern if compact else spec.pattern).finditer(text):
+                    if _verdict(spec, m, text, compact=compact) == mode:
+                        col.add(spec.kind, f, m.start(), m.end(), widen=compact)
+            if mode == "strict":
+                for m in (_PRIVATE_KEY_COMPACT if compact else _PRIVATE_KEY).finditer(text):
+                    col.add("private_key", f, m.start(), m.end(), widen=compact)
+
+
+def _aws_candidates(text: str):
+    """40-character base64 tokens: standing alone, or the first or last 40 characters of a longer run
+    split by "/" (a path such as `ops/<key>` or `<key>/prod`)."""
+    for m in _B64_40.finditer(text):
+        yield m.start(), m.group()
+    for m in _B64_LONG.finditer(text):
+        run, start = m.group(), m.start()
+        for i, ch in enumerate(run):
+            if ch == "/" and len(run) - i - 1 == 40:
+                yield start + i + 1, run[i + 1:]
+            if ch == "/" and i == 40:
+                yield start, run[:40]
 
 
 def _scan_aws_secret(col: _Collector, form: Mapped) -> None:
     text = form.text
-    for m in _B64_40.finditer(text):
-        token = m.group()
+    for begin, token in _aws_candidates(text):
         if not (re.search(r"\d", token) and re.search(r"[A-Za-z]", token)) or re.fullmatch(r"[0-9a-fA-F]+", token):
             continue
-        context = _AWS_CONTEXT.search(text, max(0, m.start() - 80), m.start())
+        context = _AWS_CONTEXT.search(text, max(0, begin - 80), begin)
         standalone = (_looks_random(token, min_len=30) and _entropy(token) >= 4.2 and _wordiness(token) < 0.3
                       and _transitions(token) >= 0.4 and sum(c.isdigit() for c in token) >= 2)
         if context or standalone:
-            col.add("aws_secret_key", form, m.start(), m.end())
+            col.add("aws_secret_key", form, begin, begin + 40)
 
 
 def _scan_encoded(col: _Collector, form: Mapped) -> None:
     """A base64 run that decodes to readable text: scanned again, decoded, for secrets."""
-    for m in _B64_RUN.finditer(form.text):
-        run = m.group()
-        if col.overlaps(*form.span(m.start(), m.end())):
+    for whole in _B64_RUN.finditer(form.text):
+        if col.overlaps(*form.span(whole.start(), whole.end())):
             continue
-        padded = run + "=" * (-len(run) % 4)
-        try:
-            raw = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True)
-            decoded = raw.decode("utf-8")
-        except (binascii.Error, ValueError):
-            continue
-        if not decoded or sum(ch.isprintable() or ch in "\n\t" for ch in decoded) < 0.95 * len(decoded):
-            continue
-        inner = find(decoded, contact=False, encoded=False)
-        for f in inner:
-            col.add(f.kind, form, m.start(), m.end())
-            break
+        run = whole.group()
+        # The run may be glued to a word or a path ("task-", "ops/") and so start off the 4-character
+        # grid of base64: its pieces between separators, and each of four offsets, are tried.
+        parts = {run} | {p.group() for pattern in _B64_PARTS for p in pattern.finditer(run)}
+        for part in sorted(parts, key=len, reverse=True):
+            kind = next((k for k in (_decoded_secret_kind(part[i:]) for i in range(4)) if k), None)
+            if kind:
+                col.add(kind, form, whole.start(), whole.end())
+                break
+
+
+def _decoded_secret_kind(run: str) -> str | None:
+    """The kind of secret that `run`, base64-decoded, holds in readable text (else None)."""
+    if len(run.rstrip("=")) < 24:
+        return None
+    padded = run.rstrip("=") + "=" * (-len(run.rstrip("=")) % 4)
+    try:
+        decoded = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    if not decoded or sum(ch.isprintable() or ch in "\n\t" for ch in decoded) < 0.95 * len(decoded):
+        return None
+    inner = find(decoded, contact=False, encoded=False)
+    return inner[0].kind if inner else None
 
 
 def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Finding]:
@@ -283,8 +323,8 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
     form = screen_form(text)
     col = _Collector(form)
     norm = form.text
-    _scan_prefixed(col, form, compact=False)
     # Tokens split by whitespace or line breaks: the form without any whitespace.
+    compact = None
     squashed = re.sub(r"\s+", "", norm)
     if squashed != norm and _ANY_PREFIX.search(squashed):
         src: list[int] = []
@@ -293,7 +333,7 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
             src.extend(form.src[m.start():m.end()])
             end.extend(form.end[m.start():m.end()])
         compact = Mapped(squashed, src, end)
-        _scan_prefixed(col, compact, compact=True)
+    _scan_prefixed(col, form, compact)
     _scan_aws_secret(col, form)
     for m in _CARD_CANDIDATE.finditer(norm):
         digits = re.sub(r"\D", "", m.group())

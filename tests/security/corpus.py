@@ -107,6 +107,11 @@ EVASIONS = {
 }
 
 
+# Bare digit strings count as a phone or an SSN only next to a word that says so ("call", "SSN"): the
+# sentence of the case has that word, an identifier made of the bare value alone does not.
+CONTEXT_BOUND = {"phone_us/no_separators", "ssn/no_separators"}
+
+
 @dataclass(frozen=True)
 class Case:
     name: str      # "<kind>/<evasion>"

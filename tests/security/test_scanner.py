@@ -74,4 +74,5 @@ def test_aws_secret_access_key_with_context_or_random_enough_alone():
     context = "aws_secret_access_key = abcdefghij" + "ABCDEFGHIJ0123456789abcdefghij"
     assert [f.kind for f in find(context)] == ["aws_secret_key"]
     assert find("a 40-character git sha: " + "0123456789abcdef" * 2 + "01234567") == []
-    assert [f.kind for f in find("stray token wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ3kP9x2Lm here")] == ["aws_secret_key"]
+    stray = "stray token wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ3kP9x2Lm here"
+    assert [f.kind for f in find(stray)] == ["aws_secret_key"]
