@@ -263,7 +263,8 @@ def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: lis
         except Blocked as exc:
             prepared.append(WriteResult("blocked", None, reason=exc.detail, block_id=exc.extra.get("block_id")))
     to_embed = [p for p in prepared if isinstance(p, _Pending) and p.fact.embedding is None]
-    for pending, vector in zip(to_embed, embed([p.fact.content for p in to_embed]), strict=True):
+    vectors = embed([p.fact.content for p in to_embed]) if to_embed else []  # none when all were refused
+    for pending, vector in zip(to_embed, vectors, strict=True):
         pending.fact.embedding = vector
     results: list[WriteResult] = []
     with transaction.atomic():

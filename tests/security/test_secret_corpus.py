@@ -9,8 +9,12 @@ import logging
 from urllib.parse import quote
 
 import pytest
+from django.conf import settings
 
 from memory_admin.models import Fact, MemoryUser, Message, PiiBlock, Skill, Thread
+from memory_admin.selectors.access import memory_user_for
+from memory_admin.services.facts import fact_write
+from memory_admin.services.keys import principal_for_key
 from tests.security.corpus import CONTEXT_BOUND, canon, cases
 from tests.services.test_planted_secrets import pg_dump_text
 
@@ -44,9 +48,14 @@ def plain(i: int) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, server_log):
-    seed = api.post("users/alice/facts", {"content": "Alice keeps her notes in Obsidian", "source": "user_stated"})
-    assert seed.status_code == 201
-    fact_id = seed.json()["fact"]["id"]
+    # The one stored fact, written through the service with a given vector: every request below is
+    # refused before any embedding, so the test never loads the embedding model.
+    principal = principal_for_key(api.key)
+    seed = fact_write(principal=principal, memory_user=memory_user_for(principal, "alice", create=True),
+                      content="Alice keeps her notes in Obsidian", source="user_stated",
+                      embedding=[1.0] + [0.0] * (settings.EMBEDDING_DIM - 1))
+    assert seed.outcome == "created"
+    fact_id = seed.fact.pk
     responses: list[tuple[str, object, object]] = []  # (route, case, response)
 
     def expect(route, case, response, codes=("blocked",)):
