@@ -134,3 +134,26 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     if found:
         bad = [line for line in log.splitlines() if any(n in canon(line) for _, n, w in found[:20])]
         raise AssertionError(f"{found[:5]} {bad[:5]}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_under_a_redact_policy_disguised_contact_pii_is_cut_out_of_what_is_stored(api, admin_api):
+    policy = {"email": "redact", "phone": "redact", "national_id": "redact"}
+    assert admin_api.patch("settings", {"pii_policy": policy}).status_code == 200
+    contact = [c for c in CASES if c.kind in policy]
+    principal = principal_for_key(api.key)
+    user = memory_user_for(principal, "alice", create=True)
+    for i, case in enumerate(contact):
+        vector = [0.0] * settings.EMBEDDING_DIM
+        vector[i + 1] = 1.0  # one direction each: no two of them are near duplicates
+        # Through the service with a given vector (the embedding model is not what is tested here).
+        result = fact_write(principal=principal, memory_user=user, content=f"{case.text} #{i}",
+                            source="user_stated", embedding=vector, key=f"contact-{i}")
+        assert result.outcome == "created", (case.name, result.outcome)
+        assert "[REDACTED:" in result.fact.content and "Alice" in result.fact.content, case.name
+    # The API serves what was stored: the redacted sentences, none of the values.
+    page = api.get("users/alice/facts", limit=200).json()["items"]
+    assert len(page) == len(contact)
+    dump = canon(pg_dump_text())
+    served = canon(str(page))
+    assert not [(c.name, n) for c in contact for n in c.needles if n in dump or n in served]
