@@ -145,9 +145,11 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
         content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
     if task_ref:
         screen_identifier(principal, task_ref, what="task id", route="task_id", memory_user_id=memory_user.pk)
-    if key or metadata:
-        key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
-                                                 memory_user_id=memory_user.pk, tenant=tenant)
+    if key:  # a slot name is an identifier: refused, never redacted
+        screen_identifier(principal, key, what="fact key", route=route, memory_user_id=memory_user.pk)
+    if metadata:
+        _, metadata = _screen_key_and_metadata(principal, None, metadata, route=route,
+                                               memory_user_id=memory_user.pk, tenant=tenant)
     conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
     fact = Fact(
         id=uuid.uuid4(),

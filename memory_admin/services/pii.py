@@ -426,3 +426,13 @@ def scan(text: str, policy: dict[str, str]) -> ScanResult:
         result.redacted = True
     result.flagged = any(policy.get(f.kind) == "flag" for f in findings)
     return result
+
+
+def scrub(text: str, policy: dict[str, str] | None = None) -> str:
+    """`text` with every secret, and the contact PII that `policy` blocks or redacts (all of it without
+    a policy), replaced by `[REDACTED:<kind>]`: for text we derive (episode summaries, error strings)
+    and store, where refusing is not an option."""
+    if not text:
+        return text
+    findings = [f for f in find(text) if f.is_secret or policy is None or policy.get(f.kind, "block") != "flag"]
+    return _replace(text, findings) if findings else text
