@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import hashlib
 import hmac
 import math
@@ -243,21 +244,46 @@ def _verdict(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> 
     return "lenient" if _looks_random(body) else None
 
 
-def _scan_prefixed(col: _Collector, form: Mapped, compact_form: Mapped | None) -> None:
+_WORD_PIECE = re.compile(r"[A-Z]?[a-z]+[.,;:!?)\]'\"]*")
+
+
+def _trim_words(start: int, end: int, piece_starts: list[int], text: str) -> int:
+    """On the form without whitespace, where a match runs on over the words after a token: the end of
+    the match cut at the first following piece (what stood between two spaces) that is a word."""
+    i = bisect.bisect_right(piece_starts, start)
+    while i < len(piece_starts) and piece_starts[i] < end:
+        b = piece_starts[i]
+        stop = piece_starts[i + 1] if i + 1 < len(piece_starts) else len(text)
+        if _WORD_PIECE.fullmatch(text, b, min(stop, end)):
+            return b
+        i += 1
+    return end
+
+
+def _scan_prefixed(col: _Collector, form: Mapped, compact: tuple[Mapped, list[int]] | None) -> None:
     """Strict matches first (on the text, then on the form without whitespace), lenient ones after,
     so that `task-ghp_…` is a GitHub token and not an OpenAI key glued to "ta"."""
     for mode in ("strict", "lenient"):
-        for f, compact in ((form, False), (compact_form, True)):
-            if f is None:
-                continue
-            text = f.text
-            for spec in _PREFIXED:
-                for m in (spec.compact_pattern if compact else spec.pattern).finditer(text):
-                    if _verdict(spec, m, text, compact=compact) == mode:
-                        col.add(spec.kind, f, m.start(), m.end(), widen=compact)
-            if mode == "strict":
-                for m in (_PRIVATE_KEY_COMPACT if compact else _PRIVATE_KEY).finditer(text):
-                    col.add("private_key", f, m.start(), m.end(), widen=compact)
+        text = form.text
+        for spec in _PREFIXED:
+            for m in spec.pattern.finditer(text):
+                if _verdict(spec, m, text, compact=False) == mode:
+                    col.add(spec.kind, form, m.start(), m.end())
+        if mode == "strict":
+            for m in _PRIVATE_KEY.finditer(text):
+                col.add("private_key", form, m.start(), m.end())
+        if compact is None:
+            continue
+        squashed, starts = compact
+        text = squashed.text
+        for spec in _PREFIXED:
+            for m in spec.compact_pattern.finditer(text):
+                m = spec.compact_pattern.match(text, m.start(), _trim_words(m.start(), m.end(), starts, text))
+                if m is not None and _verdict(spec, m, text, compact=True) == mode:
+                    col.add(spec.kind, squashed, m.start(), m.end(), widen=True)
+        if mode == "strict":
+            for m in _PRIVATE_KEY_COMPACT.finditer(text):
+                col.add("private_key", squashed, m.start(), m.end(), widen=True)
 
 
 def _aws_candidates(text: str):
@@ -329,10 +355,12 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
     if squashed != norm and _ANY_PREFIX.search(squashed):
         src: list[int] = []
         end: list[int] = []
+        starts: list[int] = []
         for m in re.finditer(r"\S+", norm):
+            starts.append(len(src))
             src.extend(form.src[m.start():m.end()])
             end.extend(form.end[m.start():m.end()])
-        compact = Mapped(squashed, src, end)
+        compact = (Mapped(squashed, src, end), starts)
     _scan_prefixed(col, form, compact)
     _scan_aws_secret(col, form)
     for m in _CARD_CANDIDATE.finditer(norm):
