@@ -114,8 +114,9 @@ _PRIVATE_KEY = re.compile(
     re.S | re.I,
 )
 # Cheap pre-checks: the form without whitespace is scanned only when some prefix occurs in it.
-_ANY_PREFIX = re.compile(r"sk-|[sr]k_|gh[pousr]_|github_pat_|AKIA|ASIA|xox|eyJ|AIza|BEGIN", re.I)
-_AT_WORD = re.compile(r"[\[({]\s?at\s?[\])}]", re.I)
+# (Matched on the lower-cased text: a case-insensitive alternation is several times slower.)
+_ANY_PREFIX = re.compile(r"sk-|[sr]k_|gh[pousr]_|github_pat_|akia|asia|xox|eyj|aiza")
+_ANY_PREFIX_I = re.compile(_ANY_PREFIX.pattern, re.I)
 _PRIVATE_KEY_COMPACT = re.compile(r"-{2,}BEGIN[A-Z0-9]{0,40}?PRIVATEKEY[A-Z]{0,12}-{2,}.*", re.S | re.I)
 
 _B64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
@@ -144,6 +145,8 @@ _BARE_PHONE = re.compile(r"(?<![\w+])\d{10,11}(?!\d)")
 _PHONE_CONTEXT = re.compile(
     r"(?i)\b(?:phone|mobile|cell|call|tel|telephone|sms|text\s(?:me|him|her|them)|whats\s?app|fax|signal|dial)"
 )
+_NUMERIC_REGION = re.compile(r"[\d(+][\d\s()./+_-]{7,}")
+_AT_SIGN = re.compile(r"@|[\[({]\s?at\s?[\])}]", re.I)
 _DATE_LIKE = re.compile(r"^\d{4}[-./]\d{1,2}[-./]\d{1,2}$|^\d{1,2}[-./]\d{1,2}[-./]\d{2,4}$")
 
 
@@ -197,6 +200,23 @@ class ScanResult:
     @property
     def kinds(self) -> list[str]:
         return sorted({f.kind for f in self.findings})
+
+
+class _LazyMapped(Mapped):
+    """The form without whitespace; its map back to the original is built only when a match needs it."""
+
+    def __init__(self, text: str, form: Mapped, pieces: list[tuple[int, int]]):
+        self.text, self._form, self._pieces, self._built = text, form, pieces, False
+
+    def span(self, start: int, stop: int) -> tuple[int, int]:
+        if not self._built:
+            src: list[int] = []
+            end: list[int] = []
+            for a, b in self._pieces:
+                src.extend(self._form.src[a:b])
+                end.extend(self._form.end[a:b])
+            self.src, self.end, self._built = src, end, True
+        return self.src[start], self.end[stop - 1]
 
 
 class _Collector:
@@ -260,29 +280,45 @@ def _trim_words(start: int, end: int, piece_starts: list[int], text: str) -> int
     return end
 
 
+def _prefixed_matches(text: str, compact: bool, starts: list[int] | None = None):
+    """(verdict, spec, match) for every prefixed-secret candidate: the patterns are tried only where
+    some prefix occurs (one pass over the text for all kinds)."""
+    low = text.lower()
+    for p in (_ANY_PREFIX.finditer(low) if len(low) == len(text) else _ANY_PREFIX_I.finditer(text)):
+        for spec in _PREFIXED:
+            pattern = spec.compact_pattern if compact else spec.pattern
+            m = pattern.match(text, p.start())
+            if m is None:
+                continue
+            if compact:
+                m = pattern.match(text, m.start(), _trim_words(m.start(), m.end(), starts or [], text))
+                if m is None:
+                    continue
+            verdict = _verdict(spec, m, text, compact=compact)
+            if verdict:
+                yield verdict, spec, m
+
+
 def _scan_prefixed(col: _Collector, form: Mapped, compact: tuple[Mapped, list[int]] | None) -> None:
     """Strict matches first (on the text, then on the form without whitespace), lenient ones after,
     so that `task-ghp_…` is a GitHub token and not an OpenAI key glued to "ta"."""
+    on_form = list(_prefixed_matches(form.text, False))
+    on_compact = list(_prefixed_matches(compact[0].text, True, compact[1])) if compact else []
     for mode in ("strict", "lenient"):
-        text = form.text
-        for spec in _PREFIXED:
-            for m in spec.pattern.finditer(text):
-                if _verdict(spec, m, text, compact=False) == mode:
-                    col.add(spec.kind, form, m.start(), m.end())
-        if mode == "strict":
-            for m in _PRIVATE_KEY.finditer(text):
+        for verdict, spec, m in on_form:
+            if verdict == mode:
+                col.add(spec.kind, form, m.start(), m.end())
+        if mode == "strict" and "BEGIN" in form.text.upper():
+            for m in _PRIVATE_KEY.finditer(form.text):
                 col.add("private_key", form, m.start(), m.end())
         if compact is None:
             continue
-        squashed, starts = compact
-        text = squashed.text
-        for spec in _PREFIXED:
-            for m in spec.compact_pattern.finditer(text):
-                m = spec.compact_pattern.match(text, m.start(), _trim_words(m.start(), m.end(), starts, text))
-                if m is not None and _verdict(spec, m, text, compact=True) == mode:
-                    col.add(spec.kind, squashed, m.start(), m.end(), widen=True)
-        if mode == "strict":
-            for m in _PRIVATE_KEY_COMPACT.finditer(text):
+        squashed = compact[0]
+        for verdict, spec, m in on_compact:
+            if verdict == mode:
+                col.add(spec.kind, squashed, m.start(), m.end(), widen=True)
+        if mode == "strict" and "BEGIN" in squashed.text.upper():
+            for m in _PRIVATE_KEY_COMPACT.finditer(squashed.text):
                 col.add("private_key", squashed, m.start(), m.end(), widen=True)
 
 
@@ -352,48 +388,58 @@ def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Findi
     # Tokens split by whitespace or line breaks: the form without any whitespace.
     compact = None
     squashed = re.sub(r"\s+", "", norm)
-    if squashed != norm and _ANY_PREFIX.search(squashed):
-        src: list[int] = []
-        end: list[int] = []
+    low = squashed.lower()
+    if squashed != norm and (_ANY_PREFIX_I.search(squashed) or "begin" in low):
         starts: list[int] = []
-        for m in re.finditer(r"\S+", norm):
-            starts.append(len(src))
-            src.extend(form.src[m.start():m.end()])
-            end.extend(form.end[m.start():m.end()])
-        compact = (Mapped(squashed, src, end), starts)
+        pieces = [m.span() for m in re.finditer(r"\S+", norm)]
+        n = 0
+        for a, b in pieces:
+            starts.append(n)
+            n += b - a
+        compact = (_LazyMapped(squashed, form, pieces), starts)
     _scan_prefixed(col, form, compact)
     _scan_aws_secret(col, form)
-    for m in _CARD_CANDIDATE.finditer(norm):
+    regions = list(_numeric_regions(norm))
+    for m in (m for pos, endpos in regions for m in _CARD_CANDIDATE.finditer(norm, pos, endpos)):
         digits = re.sub(r"\D", "", m.group())
         if 13 <= len(digits) <= 19 and _card_grouping_ok(m.group()) and luhn_valid(digits):
             col.add("card_number", form, m.start(), m.end())
     if encoded and len(text) >= 24:
         _scan_encoded(col, form)
     if contact:
-        _find_contact(col, form)
+        _find_contact(col, form, regions)
     return sorted(col.found, key=lambda f: f.start)
 
 
-def _find_contact(col: _Collector, form: Mapped) -> None:
+def _numeric_regions(norm: str):
+    """(pos, endpos) around each run of digits and separators long enough to be a card, a phone or an
+    id: the digit patterns run only there (a pattern that opens with a look-behind is slow to scan a
+    long text with). endpos takes one more character so that look-aheads still see what follows."""
+    for m in _NUMERIC_REGION.finditer(norm):
+        yield m.start(), min(len(norm), m.end() + 1)
+
+
+def _find_contact(col: _Collector, form: Mapped, regions: list[tuple[int, int]]) -> None:
     norm = form.text
-    if "@" in norm or _AT_WORD.search(norm):
-        for m in _EMAIL.finditer(norm):
+    for at in _AT_SIGN.finditer(norm):
+        for m in _EMAIL.finditer(norm, max(0, at.start() - 80), min(len(norm), at.end() + 260)):
             col.add("email", form, m.start(), m.end())
-    for m in _SSN.finditer(norm):
-        if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
-            col.add("national_id", form, m.start(), m.end())
+    for pos, endpos in regions:
+        for m in _SSN.finditer(norm, pos, endpos):
+            if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+                col.add("national_id", form, m.start(), m.end())
+        for m in _PHONE.finditer(norm, pos, endpos):
+            value = m.group().strip()
+            digits = re.sub(r"\D", "", value)
+            if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value):
+                col.add("phone", form, m.start(), m.end())
+        for m in _E164.finditer(norm, pos, endpos):
+            col.add("phone", form, m.start(), m.end())
+        for m in _BARE_PHONE.finditer(norm, pos, endpos):
+            if _PHONE_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+                col.add("phone", form, m.start(), m.end())
     for m in _NINO.finditer(norm):
         col.add("national_id", form, m.start(), m.end())
-    for m in _PHONE.finditer(norm):
-        value = m.group().strip()
-        digits = re.sub(r"\D", "", value)
-        if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value):
-            col.add("phone", form, m.start(), m.end())
-    for m in _E164.finditer(norm):
-        col.add("phone", form, m.start(), m.end())
-    for m in _BARE_PHONE.finditer(norm):
-        if _PHONE_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
-            col.add("phone", form, m.start(), m.end())
 
 
 def _replace(text: str, findings: list[Finding]) -> str:
