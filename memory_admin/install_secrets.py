@@ -22,22 +22,37 @@ PUBLIC_KEYS = frozenset({
 
 
 def install_secret(data_dir: Path, name: str, env_value: str | None) -> str:
-    """The secret from the environment, else from `data_dir/name` (created, 0600, on first use)."""
+    """The secret from the environment, else from `data_dir/name` (created, 0600, on first use).
+
+    Processes starting together on a fresh install (web workers, the Celery worker, beat) agree on one
+    value: each writes its candidate to a private temporary file and links it into place, which only
+    the first one can do; the others read the winner's complete file."""
     if env_value:
         return env_value
     path = Path(data_dir) / name
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        if path.stat().st_mode & 0o077:
-            os.chmod(path, 0o600)
-        value = path.read_text().strip()
-        if value:
-            return value
-        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
-    value = secrets.token_urlsafe(64)
-    with os.fdopen(fd, "w") as f:
-        f.write(value + "\n")
+    for _ in range(3):
+        try:
+            if path.stat().st_mode & 0o077:
+                os.chmod(path, 0o600)
+            value = path.read_text().strip()
+            if value:
+                return value
+            path.unlink()  # an empty file (a crash of an older version): replace it
+        except FileNotFoundError:
+            pass
+        tmp = path.with_name(f".{name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(64) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    value = path.read_text().strip()
+    if not value:
+        raise RuntimeError(f"could not create {path}")
     return value
 
 
