@@ -55,6 +55,9 @@ _CYRILLIC = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с"
                            "B": "В", "H": "Н"})
 
 
+_ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
+
+
 def _fullwidth(v: str) -> str:
     return "".join(chr(ord(c) + 0xFEE0) if 0x21 <= ord(c) <= 0x7E else "\u3000" if c == " " else c for c in v)
 
@@ -103,6 +106,8 @@ EVASIONS = {
     "base64": lambda k, v: base64.b64encode(f"token: {v}".encode()).decode() if k not in CONTACT else None,
     "fullwidth_at": lambda k, v: v.replace("@", "\uff20") if k == "email" else None,
     "at_dot_words": lambda k, v: v.replace("@", " [at] ").replace(".org", " [dot] org") if k == "email" else None,
+    "other_script_digits": lambda k, v: v.translate(_ARABIC_INDIC) if k in ("card_number", "phone", "phone_us", "ssn")
+    else None,
     "cyrillic_fullwidth_zero_width": lambda k, v: _every(_fullwidth(v.translate(_CYRILLIC)), "\u200c", 7),
 }
 
