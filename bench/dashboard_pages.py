@@ -192,9 +192,10 @@ def seed(tenant, rng: random.Random) -> None:
 def pages(slug: str, tenant) -> list[tuple[str, str]]:
     from django.urls import reverse
 
-    from memory_admin.models import Contradiction, Fact, MemoryUser
+    from memory_admin.models import Contradiction, Fact, MemoryUser, Thread
 
     user = MemoryUser.objects.get(tenant=tenant, external_id=FOCUS_USER)
+    thread = Thread.objects.filter(tenant=tenant).order_by("-pk").values_list("pk", flat=True).first()
     fact = (Contradiction.objects.filter(memory_user=user).values_list("fact_a_id", flat=True).first()
             or Fact.objects.filter(memory_user=user).values_list("pk", flat=True).first())
     u = user.pk
@@ -225,7 +226,17 @@ def pages(slug: str, tenant) -> list[tuple[str, str]]:
         ("settings", reverse("settings", args=[slug])),
         ("lifecycle", reverse("lifecycle", args=[slug])),
         ("team notebook", reverse("tenant_notebook", args=[slug])),
+        ("overview days=90", reverse("overview", args=[slug]) + "?days=90"),
+        ("audit csv first 500", reverse("audit_export", args=[slug])),
+        ("conversations", reverse("conversations", args=[slug])),
+        ("conversations page 50", reverse("conversations", args=[slug]) + "?page=50"),
+        ("search q=prefers", reverse("search", args=[slug]) + "?q=prefers+coffee"),
+        ("search q= user filter", reverse("search", args=[slug]) + f"?q=prefers+coffee&user={FOCUS_USER}"),
+        ("playground 500/4000", reverse("playground", args=[slug])
+         + f"?user={FOCUS_USER}&task=plan+the+deploy&budget_a=500&budget_b=4000"),
     ]
+    if thread:
+        out.append(("conversation", reverse("conversation", args=[slug, thread])))
     return out
 
 

@@ -1,4 +1,4 @@
-"""The embedded broker: Postgres through kombu's SQLAlchemy transport, with three fixes.
+"""The embedded broker: Postgres through kombu's SQLAlchemy transport, with four fixes.
 
 kombu 5.7's SQLAlchemy channel passes every transport option to `create_engine()`, including the
 virtual transport's own `polling_interval`, so a worker configured with a polling interval (we use
@@ -8,6 +8,18 @@ with `metadata.create_all()` on first use; a worker and beat starting together o
 race on that and one of them crashes. And its engine cache is per class, so prefork children reuse
 the parent's connections after fork (messages published from a child were lost). This subclass
 strips the option, retries the race and keeps one engine per process.
+
+The fourth is recovery after a database outage. A publish that fails while Postgres is down makes
+kombu close the producer's channel (`Connection.collect()` inside the declare's `ensure`), and every
+later publish through that producer then fails at once with amqp's `RecoverableConnectionError:
+channel disconnected`. kombu's stock transport lists only SQLAlchemy's `OperationalError` as a
+connection error, so `ensure()` never treats "channel disconnected" as something a reconnect fixes:
+Celery beat (which keeps one producer for its whole life) logged `SchedulingError ... channel
+disconnected` every tick forever and never swept again, and the same happened to the producers
+worker processes use to dispatch batches. Here the closed channel counts as a connection error, so
+`ensure()` reconnects and revives the producer; a session whose connection broke mid-transaction is
+thrown away instead of being reused in its failed state; and pooled connections are pinged before
+use, so one killed by a Postgres restart is replaced rather than failing the next poll.
 
 `memory_admin/celery.py` registers it under the `sqla` alias, so the broker URL stays the standard
 `sqla+postgresql+psycopg://...`. Production brokers (Redis, RabbitMQ) do not go through here.
@@ -23,9 +35,10 @@ from __future__ import annotations
 import os
 import time
 
+from amqp.exceptions import RecoverableConnectionError
 from kombu.transport import sqlalchemy as kombu_sqla
 from sqlalchemy import create_engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError, PendingRollbackError
 from sqlalchemy.orm import sessionmaker
 
 # Options the virtual transport reads itself; SQLAlchemy's create_engine() rejects them.
@@ -41,6 +54,8 @@ class Channel(kombu_sqla.Channel):
             and key not in {"queue_tablename", "message_tablename", "callback", "errback", "max_retries",
                             "interval_start", "interval_step", "interval_max", "retry_errors"}
         }
+        # A connection killed by a Postgres restart is noticed at checkout and replaced.
+        options.setdefault("pool_pre_ping", True)
         return create_engine(self.connection.client.hostname, **options)
 
     def _open(self):
@@ -64,5 +79,44 @@ class Channel(kombu_sqla.Channel):
         return self._engines[hostname]
 
 
+    def _forget_session(self) -> None:
+        """Drop a session whose connection failed: reusing it would raise PendingRollbackError (not a
+        connection error, so kombu would never reconnect) on every later call."""
+        session, self._session = self._session, None
+        if session is not None:
+            try:
+                session.close()
+            except Exception:  # noqa: BLE001, S110 - the connection is already gone; nothing to release
+                pass
+
+    def _guarded(self, method, *args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except (DBAPIError, PendingRollbackError) as exc:
+            self._forget_session()
+            if isinstance(exc, OperationalError):
+                raise
+            # Surface as a connection error: the transport reconnects rather than giving up.
+            raise OperationalError(str(exc), None, exc) from exc
+
+    def _get(self, queue):
+        return self._guarded(super()._get, queue)
+
+    def _put(self, queue, payload, **kwargs):
+        return self._guarded(super()._put, queue, payload, **kwargs)
+
+    def _purge(self, queue):
+        return self._guarded(super()._purge, queue)
+
+    def _size(self, queue):
+        return self._guarded(super()._size, queue)
+
+    def _new_queue(self, queue, **kwargs):
+        return self._guarded(super()._new_queue, queue, **kwargs)
+
+
 class Transport(kombu_sqla.Transport):
     Channel = Channel
+    # "channel disconnected" (a producer whose channel an earlier failed publish closed) is fixed by
+    # reconnecting, like any other lost connection.
+    connection_errors = (OperationalError, RecoverableConnectionError)

@@ -39,6 +39,7 @@ from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message
 from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit
 from memory_admin.services.facts import WriteResult, content_hash, fact_write
+from memory_admin.services.guard import verdict
 from memory_admin.services.pii import scrub
 from memory_admin.services.settings import tenant_settings
 
@@ -482,7 +483,11 @@ def _summarize(thread: Thread, messages: list[Message]) -> tuple[str, str, str]:
             data, _ = llm.complete_json(tenant_id=thread.tenant_id, layer="summary", system=SUMMARY_SYSTEM,
                                         user=transcript)
             parsed = SummaryOutput.model_validate(data)
-            return parsed.summary, parsed.outcome, f"llm:{llm_model()}"
+            # The model read the raw transcript: a summary it was talked into is not served to agents.
+            if not verdict(parsed.summary, tenant_id=thread.tenant_id).flagged:
+                return parsed.summary, parsed.outcome, f"llm:{llm_model()}"
+            log.warning("episode summary of thread %s read as instructions to a model; summarised by rules",
+                        thread.pk)
         except Exception as exc:  # noqa: BLE001 - an episode without a model summary beats no episode
             _, reason, _ = llm.classify(exc)
             log.warning("episode summary of thread %s fell back to rules: %s", thread.pk, reason)

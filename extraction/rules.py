@@ -173,15 +173,29 @@ def _first_sentence(text: str, limit: int = 200) -> str:
     return sentence if len(sentence) <= limit else sentence[: limit - 1] + "…"
 
 
+WITHHELD_QUOTE = "(a message that reads as instructions to a model, not quoted)"
+
+
+def _quote(text: str) -> str:
+    """A user's sentence quoted into the summary, which context blocks serve to agents: one that reads as
+    instructions to a model (the poisoning guard) is described, never quoted."""
+    from memory_admin.services.guard import verdict
+
+    if verdict(text).flagged:
+        return WITHHELD_QUOTE
+    sentence = _first_sentence(text)
+    return WITHHELD_QUOTE if verdict(sentence).flagged else f"“{sentence}”"
+
+
 def summarize(messages: list[tuple[str, str]]) -> str:
     """An extractive summary: what the user opened with, what else they said, how it ended."""
     user = [text for role, text in messages if role == "user" and text.strip()]
     if not user:
         return f"{len(messages)} messages without user turns."
-    parts = [f"The user opened with: “{_first_sentence(user[0])}”"]
+    parts = [f"The user opened with: {_quote(user[0])}"]
     if len(user) > 2:
-        parts.append(f"Along the way: “{_first_sentence(user[len(user) // 2])}”")
+        parts.append(f"Along the way: {_quote(user[len(user) // 2])}")
     if len(user) > 1:
-        parts.append(f"Last user turn: “{_first_sentence(user[-1])}”")
+        parts.append(f"Last user turn: {_quote(user[-1])}")
     parts.append(f"({len(messages)} messages.)")
     return " ".join(parts)

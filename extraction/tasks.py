@@ -4,16 +4,78 @@ the embedded broker may lose or repeat a delivery): every claim goes through the
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 
 from celery import shared_task
-from celery.signals import worker_init, worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
 from extraction import lifecycle, pipeline
+from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="extraction.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
-    return pipeline.sweep()
+    result = pipeline.sweep()
+    heartbeat_record(SWEEP)  # only a sweep that completed counts (health: the sweep's age)
+    return result
+
+
+@shared_task(name="extraction.worker_heartbeat", bind=True, ignore_result=True)
+def worker_heartbeat(self, sender: str) -> None:
+    """Published by every worker's heartbeat thread, executed by whichever worker takes it: the row's
+    age proves that tasks still travel through the broker and get executed (health: worker age)."""
+    heartbeat_record(WORKER, f"sent by {sender}, run by {self.request.hostname or '?'}")
+
+
+class _HeartbeatPublisher(threading.Thread):
+    """In the worker's main process: every WORKER_HEARTBEAT_SECONDS, publish one worker_heartbeat.
+    A publish that fails (broker down) is logged and tried again next period; the kombu transport
+    reconnects (extraction/broker.py). Expiring messages keep a backlog from piling up heartbeats."""
+
+    def __init__(self, app, hostname: str, period: float):
+        super().__init__(name="worker-heartbeat", daemon=True)
+        self.app, self.hostname, self.period = app, hostname, period
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                self.app.send_task("extraction.worker_heartbeat", args=[self.hostname],
+                                   expires=max(3 * self.period, 30),
+                                   retry_policy={"max_retries": 2, "interval_start": 0.5, "interval_step": 1,
+                                                 "interval_max": 2})
+            except Exception as exc:  # noqa: BLE001 - the outage is what /health/ready reports
+                log.warning("worker heartbeat not published (%s); retrying in %.0f s", type(exc).__name__,
+                            self.period)
+            self.stopped.wait(self.period)
+
+
+_publisher: _HeartbeatPublisher | None = None
+
+
+@worker_ready.connect
+def _start_heartbeat(sender=None, **_kwargs) -> None:
+    """`sender` is the worker's consumer (main process)."""
+    global _publisher
+    from django.conf import settings
+
+    from memory_admin.celery import app
+
+    if settings.WORKER_HEARTBEAT_SECONDS <= 0 or _publisher is not None:
+        return
+    hostname = getattr(sender, "hostname", None) or f"{socket.gethostname()}:{os.getpid()}"
+    _publisher = _HeartbeatPublisher(app, hostname, settings.WORKER_HEARTBEAT_SECONDS)
+    _publisher.start()
+
+
+@worker_shutdown.connect
+def _stop_heartbeat(**_kwargs) -> None:
+    if _publisher is not None:
+        _publisher.stopped.set()
 
 
 @shared_task(name="extraction.run_batch", ignore_result=True)
@@ -70,7 +132,7 @@ def _load_embedder_before_fork(**_kwargs) -> None:
 
         get_embedder()
     except Exception:  # noqa: BLE001 - children load it themselves then
-        logging.getLogger(__name__).warning("embedding preload failed", exc_info=True)
+        log.warning("embedding preload failed", exc_info=True)
 
 
 @worker_process_init.connect
@@ -85,6 +147,6 @@ def _warm_embedder(**_kwargs) -> None:
         from memory_admin.embeddings import embed
 
         embed(["warm up"])
-        logging.getLogger(__name__).info("embedding model warm")
+        log.info("embedding model warm")
     except Exception:  # noqa: BLE001 - a failed warm-up is retried by the first real use
-        logging.getLogger(__name__).warning("embedding warm-up failed", exc_info=True)
+        log.warning("embedding warm-up failed", exc_info=True)

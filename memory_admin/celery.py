@@ -1,9 +1,12 @@
 """The Celery application: tasks live in the `extraction` package; beat runs the schedule below."""
 
+import logging
 import os
+import time
 from datetime import timedelta
 
 from celery import Celery
+from celery.beat import PersistentScheduler
 from celery.schedules import crontab
 from kombu import Queue
 from kombu.transport import TRANSPORT_ALIASES
@@ -20,8 +23,73 @@ def _seconds(name: str, default: float) -> float:
     return float(os.environ.get(name, default))
 
 
+log = logging.getLogger("memory_admin.beat")
+
+
+class Scheduler(PersistentScheduler):
+    """Beat's scheduler, made to survive a broker/database outage.
+
+    Stock beat creates one producer and one broker connection for its whole life. After an outage it
+    kept publishing through the dead ones (`SchedulingError ... channel disconnected` every tick,
+    forever: nothing swept again). Here a failed publish drops both, so the next tick connects
+    afresh (the transport fix in extraction/broker.py also lets the producer reconnect in place).
+    As a last resort, a beat that has failed to publish anything for BEAT_GIVE_UP_SECONDS exits with
+    status 3, and its supervisor (`manage.py up`, systemd, Kubernetes) starts a fresh process.
+    """
+
+    give_up_seconds = _seconds("BEAT_GIVE_UP_SECONDS", 300)
+
+    def __init__(self, *args, **kwargs):
+        self._failing_since: float | None = None
+        super().__init__(*args, **kwargs)
+
+    def apply_async(self, entry, producer=None, advance=True, **kwargs):
+        try:
+            result = super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+        except Exception:
+            self._drop_publisher()
+            now = time.monotonic()
+            self._failing_since = self._failing_since or now
+            if now - self._failing_since > self.give_up_seconds:
+                log.critical("beat: nothing published for %.0f s; exiting so a fresh beat is started",
+                             now - self._failing_since)
+                try:
+                    self.close()
+                finally:
+                    os._exit(3)
+            raise
+        if self._failing_since is not None:
+            log.warning("beat: publishing again after %.0f s of failures", time.monotonic() - self._failing_since)
+            self._failing_since = None
+        return result
+
+    def _ensure_connected(self):
+        """Stock beat waits up to 30 s between attempts, so it kept sweeping half a minute after the
+        database was back; 5 s at most here. Still gives up after broker_connection_max_retries
+        (the exception ends beat, and its supervisor starts a new one)."""
+
+        def _error_handler(exc, interval):
+            log.error("beat: broker unreachable (%s); trying again in %.0f s", type(exc).__name__, interval)
+
+        return self.connection.ensure_connection(
+            _error_handler, self.app.conf.broker_connection_max_retries,
+            interval_start=1, interval_step=1, interval_max=5,
+        )
+
+    def _drop_publisher(self) -> None:
+        self.__dict__.pop("producer", None)
+        connection = self.__dict__.pop("connection", None)
+        if connection is not None:
+            try:
+                connection.collect()
+            except Exception:  # noqa: BLE001 - the connection is broken already; only forget it
+                log.debug("beat: releasing a broken connection failed", exc_info=True)
+
+
 app = Celery("memory_admin")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.beat_scheduler = Scheduler
+app.conf.broker_connection_retry_on_startup = True
 app.autodiscover_tasks(["extraction"])
 
 # Two queues, both consumed by every worker: batches and closes do not wait behind a backlog of

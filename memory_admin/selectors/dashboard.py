@@ -186,6 +186,22 @@ def llm_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, d
     return out
 
 
+BATCH_STATES = ("done", "failed", "running", "pending")
+
+
+def batches_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, dict[str, int]]:
+    """Extraction batches per day by status. The offline rules extractor makes no model calls, so the
+    LLM call counts alone would read as "no extraction" while batches are done."""
+    rows = (
+        visible(principal, ExtractionBatch.objects.filter(created_at__gte=_since(days)))
+        .annotate(day=TruncDate("created_at")).values("day", "status").annotate(n=Count("id")).order_by()
+    )
+    out = {d: dict.fromkeys(BATCH_STATES, 0) for d in _days(days)}
+    for row in rows:
+        out.setdefault(row["day"], dict.fromkeys(BATCH_STATES, 0))[row["status"]] = row["n"]
+    return out
+
+
 def failed_batches(principal: Principal, limit: int = 5) -> tuple[int, list[ExtractionBatch]]:
     qs = visible(principal, ExtractionBatch.objects.filter(status=ExtractionBatch.Status.FAILED))
     return qs.count(), list(qs.select_related("memory_user", "thread").order_by("-created_at")[:limit])
@@ -205,6 +221,7 @@ class Bar:
     label: str
     value: float
     series: int = 0
+    link: str | None = None
 
 
 def _nice_max(value: float) -> float:
@@ -218,7 +235,7 @@ def _nice_max(value: float) -> float:
 
 
 def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None,
-              colors: list[int] | None = None) -> dict[str, Any]:
+              colors: list[int] | None = None, links: list[list[str | None]] | None = None) -> dict[str, Any]:
     """Stacked bars: `series[i][j]` is series i at label j; `colors[i]` picks series i's palette slot so
     that one outcome keeps its colour from day to day and chart to chart."""
     colors = colors or list(range(len(series)))
@@ -237,11 +254,20 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
             h = plot_h * s[j] / top
             bars.append(Bar(x=round(PAD_L + j * slot + (slot - width) / 2, 1),
                             y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
-                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i]))
+                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i],
+                            link=links[i][j] if links else None))
             base += h
     step = max(1, n // 7)
     ticks = [{"x": round(PAD_L + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
+    # Totals written above the bars when they fit (up to a month of days), and every value as a table.
+    values = [{"x": round(PAD_L + j * slot + slot / 2, 1),
+               "y": round(max(9.0, plot_h - plot_h * totals[j] / top - 3), 1), "text": f"{totals[j]:g}"}
+              for j in range(len(labels)) if totals[j]] if n <= 31 else []
+    rows = [{"label": label, "total": totals[j],
+             "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)]}
+            for j, label in enumerate(labels)]
     return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
+            "values": values, "rows": rows, "names": names or ["count"], "linked": any(b.link for b in bars),
             "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
             "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
             "empty": not any(totals)}
@@ -442,7 +468,7 @@ def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlo
     if filters.get("action"):
         qs = qs.filter(action=filters["action"])
     if filters.get("agent"):
-        qs = qs.filter(agent__name__icontains=filters["agent"])
+        qs = qs.filter(Q(agent__name__icontains=filters["agent"]) | Q(actor__icontains=filters["agent"]))
     if filters.get("user"):
         qs = qs.filter(memory_user__external_id__icontains=filters["user"])
     if filters.get("since"):
@@ -554,3 +580,231 @@ def gc_preview(principal: Principal) -> dict[str, Any]:
     total = sum(counts.values())
     return {"tenant_id": principal.tenant_id, "dry_run": True, "ran_at": now.isoformat(), "counts": counts,
             "capped": capped, "total": total, "rules": RULES, "facts": facts, "truncated": total > len(facts)}
+
+
+# --- Fact detail: the open contradiction, the decay curve ---------------------------------------
+
+def open_contradiction_of(principal: Principal, fact: Fact) -> Contradiction | None:
+    """The open contradiction a contested fact is part of (the oldest, when several)."""
+    if not fact.contested:
+        return None
+    return (visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
+            .filter(Q(fact_a=fact) | Q(fact_b=fact)).order_by("created_at").first())
+
+
+DECAY_PAST_DAYS = 90
+DECAY_FUTURE_DAYS = 365
+DECAY_W, DECAY_H, DECAY_PAD = 560, 150, 30
+
+
+def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
+    """Effective confidence and staleness of one fact over time, from `scoring.terms` (the formula's
+    one Python form): the past since it was stored (with the reads it has now: the history of reads is
+    not kept) and a projection for the next year if nobody reads it. Also the day it would turn stale
+    and become an eviction candidate, unread. Geometry only; the template draws and escapes."""
+    from memory_admin import scoring
+
+    now = now or timezone.now()
+    start = max(fact.created_at, now - timedelta(days=DECAY_PAST_DAYS)) if fact.created_at else now
+    span = (now - start).total_seconds() / 86400.0 + DECAY_FUTURE_DAYS
+    plot_w, plot_h = DECAY_W - DECAY_PAD, DECAY_H - 20
+    step = max(1.0, span / 60)
+    past, future = [], []
+    stale_on = evict_on = half_on = None
+    now_effective = scoring.terms(fact, now=now)["effective"]
+    t = 0.0
+    while t <= span + 1e-9:
+        moment = start + timedelta(days=t)
+        terms = scoring.terms(fact, now=moment)
+        point = (round(DECAY_PAD + plot_w * t / span, 1), round(plot_h * (1 - terms["effective"]), 1))
+        (past if moment <= now else future).append(point)
+        if moment > now and stale_on is None and terms["staleness"] > scoring.STALE_THRESHOLD:
+            stale_on = moment
+        if moment > now and evict_on is None and terms["staleness"] > scoring.EVICTION_THRESHOLD:
+            evict_on = moment
+        if moment > now and half_on is None and terms["effective"] < now_effective / 2:
+            half_on = moment
+        t += step
+    if past and future:
+        future.insert(0, past[-1])
+    now_x = round(DECAY_PAD + plot_w * (now - start).total_seconds() / 86400.0 / span, 1)
+    current = scoring.terms(fact, now=now)
+    return {
+        "w": DECAY_W, "h": DECAY_H, "plot_h": plot_h, "pad": DECAY_PAD, "now_x": now_x,
+        "past": " ".join(f"{x},{y}" for x, y in past), "future": " ".join(f"{x},{y}" for x, y in future),
+        "start": start, "end": now + timedelta(days=DECAY_FUTURE_DAYS), "effective": current["effective"],
+        "in_year": scoring.terms(fact, now=now + timedelta(days=DECAY_FUTURE_DAYS))["effective"],
+        "stale_on": stale_on, "evict_on": evict_on, "half_on": half_on,
+        "has_past": now_x - DECAY_PAD > 40, "staleness": current["staleness"],
+        "already_stale": current["staleness"] > scoring.STALE_THRESHOLD, "pinned": fact.pinned,
+        "contested": fact.contested,
+    }
+
+
+# --- Conversations: threads, their messages, and the facts each batch drew from them ---------------
+
+def threads(principal: Principal, *, q: str = "", user: str = "") -> QuerySet:
+    """Threads, newest first, with their message count (one subquery per listed row)."""
+    from memory_admin.models import Message, Thread
+
+    qs = visible(principal, Thread.objects.all())
+    if user:
+        qs = qs.filter(memory_user__external_id__icontains=user)
+    if q:
+        qs = qs.filter(external_id__icontains=q)
+    counts = (Message.objects.filter(thread=OuterRef("pk")).order_by().values("thread")
+              .annotate(n=Count("id")).values("n"))
+    return (qs.annotate(message_count=Coalesce(Subquery(counts), 0))
+            .select_related("memory_user").order_by("-pk"))
+
+
+THREAD_MESSAGES = 500
+
+
+def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
+    """One thread: its messages in order (the first THREAD_MESSAGES), each with the facts drawn from it,
+    and its extraction batches with their status and facts. Four queries whatever the size."""
+    from memory_admin.models import Message, Thread
+    from memory_admin.selectors.access import get_visible
+
+    thread = get_visible(principal, Thread.objects.select_related("memory_user"), pk=thread_id)
+    messages = list(visible(principal, Message.objects.filter(thread=thread))
+                    .order_by("created_at", "pk")[:THREAD_MESSAGES])
+    facts = list(visible(principal, Fact.objects.filter(Q(message__thread=thread) | Q(batch__thread=thread)))
+                 .defer("embedding", "search_vector").order_by("created_at", "pk")[:2000])
+    batches = list(visible(principal, ExtractionBatch.objects.filter(thread=thread)).order_by("created_at", "pk"))
+    by_message: dict[int, list[Fact]] = {}
+    by_batch: dict[int, list[Fact]] = {}
+    for fact in facts:
+        if fact.message_id:
+            by_message.setdefault(fact.message_id, []).append(fact)
+        if fact.batch_id:
+            by_batch.setdefault(fact.batch_id, []).append(fact)
+    batch_by_id = {b.pk: b for b in batches}
+    for message in messages:
+        message.drawn = by_message.get(message.pk, [])
+        message.batch_row = batch_by_id.get(message.batch_id)
+    for batch in batches:
+        batch.drawn = by_batch.get(batch.pk, [])
+    return {"thread": thread, "messages": messages, "batches": batches,
+            "truncated": len(messages) == THREAD_MESSAGES}
+
+
+# --- Tenant-wide search: the product's ranking (selectors.search.fact_search) across users ----------
+
+SEARCH_USERS = 10
+# fact_search ranks every fact of a user (its top k always fills up): a hit is shown when it shares a
+# word with the query or is at least this close in meaning. The order stays fact_search's.
+MATCH_MIN_COSINE = 0.3
+SEARCH_FILTERS = ("status", "category", "source", "agent", "stale", "contested", "user")
+
+
+def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: int = 30) -> dict[str, Any]:
+    """Facts across the tenant's users, ranked by `fact_search` (the one ranking): the users whose facts
+    match the query's words (full-text, the GIN index; at most SEARCH_USERS, most matches first, or the
+    one named by the `user` filter) are searched one by one with the same query vector, and the hits
+    merged by final score. Filters narrow candidates and hits; reads are not counted."""
+    from django.contrib.postgres.search import SearchQuery
+
+    from memory_admin.embeddings import embed_query
+    from memory_admin.selectors.search import INCLUDABLE, fact_search, or_tsquery
+
+    query = (query or "").strip()
+    if not query:
+        return {"hits": [], "users": 0, "searched": []}
+    status = filters.get("status") or ""
+    include = (status,) if status in INCLUDABLE else ()
+    statuses = [status] if status else ["active", "stale"]
+    candidates = visible(principal, Fact.objects.filter(memory_user__isnull=False, status__in=statuses))
+    if filters.get("user"):
+        candidates = candidates.filter(memory_user__external_id=filters["user"])
+    else:
+        tsq = or_tsquery(query)
+        if not tsq:
+            return {"hits": [], "users": 0, "searched": []}
+        candidates = candidates.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+    for name in ("category", "source"):
+        if filters.get(name):
+            candidates = candidates.filter(**{name: filters[name]})
+    if filters.get("agent"):
+        candidates = candidates.filter(agent__name__icontains=filters["agent"])
+    if filters.get("contested") in ("yes", "no"):
+        candidates = candidates.filter(contested=filters["contested"] == "yes")
+    user_ids = list(candidates.values("memory_user").annotate(n=Count("id")).order_by("-n", "memory_user")
+                    .values_list("memory_user", flat=True)[:SEARCH_USERS])
+    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
+    vector = embed_query(query)
+    hits = []
+    for user_id in user_ids:
+        if user_id not in users:
+            continue
+        result = fact_search(principal=principal, memory_user=users[user_id], query=query, k=k, include=include,
+                             query_vector=vector, shared=False, record=False)
+        hits.extend(result.hits)
+    agent_ids = None
+    if filters.get("agent"):
+        from memory_admin.models import Agent
+
+        agent_ids = set(Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"])
+                        .values_list("pk", flat=True))
+    hits = [h for h in hits if _search_hit_passes(h, filters, statuses)
+            and (h.keyword > 0 or (h.cosine or 0) >= MATCH_MIN_COSINE)
+            and (agent_ids is None or h.fact.agent_id in agent_ids)]
+    hits.sort(key=lambda h: -h.final)
+    return {"hits": hits[:k], "users": len(users), "searched": [users[u] for u in user_ids if u in users],
+            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+
+def _search_hit_passes(hit, filters: dict[str, str], statuses: list[str]) -> bool:
+    fact = hit.fact
+    if fact.status not in statuses:
+        return False
+    for name in ("category", "source"):
+        if filters.get(name) and getattr(fact, name) != filters[name]:
+            return False
+    if filters.get("contested") in ("yes", "no") and fact.contested != (filters["contested"] == "yes"):
+        return False
+    if filters.get("stale") == "yes" and not hit.stale:
+        return False
+    if filters.get("stale") == "no" and hit.stale:
+        return False
+    return True
+
+
+# --- Context playground ------------------------------------------------------------------------------
+
+SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook", "pinned": "Pinned facts",
+                  "facts": "Facts", "skills": "Skills", "episodes": "Recent episodes"}
+
+
+def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A context block (services.context.context_block's answer) laid out for the playground: each
+    section's share of the budget for a token bar, and dropped items with the text of dropped facts
+    (one query) and the reason."""
+    import uuid as uuid_module
+
+    ids = []
+    for section in block["sections"]:
+        for item in section["dropped"]:
+            try:
+                ids.append(uuid_module.UUID(str(item["id"])))
+            except ValueError:
+                continue
+    texts = dict(visible(principal, Fact.objects.filter(pk__in=ids)).values_list("pk", "content")) if ids else {}
+    sections = []
+    for index, section in enumerate(block["sections"]):
+        dropped = []
+        for item in section["dropped"]:
+            try:
+                text = texts.get(uuid_module.UUID(str(item["id"])), "")
+            except ValueError:
+                text = ""
+            dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
+                            "is_fact": bool(text)})
+        sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
+                         "tokens": section["tokens"], "included": len(section["included"]),
+                         "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,
+                         "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0})
+    return {"budget": budget, "tokens": block["tokens"], "text": block["text"], "warnings": block["warnings"],
+            "sections": sections, "free": max(0.0, round(100.0 * (budget - block["tokens"]) / budget, 2)),
+            "reasons": sorted({d["reason"] for s in sections for d in s["dropped"]})}

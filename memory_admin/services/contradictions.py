@@ -7,6 +7,7 @@ reviewer gets AlreadyResolved and nothing is applied twice.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -86,4 +87,46 @@ def contradiction_resolve(
         audit(principal, "contradiction.resolve", outcome=action, target=item, memory_user_id=item.memory_user_id,
               before=before, after={"a": fact_snapshot(a), "b": fact_snapshot(b), "merged": fact_snapshot(merged)},
               reason=note)
+    return item
+
+
+@transaction.atomic
+def contradiction_reopen(*, principal: Principal, contradiction_id, note: str = "") -> Contradiction:
+    """Undo a resolution: the contradiction is open again and a side that "keep" superseded is active
+    again (only if nothing changed it since). A merge made a new fact: it cannot be undone this way
+    (correct or forget the merged fact instead)."""
+    principal.require(CURATE)
+    item = get_visible(principal, Contradiction.objects.select_for_update(of=("self",)), pk=contradiction_id)
+    if item.status == Contradiction.Status.OPEN:
+        raise AlreadyResolved("This contradiction is already open again; nothing was changed.", status_now=item.status)
+    if item.resolution == "merge":
+        raise Invalid("A merge wrote a new fact: correct or forget that fact instead of reopening.", field="action")
+    a = Fact.objects.select_for_update().get(pk=item.fact_a_id)
+    b = Fact.objects.select_for_update().get(pk=item.fact_b_id) if item.fact_b_id else None
+    before = {"a": fact_snapshot(a), "b": fact_snapshot(b)}
+    winner, loser = {"keep_a": (a, b), "keep_b": (b, a)}.get(item.resolution, (None, None))
+    if loser is not None and winner is not None:
+        if loser.status != Fact.Status.SUPERSEDED or loser.superseded_by_id != winner.pk:
+            if loser.status == Fact.Status.SUPERSEDED:
+                raise AlreadyResolved("The replaced fact has changed since; correct it instead of reopening.",
+                                      status_now=loser.status)
+        else:
+            Fact.objects.filter(pk=loser.pk).update(status=Fact.Status.ACTIVE, superseded_by=None,
+                                                    status_reason=f"reopened by {principal.actor}"[:300],
+                                                    updated_at=timezone.now())
+    if item.resolution == "both_true" and b is not None and item.resolved_at is not None:
+        edge = (Edge.objects.filter(type=Edge.Type.RELATED_TO, src_fact=a, dst_fact=b,
+                                    created_at__gte=item.resolved_at - timedelta(seconds=5))
+                .order_by("-created_at").first())
+        if edge is not None:
+            edge.delete()
+    was = {"status": item.status, "resolution": item.resolution, "resolved_by": item.resolved_by}
+    item.status, item.resolution, item.resolved_by, item.resolved_at = Contradiction.Status.OPEN, "", "", None
+    item.save(update_fields=["status", "resolution", "resolved_by", "resolved_at"])
+    refresh_contested([a.pk, b.pk if b else None])
+    a.refresh_from_db()
+    if b is not None:
+        b.refresh_from_db()
+    audit(principal, "contradiction.reopen", outcome="open", target=item, memory_user_id=item.memory_user_id,
+          before={**before, **was}, after={"a": fact_snapshot(a), "b": fact_snapshot(b)}, reason=note or "undo")
     return item

@@ -96,3 +96,31 @@ def eviction_keep(*, principal: Principal, fact_id, note: str = "") -> Fact:
     audit(principal, "fact.keep", outcome="kept", target=fact, before=before, after=fact_snapshot(fact),
           reason=note or "eviction candidate kept by a reviewer")
     return fact
+
+
+# What "undo" puts back after each queue action: (status the action left, status to return to).
+UNDOABLE = {
+    "evict": (Fact.Status.EVICTED, Fact.Status.ACTIVE),
+    "discard": (Fact.Status.EVICTED, Fact.Status.QUARANTINED),
+    "release": (Fact.Status.ACTIVE, Fact.Status.QUARANTINED),
+}
+
+
+@transaction.atomic
+def queue_action_undo(*, principal: Principal, fact_id, action: str, note: str = "") -> Fact:
+    """Reopen a review-queue decision: an evicted fact is served again, a discarded or released write
+    is back in quarantine. Refused (AlreadyResolved) when the fact has moved on since, or when a
+    release replaced an older value of its key (undoing that needs a correction, not a status flip)."""
+    principal.require(CURATE)
+    left, back = UNDOABLE[action]
+    fact = _locked(principal, fact_id, left)
+    if action == "release" and Fact.objects.filter(superseded_by_id=fact.pk).exists():
+        raise AlreadyResolved("This release replaced an older value; correct the fact instead of undoing.",
+                              status_now=fact.status)
+    before = fact_snapshot(fact)
+    fact.status = back
+    fact.status_reason = f"{action} undone by {principal.actor}"[:300]
+    fact.save(update_fields=["status", "status_reason", "updated_at"])
+    audit(principal, f"{'quarantine' if action != 'evict' else 'fact'}.undo", outcome=back, target=fact,
+          before=before, after=fact_snapshot(fact), reason=note or f"undo {action}")
+    return fact

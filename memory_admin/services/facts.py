@@ -16,7 +16,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Count, Q, Subquery, Value
+from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Subquery, Value, When
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
@@ -26,7 +26,7 @@ from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookC
 from memory_admin.scoring import annotate_scores
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.guard import injection_reason
+from memory_admin.services.guard import injection_reason, refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_identifier, screen_text, screens
@@ -189,7 +189,8 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
         return result
 
     # 2. Poisoning guard: stored for review, never served.
-    reason = injection_reason(content) or ("source is external" if source == Fact.Source.EXTERNAL else None)
+    reason = (injection_reason(content, tenant_id=principal.tenant_id)
+              or ("source is external" if source == Fact.Source.EXTERNAL else None))
     if reason:
         return _Pending(fact, conf, done, quarantined=reason)
 
@@ -357,7 +358,8 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
     evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
     if any(e.pk == fact.pk for e in evicted):
         fact.status = Fact.Status.EVICTED
-        return done(WriteResult("capped", fact, reason="at the cap, and the weakest fact", evicted=evicted))
+        return done(WriteResult("capped", fact, evicted=evicted, reason=(
+            "at the cap, every other unpinned fact is as new and surer (or every other fact is pinned)")))
     return done(WriteResult("created", fact, evicted=evicted))
 
 
@@ -500,13 +502,24 @@ def _notebook_conflict(principal, memory_user, fact: Fact, threshold: float):
 
 
 def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fact]:
-    """Evict the lowest effective confidence, oldest first, until the user is at the cap. Pinned facts
-    are exempt (and do not count towards what can be evicted)."""
+    """Evict until the user is at the cap. Pinned facts are exempt (and do not count towards what can
+    be evicted). New information is not lost to the reads that old facts have had time to collect: a
+    fact younger than FACT_CAP_GRACE_HOURS goes only after every older unpinned fact. Older facts go
+    lowest effective confidence first, oldest first; young ones (a burst of writes past the cap) by
+    stated confidence, oldest first, so the fact just written survives unless it is the least sure."""
     active = Fact.objects.filter(memory_user_id=memory_user_id, status=Fact.Status.ACTIVE)
     # The count and the weakest candidates in one query; under the cap Postgres stops at the count.
     total = Subquery(active.order_by().values("memory_user_id").annotate(n=Count("*")).values("n"))
-    weakest = (annotate_scores(active.filter(pinned=False)).defer("embedding", "search_vector")
-               .annotate(total=total).filter(total__gt=cap).order_by("eff_conf", "created_at"))
+    grace_start = timezone.now() - timedelta(hours=settings.FACT_CAP_GRACE_HOURS)
+    young = Q(created_at__gte=grace_start)
+    weakest = (
+        annotate_scores(active.filter(pinned=False)).defer("embedding", "search_vector")
+        .annotate(total=total).filter(total__gt=cap)
+        .annotate(in_grace=Case(When(young, then=Value(1)), default=Value(0), output_field=IntegerField()),
+                  evict_rank=Case(When(young, then=F("confidence")), default=F("eff_conf"),
+                                  output_field=FloatField()))
+        .order_by("in_grace", "evict_rank", "created_at")
+    )
     victims = list(weakest[:CAP_PROBE])
     if not victims:
         return []
@@ -520,7 +533,7 @@ def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fa
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
         audit(principal, "fact.evict", outcome="evicted", target=victim, before=before,
-              after=fact_snapshot(victim), reason=f"over the cap of {cap} active facts; lowest effective confidence")
+              after=fact_snapshot(victim), reason=f"over the cap of {cap} active facts; the weakest of the oldest")
     return victims
 
 
@@ -536,6 +549,8 @@ def fact_correct(
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
     reason = screen_text(principal, reason, route="correction", memory_user_id=old.memory_user_id,
                          what="reason").content
+    # A correction replaces a served fact at once, so it is refused rather than quarantined.
+    refuse_instructions(principal, content, what="correction")
     vector = embed_one(content)
     with transaction.atomic():
         if old.memory_user_id:

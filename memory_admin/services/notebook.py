@@ -12,8 +12,9 @@ from pgvector.django import CosineDistance
 from memory_admin.embeddings import embed
 from memory_admin.errors import Conflict, TooLarge
 from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
-from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.selectors.access import Principal, require_write_to
 from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
@@ -47,12 +48,19 @@ def notebook_save(
     *, principal: Principal, memory_user: MemoryUser | None, content: str, base_version: int, note: str = ""
 ) -> Notebook:
     """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
-    current version and overwrite nothing. Facts that contradict the new text are overruled."""
-    principal.require(WRITE_MEMORY)
+    current version and overwrite nothing. Facts that contradict the new text are overruled.
+
+    An agent's notebook that reads as instructions to a model is refused (422 `instruction_like`), not
+    quarantined: a notebook is one sovereign document served whole in every context block, and there is no
+    "held for review" version of it; the agent learns at once and nothing half-applied is left behind.
+    A person writing in the dashboard is trusted (the fence still keeps their text from passing for the
+    block's structure)."""
+    require_write_to(principal, memory_user)
     check_notebook_size(content)
     user_id = memory_user.pk if memory_user else None
     content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content
     note = screen_text(principal, note, route="notebook", memory_user_id=user_id, what="note").content
+    refuse_instructions(principal, content, what="notebook")
     statements = notebook_statements(content)
     vectors = embed(statements)
     with transaction.atomic():

@@ -9,8 +9,9 @@ from django.db import transaction
 
 from memory_admin.errors import Conflict, Invalid, TooLarge
 from memory_admin.models import MemoryUser, Skill, SkillRevision
-from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.selectors.access import Principal, require_write_to
 from memory_admin.services.audit import audit
+from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.screening import screen_identifier, screen_text
 
 _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
@@ -37,14 +38,19 @@ def skill_save(
     memory_user: MemoryUser | None = None,
 ) -> Skill:
     """Create (base_version None or 0) or update (base_version = current) a skill; a stale version
-    raises Conflict with the current version."""
-    principal.require(WRITE_MEMORY)
+    raises Conflict with the current version. A tenant skill (no memory user) is served to every
+    user's context: only a principal reaching the whole tenant may write it.
+    An agent's skill that reads as instructions to a model (beyond the procedure a skill is: "ignore
+    your rules", tool-call JSON, template tokens...) is refused with 422 `instruction_like`, like a
+    notebook (see `notebook_save`)."""
+    require_write_to(principal, memory_user)
     raw_path = path
     path = check_skill_path(path)
     check_skill_size(content)
     user_id = memory_user.pk if memory_user else None
     screen_identifier(principal, raw_path, what="skill path", route="skill_path", memory_user_id=user_id)
     content = screen_text(principal, content, route="skill", memory_user_id=user_id).content
+    refuse_instructions(principal, content, what="skill")
     with transaction.atomic():
         skill = (
             Skill.objects.select_for_update()

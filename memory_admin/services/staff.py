@@ -5,6 +5,8 @@ from __future__ import annotations
 import secrets
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from memory_admin.errors import Invalid, NotFound
@@ -36,8 +38,12 @@ def staff_create(
     user_model = get_user_model()
     user, created = user_model.objects.get_or_create(username=username, defaults={"email": email})
     if created and not password:
-        password = secrets.token_urlsafe(12)
+        password = secrets.token_urlsafe(18)
     if password:
+        try:
+            validate_password(password, user)
+        except ValidationError as exc:
+            raise Invalid("The password is too weak: " + " ".join(exc.messages), field="password") from exc
         user.set_password(password)
         user.save(update_fields=["password"])
     membership, _ = Membership.objects.update_or_create(

@@ -8,7 +8,7 @@ from django.db import transaction
 
 from memory_admin.errors import Invalid, NotFound
 from memory_admin.models import PII_ACTIONS, PII_KINDS, ApiKey, TenantSettings
-from memory_admin.selectors.access import ADMIN, Principal
+from memory_admin.selectors.access import ADMIN, Principal, require_tenant_wide
 from memory_admin.services.audit import audit
 from memory_admin.services.keys import api_key_create, api_key_revoke
 from memory_admin.services.settings import tenant_settings
@@ -33,7 +33,7 @@ def settings_snapshot(obj: TenantSettings) -> dict[str, Any]:
 @transaction.atomic
 def tenant_settings_update(*, principal: Principal, values: dict[str, Any]) -> TenantSettings:
     """Validate every field first (raise Invalid naming the field), then save and audit once."""
-    principal.require(ADMIN)
+    require_tenant_wide(principal, ADMIN)
     obj = TenantSettings.objects.select_for_update().get(pk=tenant_settings(principal.tenant_id).pk)
     before = settings_snapshot(obj)
     for name, (cast, low, high) in EDITABLE.items():
@@ -64,7 +64,7 @@ def dashboard_key_create(
     *, principal: Principal, agent_name: str, label: str = "", is_admin: bool = False,
     allowed_user_ids: list[str] | None = None,
 ) -> tuple[ApiKey, str]:
-    principal.require(ADMIN)
+    require_tenant_wide(principal, ADMIN)
     agent_name = agent_name.strip()
     if not agent_name or len(agent_name) > 200:
         raise Invalid("Name the agent this key is for (up to 200 characters).", field="agent")
@@ -79,7 +79,7 @@ def dashboard_key_create(
 
 @transaction.atomic
 def dashboard_key_revoke(*, principal: Principal, key_id: int) -> ApiKey:
-    principal.require(ADMIN)
+    require_tenant_wide(principal, ADMIN)
     key = _tenant_key(principal, key_id)
     api_key_revoke(key=key)
     key.refresh_from_db()

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Case, CharField, Q, TextField, Value, When
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from memory_admin.models import (
+    ApiKey,
     AuditEvent,
     Contradiction,
+    Edge,
     Episode,
+    ExtractionBatch,
     Fact,
+    Membership,
     MemoryUser,
     Message,
     Notebook,
@@ -21,6 +28,7 @@ from memory_admin.models import (
     PiiBlock,
     Skill,
     SkillRevision,
+    Thread,
 )
 from memory_admin.selectors.access import ADMIN, Principal
 from memory_admin.services.audit import audit
@@ -73,35 +81,107 @@ def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, A
     return data
 
 
+def _erase_member_accounts(memory_user: MemoryUser) -> tuple[int, list[str]]:
+    """Dashboard accounts that sign in as this user (members) lose that membership; an account left
+    with no tenant is deactivated, its name and email cleared. Returns (accounts, their actor names)."""
+    memberships = list(Membership.objects.filter(memory_user=memory_user).select_related("user"))
+    actors = [f"staff:{m.user.get_username()}" for m in memberships]
+    Membership.objects.filter(pk__in=[m.pk for m in memberships]).delete()
+    for membership in memberships:
+        account = membership.user
+        if not Membership.objects.filter(user=account).exists():
+            account.username = f"erased-{uuid.uuid4()}"
+            account.email = account.first_name = account.last_name = ""
+            account.is_active = False
+            account.set_unusable_password()
+            account.save()
+    return len(memberships), actors
+
+
+def _erase_actor_names(tenant_id: int, actors: list[str]) -> None:
+    """Where the tenant recorded who did something, an erased member's name becomes `erased`."""
+    for model, path, field in (
+        (Notebook, "tenant_id", "updated_by"), (NotebookRevision, "notebook__tenant_id", "author"),
+        (Skill, "tenant_id", "updated_by"), (SkillRevision, "skill__tenant_id", "author"),
+        (Fact, "tenant_id", "created_by"), (Contradiction, "tenant_id", "resolved_by"),
+        (Edge, "tenant_id", "created_by"), (PiiBlock, "tenant_id", "actor"), (AuditEvent, "tenant_id", "actor"),
+    ):
+        model.objects.filter(**{path: tenant_id, f"{field}__in": actors}).update(**{field: "erased"})
+
+
+def _replace_exact(value: Any, old: str, new: str) -> Any:
+    """`value` (decoded JSON) with every string equal to `old` replaced by `new`."""
+    if isinstance(value, str):
+        return new if value == old else value
+    if isinstance(value, list):
+        return [_replace_exact(item, old, new) for item in value]
+    if isinstance(value, dict):
+        return {key: _replace_exact(item, old, new) for key, item in value.items()}
+    return value
+
+
 @transaction.atomic
 def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, int]:
-    """Scrub every piece of content about this user (facts, notebook and revisions, messages, episodes,
-    skills, PII previews, audit before/after) and free the external id. Leaves one audit event."""
+    """Scrub every piece of content about this user and every identifier that names it or its work:
+    facts (content, key, task ref, metadata, reasons), notebook and revisions, messages and thread ids,
+    episodes, skills (content and paths), review items, PII previews and fingerprints, batch errors,
+    audit before/after/reason (its own events, and tenant events that list its id, such as a key
+    restricted to it), and the external id itself, which becomes free. Keys restricted to the user stay
+    restricted (to the erased placeholder id), never widened. Member accounts that sign in as the user
+    lose that membership (and are deactivated when it was their only one); their name is replaced
+    wherever the tenant recorded it as an actor. Leaves one audit event."""
     principal.require(ADMIN)
+    external_id = memory_user.external_id
+    erased_id = f"erased-{uuid.uuid4()}"
     counts = {
         "facts": Fact.objects.filter(memory_user=memory_user).update(
-            content=ERASED, content_hash="", key=None, embedding=None, metadata={}, status=Fact.Status.EVICTED,
-            status_reason="erased", pinned=False,
+            content=ERASED, content_hash="", key=None, embedding=None, metadata={},
+            # A task-scoped fact keeps a (placeholder) task ref: the scope's shape is a constraint.
+            task_ref=Case(When(task_ref="", then=Value("")), default=Value("erased")),
+            status=Fact.Status.EVICTED, status_reason="erased", pinned=False,
         ),
-        "messages": Message.objects.filter(memory_user=memory_user).update(content=ERASED),
+        "messages": Message.objects.filter(memory_user=memory_user).update(content=ERASED, skip_reason=""),
+        "threads": Thread.objects.filter(memory_user=memory_user).update(
+            external_id=Concat(Value("erased-"), Cast("id", CharField()))),
         "episodes": Episode.objects.filter(memory_user=memory_user).update(summary=ERASED),
-        "skills": Skill.objects.filter(memory_user=memory_user).update(content=ERASED),
+        "skills": Skill.objects.filter(memory_user=memory_user).update(
+            content=ERASED, path=Concat(Value("erased/"), Cast("id", CharField()), Value(".md"))),
     }
     SkillRevision.objects.filter(skill__memory_user=memory_user).update(content=ERASED)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
     NotebookRevision.objects.filter(notebook__memory_user=memory_user).update(content=ERASED, note="")
     Notebook.objects.filter(memory_user=memory_user).update(content=ERASED)
     Contradiction.objects.filter(memory_user=memory_user).update(notebook_excerpt="", note="", reason="")
-    PiiBlock.objects.filter(memory_user=memory_user).update(redacted_preview=ERASED)
+    PiiBlock.objects.filter(memory_user=memory_user).update(redacted_preview=ERASED, fingerprint="")
+    ExtractionBatch.objects.filter(memory_user=memory_user).exclude(error="").update(error=ERASED)
     with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {ApiKey._meta.db_table} SET allowed_user_ids = array_replace(allowed_user_ids, %s, %s) "
+            "WHERE tenant_id = %s AND %s = ANY(allowed_user_ids)",
+            [external_id, erased_id, memory_user.tenant_id, external_id],
+        )
+        counts["api_keys"] = cursor.rowcount
         cursor.execute("SET LOCAL memory_admin.erasing = 'on'")
     counts["audit_events"] = AuditEvent.objects.filter(memory_user=memory_user).update(
         before=None, after=None, reason=ERASED
     )
+    counts["accounts"], actors = _erase_member_accounts(memory_user)
+    if actors:
+        _erase_actor_names(memory_user.tenant_id, actors)
+    # Tenant-wide events that name the user (a key restricted to it, for one) keep their shape, with the
+    # id replaced; matched on the JSON string "id" exactly, never a substring of another value.
+    quoted = json.dumps(external_id, ensure_ascii=False)
+    naming = (
+        AuditEvent.objects.filter(tenant_id=memory_user.tenant_id, memory_user__isnull=True)
+        .annotate(before_text=Cast("before", TextField()), after_text=Cast("after", TextField()))
+        .filter(Q(before_text__contains=quoted) | Q(after_text__contains=quoted))
+    )
+    for event in naming.only("id", "before", "after"):
+        AuditEvent.objects.filter(pk=event.pk).update(before=_replace_exact(event.before, external_id, erased_id),
+                                                      after=_replace_exact(event.after, external_id, erased_id))
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL memory_admin.erasing = 'off'")
-    external_id = memory_user.external_id
-    memory_user.external_id = f"erased-{uuid.uuid4()}"
+    memory_user.external_id = erased_id
     memory_user.display_name = ""
     memory_user.erased_at = timezone.now()
     memory_user.save(update_fields=["external_id", "display_name", "erased_at"])

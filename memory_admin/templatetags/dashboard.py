@@ -3,10 +3,12 @@ markup is `markdown`, and it sanitises with nh3 after rendering."""
 
 from __future__ import annotations
 
-import markdown as md
 import nh3
 from django import template
+from django.conf import settings
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from markdown_it import MarkdownIt
 
 from memory_admin.scoring import EVICTION_THRESHOLD, STALE_THRESHOLD
 
@@ -19,9 +21,29 @@ _TAGS = {
 }
 
 
+# markdown-it-py: a CommonMark parser designed to run in linear time on any input (delimiter and
+# link-label scans are cached; nesting is bounded by maxNesting, past which it stops descending).
+# Raw HTML is off, so tags in content come out as text; nh3 still sanitises what it renders.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False, "maxNesting": 20}).enable(["table", "strikethrough"])
+
+
+def _plain(text: str, why: str) -> SafeString:
+    return format_html('<p class="muted small">{}</p><pre class="wrap">{}</pre>', why, text)
+
+
 @register.filter(name="markdown")
 def render_markdown(text: str | None) -> SafeString:
-    html = md.markdown(text or "", extensions=["fenced_code", "tables", "sane_lists"], output_format="html")
+    """Markdown to sanitised HTML. Above MARKDOWN_MAX_INPUT_BYTES of input, or when the HTML would
+    pass MARKDOWN_MAX_HTML_BYTES, the text is shown escaped as it is, with a note saying why: the
+    render time and the page size stay bounded whatever a notebook or skill holds."""
+    text = text or ""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > settings.MARKDOWN_MAX_INPUT_BYTES:
+        return _plain(text, f"Shown as plain text: {size // 1024} KB is more than the "
+                            f"{settings.MARKDOWN_MAX_INPUT_BYTES // 1024} KB the dashboard formats.")
+    html = _MARKDOWN.render(text)
+    if len(html.encode("utf-8", "surrogatepass")) > settings.MARKDOWN_MAX_HTML_BYTES:
+        return _plain(text, "Shown as plain text: formatted, this text would make too large a page.")
     clean = nh3.clean(
         html, tags=_TAGS, attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
         url_schemes={"http", "https", "mailto"}, link_rel="noopener noreferrer nofollow",

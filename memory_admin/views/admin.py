@@ -65,9 +65,13 @@ def batch_retry_view(request: HttpRequest, batch_id: int) -> HttpResponse:
     return redirect("batches", request.tenant.slug)
 
 
+NEW_KEY_SESSION = "dashboard_new_key"
+
+
 @tenant_view(staff_only=True)
 def keys(request: HttpRequest) -> HttpResponse:
-    created = None
+    """Post/redirect/get: a created key is parked in the session, shown by the next GET and dropped
+    from the session there, so a reload (or going back) never creates nor shows it again."""
     error = None
     if request.method == "POST":
         users = [u.strip() for u in request.POST.get("users", "").split(",") if u.strip()]
@@ -75,9 +79,18 @@ def keys(request: HttpRequest) -> HttpResponse:
             key, raw = dashboard_key_create(principal=request.principal, agent_name=request.POST.get("agent", ""),
                                             label=request.POST.get("label", ""),
                                             is_admin=request.POST.get("is_admin") == "on", allowed_user_ids=users)
-            created = {"key": key, "raw": raw}
         except DomainError as exc:
             error = exc.detail
+        else:
+            request.session[NEW_KEY_SESSION] = {"tenant": request.tenant.slug, "key_id": key.pk, "raw": raw}
+            return redirect("keys", request.tenant.slug)
+    created = None
+    parked = request.session.pop(NEW_KEY_SESSION, None)
+    if parked and parked.get("tenant") == request.tenant.slug:
+        key = ApiKey.objects.filter(pk=parked["key_id"], tenant_id=request.principal.tenant_id).select_related(
+            "agent").first()
+        if key is not None:
+            created = {"key": key, "raw": parked["raw"]}
     agents = (
         Agent.objects.filter(tenant_id=request.principal.tenant_id)
         .prefetch_related(Prefetch("keys", queryset=ApiKey.objects.order_by("-created_at")))
@@ -101,6 +114,28 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     return redirect("keys", request.tenant.slug)
 
 
+# What each setting means, in words and units, shown beside its field (ranges come from EDITABLE).
+SETTING_HELP = {
+    "confidence_threshold": ("Minimum confidence", "score 0–1",
+                             "Writes claiming less confidence than this are refused (rejected: low confidence)."),
+    "dedup_similarity": ("Duplicate similarity", "cosine 0–1",
+                         "A new fact at least this similar to an existing one is merged into it instead of stored."),
+    "contradiction_similarity": ("Contradiction similarity", "cosine 0–1",
+                                 "Facts this similar but saying different things are checked for a contradiction."),
+    "auto_resolve_gap": ("Auto-resolve gap", "confidence points 0–1",
+                         "A contradiction resolves itself when one side is this much more confident; "
+                         "below, it goes to the review queue."),
+    "fact_cap": ("Fact cap per user", "facts",
+                 "Above this many active facts, the least useful unpinned ones are evicted."),
+    "debounce_seconds": ("Extraction delay", "seconds",
+                         "How long a conversation must be quiet before its new messages are extracted."),
+    "min_message_chars": ("Shortest message extracted", "characters",
+                          "Shorter messages (greetings, \"ok\") are logged but not sent to extraction."),
+    "episode_idle_minutes": ("Episode break", "minutes",
+                             "A pause this long in a conversation starts a new episode."),
+}
+
+
 @tenant_view(staff_only=True)
 def settings_page(request: HttpRequest) -> HttpResponse:
     error = None
@@ -119,7 +154,9 @@ def settings_page(request: HttpRequest) -> HttpResponse:
             error = exc.detail
     obj = tenant_settings(request.principal.tenant_id)
     fields = [{"name": name, "value": getattr(obj, name), "step": "0.01" if cast is float else "1",
-               "min": low, "max": high, "label": name.replace("_", " ").capitalize()}
+               "min": low, "max": high,
+               "label": SETTING_HELP.get(name, (name.replace("_", " ").capitalize(), "", ""))[0],
+               "unit": SETTING_HELP.get(name, ("", "", ""))[1], "help": SETTING_HELP.get(name, ("", "", ""))[2]}
               for name, (cast, low, high) in EDITABLE.items()]
     return render(request, "dashboard/settings.html", {
         "obj": obj, "fields": fields, "error": error, "pii_kinds": PII_KINDS, "pii_actions": PII_ACTIONS,

@@ -3,12 +3,36 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import LoginView
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from memory_admin.models import Membership
 from memory_admin.selectors.staff import memberships_of
+from memory_admin.services.throttle import client_address, login_failed, login_retry_after
+
+
+class SignInView(LoginView):
+    """Django's sign-in, throttled: after LOGIN_FAILURE_LIMIT failures in the window, for the account
+    or from the address, every attempt answers 429 with Retry-After and no password is checked."""
+
+    template_name = "dashboard/login.html"
+    redirect_authenticated_user = True
+
+    def post(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        wait = login_retry_after(request.POST.get("username", ""), client_address(request))
+        if not wait:
+            return super().post(request, *args, **kwargs)
+        # An unbound form: rendering a bound one would validate it, i.e. check the password.
+        context = self.get_context_data(form=self.get_form_class()(request), rate_limited=wait)
+        response = self.render_to_response(context, status=429)
+        response["Retry-After"] = str(wait)
+        return response
+
+    def form_invalid(self, form) -> HttpResponse:
+        login_failed(self.request.POST.get("username", ""), client_address(self.request))
+        return super().form_invalid(form)
 
 
 def landing_url(membership: Membership) -> str:

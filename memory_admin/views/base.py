@@ -23,6 +23,36 @@ from memory_admin.selectors.staff import memberships_of, principal_from_membersh
 
 PER_PAGE = 50
 
+# The top-nav entry each page belongs to (by URL name), so the nav marks the current page everywhere.
+NAV_SECTIONS = {
+    "overview": ("overview",),
+    "users": ("users", "user", "user_notebook", "user_facts", "user_episodes", "user_context", "user_asof",
+              "user_activity", "fact_detail", "notebook_restore"),
+    "review": ("review", "review_bulk", "eviction", "quarantine", "fact_queue_action"),
+    "lifecycle": ("lifecycle",),
+    "tenant_notebook": ("tenant_notebook",),
+    "skills": ("skills", "skill_edit"),
+    "batches": ("batches",),
+    "conversations": ("conversations", "conversation"),
+    "search": ("search",),
+    "playground": ("playground",),
+    "pii": ("pii", "pii_detail"),
+    "audit": ("audit",),
+    "keys": ("keys",),
+    "settings": ("settings",),
+}
+_SECTION_OF = {name: section for section, names in NAV_SECTIONS.items() for name in names}
+
+
+def nav_section(request: HttpRequest) -> str:
+    """The nav entry of this page; a member's own notebook and facts are their own entries."""
+    name = request.resolver_match.url_name if request.resolver_match else ""
+    if getattr(request, "is_member", False) and name in ("user", "user_notebook", "notebook_restore"):
+        return "my_notebook"
+    if getattr(request, "is_member", False) and name in ("user_facts", "fact_detail"):
+        return "my_facts"
+    return _SECTION_OF.get(name, "")
+
 
 def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
     """Decorate a view taking (request, slug, ...). `staff_only` pages are not for members, who see
@@ -43,6 +73,7 @@ def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
             request.principal = principal
             request.can = {name: principal.can(name) for name in (READ, WRITE_MEMORY, CURATE, ADMIN, AUDIT)}
             request.is_member = principal.member_user_id is not None
+            request.nav = nav_section(request)
             if staff_only and request.is_member:
                 return forbidden(request, "Members see their own notebook and facts only.")
             if not principal.can(ability):

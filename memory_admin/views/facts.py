@@ -20,10 +20,13 @@ from memory_admin.views.base import safe_next, tenant_view
 @tenant_view()
 def fact_detail(request: HttpRequest, fact_id) -> HttpResponse:
     fact = sel.fact_with_scores(request.principal, fact_id)
-    chain = fact_chain(fact)
+    # Version order: a correction's valid-from may be earlier than the version it corrects.
+    chain = sorted(fact_chain(fact), key=lambda f: (f.version, f.created_at))
     return render(request, "dashboard/fact_detail.html", {
         "fact": fact,
         "chain": chain,
+        "contradiction": sel.open_contradiction_of(request.principal, fact),
+        "curve": sel.decay_curve(fact),
         "events": list(chain_events(request.principal, chain).select_related("memory_user")[:500]),
         "edges": sel.fact_edges(request.principal, fact),
         "breakdown": scoring.terms(fact),

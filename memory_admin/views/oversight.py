@@ -15,6 +15,18 @@ from memory_admin.services.pii import CONTACT_KINDS, SECRET_KINDS
 from memory_admin.views.base import paginate, tenant_view
 
 PII_FILTERS = ("kind", "route", "action", "agent", "user", "since", "until")
+# The actions the services audit, for the audit log's action select ("….write" covers every route's
+# write-path outcome; a prefix such as "fact." matches all of a kind, the filter being "contains").
+AUDIT_ACTIONS = (
+    ("Writes", (".write", "fact.write", "message.write", "notebook.write", "review.write")),
+    ("Facts", ("fact.", "fact.correct", "fact.forget", "fact.pin", "fact.evict", "fact.keep", "fact.lifecycle",
+               "fact.overrule", "fact.promote")),
+    ("Review", ("contradiction.resolve", "contradiction.scan", "quarantine.release", "quarantine.discard")),
+    ("Notebooks and skills", ("notebook.save", "skill.save")),
+    ("Extraction", ("extraction.batch", "extraction.retry", "thread.close")),
+    ("Lifecycle", ("lifecycle.gc", "lifecycle.contradiction_scan")),
+    ("Administration", ("api_key.create", "api_key.revoke", "settings.update", "user.export", "user.erase")),
+)
 AUDIT_FILTERS = ("actor", "actor_type", "action", "outcome", "target", "user", "since", "until")
 
 
@@ -53,8 +65,9 @@ def pii_list(request: HttpRequest) -> HttpResponse:
 def pii_detail(request: HttpRequest, block_id) -> HttpResponse:
     block = get_visible(request.principal, PiiBlock.objects.select_related("agent", "memory_user"), pk=block_id)
     repeats = visible(request.principal, PiiBlock.objects.filter(fingerprint=block.fingerprint))
+    # Not "block": inside {% block %} Django binds that name to the block node itself.
     return render(request, "dashboard/pii_detail.html", {
-        "block": block,
+        "pii": block,
         "repeat_count": repeats.count(),
         "repeats": list(repeats.select_related("agent", "memory_user").order_by("-created_at")[:50]),
         "events": list(visible(request.principal, AuditEvent.objects.filter(
@@ -83,10 +96,12 @@ def pii_export(request: HttpRequest) -> StreamingHttpResponse:
 
     def stream():
         yield writer.writerow(header)
+        # `agent` is what the list shows: the agent's name, else the actor that wrote (staff, system,
+        # or an agent whose row is gone).
         for b in rows.iterator(chunk_size=500):
             yield writer.writerow([_cell(v) for v in (
                 b.pk, b.created_at.isoformat(), b.action, ";".join(b.kinds), b.route,
-                b.agent.name if b.agent else "", b.memory_user.external_id if b.memory_user else "", b.actor,
+                b.agent.name if b.agent else b.actor, b.memory_user.external_id if b.memory_user else "", b.actor,
                 b.fingerprint, b.repeat_count, b.redacted_preview)])
 
     response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")
@@ -103,5 +118,33 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     # so a deep page no longer sorts every event's before/after JSON (which spilled to disk).
     page = paginate(request, events.values_list("pk", flat=True))
     page.object_list = list(events.filter(pk__in=list(page.object_list)))
-    return render(request, "dashboard/audit.html", {"page": page, "filters": filters,
+    return render(request, "dashboard/audit.html", {"page": page, "filters": filters, "actions": AUDIT_ACTIONS,
                                                     "actor_types": ["agent", "staff", "system"]})
+
+
+@tenant_view(staff_only=True)
+def audit_export(request: HttpRequest) -> StreamingHttpResponse:
+    """The audit log as filtered on the page, as CSV (before/after as JSON), streamed."""
+    import json
+
+    rows = sel.audit_events(request.principal, _filters(request, AUDIT_FILTERS))
+    writer = csv.writer(_Echo())
+    header = ["id", "created_at", "actor_type", "actor", "action", "outcome", "target_type", "target_id",
+              "memory_user", "reason", "changed_fields", "before", "after"]
+
+    def stream():
+        from memory_admin.templatetags.labels import changes
+
+        yield writer.writerow(header)
+        for e in rows.iterator(chunk_size=500):
+            changed = ";".join(r["field"] for r in changes(e) if r["changed"])
+            yield writer.writerow([_cell(v) for v in (
+                e.pk, e.created_at.isoformat(timespec="seconds"), e.actor_type, e.actor, e.action, e.outcome,
+                e.target_type, e.target_id, e.memory_user.external_id if e.memory_user else "", e.reason, changed,
+                json.dumps(e.before, sort_keys=True) if e.before is not None else "",
+                json.dumps(e.after, sort_keys=True) if e.after is not None else "")])
+
+    response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    response["Content-Disposition"] = f'attachment; filename="audit-{request.tenant.slug}-{stamp}.csv"'
+    return response

@@ -4,26 +4,43 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.urls import reverse
+from django.utils.http import urlencode
 
 from memory_admin.selectors import dashboard as sel
+from memory_admin.templatetags.labels import label
 from memory_admin.views.base import tenant_view
+
+RANGES = (7, 14, 30, 90)
 
 
 @tenant_view(staff_only=True)
 def overview(request: HttpRequest) -> HttpResponse:
     p = request.principal
-    writes = sel.writes_per_day(p)
+    try:
+        n_days = int(request.GET.get("days", sel.OVERVIEW_DAYS))
+    except ValueError:
+        n_days = sel.OVERVIEW_DAYS
+    n_days = n_days if n_days in RANGES else sel.OVERVIEW_DAYS
+    slug = request.tenant.slug
+    audit_url, pii_url, batches_url = (reverse(name, args=[slug]) for name in ("audit", "pii", "batches"))
+    writes = sel.writes_per_day(p, n_days)
     days = list(writes["table"])
     labels = [d.strftime("%b %d") for d in days]
     outcomes = writes["outcomes"]
-    writes_chart = sel.bar_chart(labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], outcomes,
-                                 [sel.outcome_color(o) for o in outcomes])
+    writes_chart = sel.bar_chart(
+        labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], [label(o) for o in outcomes],
+        [sel.outcome_color(o) for o in outcomes],
+        links=[[f"{audit_url}?{urlencode({'action': '.write', 'outcome': o, 'since': d, 'until': d})}" for d in days]
+               for o in outcomes])
     contradictions = sel.open_contradictions(p)
     scores = sel.score_distributions(p)
     bins = [f"{i / 10:.1f}" for i in range(10)]
-    pii = sel.pii_per_day(p)
-    llm = sel.llm_per_day(p)
+    pii = sel.pii_per_day(p, n_days)
+    llm = sel.llm_per_day(p, n_days)
     failed_count, failed = sel.failed_batches(p)
+    batches = sel.batches_per_day(p, n_days)
+    batch_days = list(batches)
     llm_days = list(llm)
     return render(request, "dashboard/overview.html", {
         "writes": writes,
@@ -34,7 +51,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "scores": scores,
         "conf_chart": sel.bar_chart(bins, [scores["confidence"]]),
         "stale_chart": sel.bar_chart(bins, [scores["staleness"]]),
-        "pii_chart": sel.bar_chart([d.strftime("%b %d") for d in pii], [list(pii.values())]),
+        "pii_chart": sel.bar_chart([d.strftime("%b %d") for d in pii], [list(pii.values())],
+                                   links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]]),
         "pii_total": sum(pii.values()),
         "llm_calls_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
                                          [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days],
@@ -43,8 +61,15 @@ def overview(request: HttpRequest) -> HttpResponse:
                                           [[llm[d]["tokens"] for d in llm_days]]),
         "llm_cost_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
                                         [[round(llm[d]["cost"], 4) for d in llm_days]]),
+        "batches_chart": sel.bar_chart([d.strftime("%b %d") for d in batch_days],
+                                       [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
+                                       list(sel.BATCH_STATES), [0, 9, 4, 6],
+                                       links=[[f"{batches_url}?status={s}"] * len(batch_days)
+                                              for s in sel.BATCH_STATES]),
+        "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
         "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
         "failed_count": failed_count,
         "failed": failed,
-        "days": sel.OVERVIEW_DAYS,
+        "days": n_days,
+        "ranges": RANGES,
     })

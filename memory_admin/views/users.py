@@ -22,6 +22,8 @@ from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_
 TABS = [("notebook", "Notebook"), ("facts", "Facts"), ("episodes", "Episodes"), ("context", "Context preview"),
         ("asof", "As of"), ("activity", "Activity")]
 MEMBER_TABS = {"notebook", "facts"}
+# The same names as the member's top nav: one name per page.
+MEMBER_TAB_LABELS = {"notebook": "My notebook", "facts": "What agents believe about me"}
 FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q")
 
 
@@ -40,7 +42,8 @@ def _user_context(request: HttpRequest, user_id: int, tab: str) -> dict:
     if request.is_member and tab not in MEMBER_TABS:
         raise Http404("Members see their own notebook and facts only.")
     memory_user = get_visible(request.principal, MemoryUser.objects.all(), pk=user_id)
-    tabs = [(key, label) for key, label in TABS if not request.is_member or key in MEMBER_TABS]
+    tabs = ([(key, MEMBER_TAB_LABELS[key]) for key, _ in TABS if key in MEMBER_TABS] if request.is_member
+            else TABS)
     return {"memory_user": memory_user, "tab": tab, "tabs": tabs}
 
 

@@ -679,3 +679,11 @@ def test_tenant_wide_notebook_skills_and_org_facts_are_shared_within_the_tenant_
             seen = set(visible(principal, model.objects.all()).values_list("pk", flat=True))
             assert mine[model] in seen, (who, model.__name__)
             assert theirs[model] not in seen, (who, model.__name__)
+
+
+def test_the_user_list_holds_ones_own_tenant_and_a_restricted_keys_users_only(api, b_world, alice_only, two_users):
+    assert [u["user_id"] for u in api.get("users").json()["items"]] == ["alice", "bob"]
+    assert all(u["user_id"] != "bob" or u["task_ids"] == [] for u in api.get("users").json()["items"])
+    assert [u["user_id"] for u in alice_only.get("users").json()["items"]] == ["alice"]
+    assert b_world["api"].get("users").json()["items"][0]["user_id"] == "bob"
+    assert len(b_world["api"].get("users").json()["items"]) == 1

@@ -7,7 +7,7 @@ import time
 import pytest
 from django.urls import reverse
 
-from memory_admin.models import AuditEvent, Episode, ExtractionBatch, MemoryUser, Skill, Thread
+from memory_admin.models import AuditEvent, Episode, ExtractionBatch, Fact, MemoryUser, Message, Skill, Thread
 
 ROWS = 30
 
@@ -28,9 +28,14 @@ def busy(tenant, memory_user, make_fact, make_contradiction, make_block):
         Skill.objects.create(tenant=tenant, path=f"area{i % 4}/skill{i}.md", content="x")
     thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="t")
     now = timezone.now()
-    for _ in range(ROWS):
-        ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="failed")
+    for i in range(ROWS):
+        batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="failed")
         Episode.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, started_at=now, ended_at=now)
+        message = Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="user",
+                                         content=f"message {i}", created_at=now, batch=batch)
+        make_fact(memory_user, f"From message {i}", message=message, batch=batch)
+        Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id=f"t{i}")
+    memory_user.thread_id = thread.pk
     return memory_user
 
 
@@ -51,6 +56,14 @@ PAGES = [
     ("keys", lambda s, u: reverse("keys", args=[s]), 7),
     ("asof", lambda s, u: reverse("user_asof", args=[s, u]) + "?date=2999-01-01", 8),
     ("notebook", lambda s, u: reverse("user_notebook", args=[s, u]), 8),
+    ("conversations", lambda s, u: reverse("conversations", args=[s]), 6),
+    ("conversation", lambda s, u: reverse("conversation", args=[s, Thread.objects.get(external_id="t").pk]), 8),
+    # search: one fact_search (2 queries) per candidate user, at most SEARCH_USERS (10) of them.
+    ("search", lambda s, u: reverse("search", args=[s]) + "?q=Alice+fact+number", 26),
+    ("playground", lambda s, u: reverse("playground", args=[s]) + "?user=alice&task=tea&budget_a=200&budget_b=900",
+     24),  # two context_block calls (about 9 queries each)
+    ("fact_detail", lambda s, u: reverse("fact_detail", args=[s, Fact.objects.filter(key="k.1").get().pk]), 14),
+    ("audit_export", lambda s, u: reverse("audit_export", args=[s]), 6),
 ]
 
 

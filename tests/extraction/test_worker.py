@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, TenantSettings
+from memory_admin.models import Episode, ExtractionBatch, Fact, Heartbeat, LlmCall, Message, TenantSettings
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -92,7 +92,7 @@ def fake():
 
 
 @pytest.fixture(scope="module")
-def processes(django_db_setup, fake, tmp_path_factory):
+def processes(django_db_setup, django_db_blocker, fake, tmp_path_factory):
     """One worker and one beat for the module (the tests' data is flushed between tests)."""
     db = connection.settings_dict  # the test database of this run (TEST_DB_NAME)
     env = {
@@ -116,6 +116,8 @@ def processes(django_db_setup, fake, tmp_path_factory):
     procs.start_beat()
     yield procs
     procs.stop()
+    with django_db_blocker.unblock():  # their last heartbeats would make later health checks stale
+        Heartbeat.objects.all().delete()
 
 
 @pytest.fixture

@@ -1,0 +1,231 @@
+"""What each method asks of the API, written once for the sync and the async client.
+
+A resource method builds a `Call` (which operation, its path values, query and body, how to read the
+answer); the client's `_run` sends it, synchronously or not. `OPERATIONS` names every API operation the
+client uses by its OpenAPI `operation_id`, with its method and path: a test compares it with the live
+schema so the two cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+from urllib.parse import quote
+
+from memory_admin_client import models
+from memory_admin_client.models import parse
+
+T = TypeVar("T")
+
+OPERATIONS: dict[str, tuple[str, str]] = {
+    "health": ("GET", "/health"),
+    "list_users": ("GET", "/users"),
+    "list_facts": ("GET", "/users/{user_id}/facts"),
+    "write_fact": ("POST", "/users/{user_id}/facts"),
+    "write_facts": ("POST", "/users/{user_id}/facts/batch"),
+    "get_fact": ("GET", "/facts/{fact_id}"),
+    "fact_history": ("GET", "/facts/{fact_id}/history"),
+    "correct_fact": ("POST", "/facts/{fact_id}/correct"),
+    "forget_fact": ("DELETE", "/facts/{fact_id}"),
+    "pin_fact": ("POST", "/facts/{fact_id}/pin"),
+    "search": ("GET", "/users/{user_id}/search"),
+    "context": ("GET", "/users/{user_id}/context"),
+    "post_messages": ("POST", "/users/{user_id}/messages"),
+    "close_thread": ("POST", "/users/{user_id}/threads/{thread_id}/close"),
+    "get_notebook": ("GET", "/users/{user_id}/notebook"),
+    "put_notebook": ("PUT", "/users/{user_id}/notebook"),
+    "list_skills": ("GET", "/skills"),
+    "get_skill": ("GET", "/skills/{path}"),
+    "put_skill": ("PUT", "/skills/{path}"),
+    "export_user": ("GET", "/users/{user_id}/export"),
+    "erase_user": ("DELETE", "/users/{user_id}"),
+}
+
+# Safe to send twice: reads, and pinning (setting a flag to a value). Writes are never retried: a write
+# whose answer was lost may have happened, and a second one would be a second write.
+IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if method == "GET") | {"pin_fact"}
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    operation: str
+    path_values: dict[str, str]
+    parse: Callable[[Any], T]
+    query: dict[str, Any] | None = None
+    body: Any = None
+
+    @property
+    def method(self) -> str:
+        return OPERATIONS[self.operation][0]
+
+    @property
+    def path(self) -> str:
+        template = OPERATIONS[self.operation][1]
+        # A skill path keeps its slashes (`deploy/kubernetes.md`); every other value is one segment.
+        return template.format(**{k: quote(str(v), safe="/" if k == "path" else "") for k, v in
+                                  self.path_values.items()})
+
+    @property
+    def idempotent(self) -> bool:
+        return self.operation in IDEMPOTENT
+
+    def params(self) -> dict[str, Any] | None:
+        if not self.query:
+            return None
+        return {k: _query_value(v) for k, v in self.query.items() if v is not None}
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+def _of(cls: type[T]) -> Callable[[Any], T]:
+    return lambda data: parse(cls, data)
+
+
+def _list_of(cls: type[T]) -> Callable[[Any], list[T]]:
+    return lambda data: [parse(cls, item) for item in data]
+
+
+def _fact_body(content: str, **fields: Any) -> dict[str, Any]:
+    body = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
+    if isinstance(body.get("observed_at"), datetime):
+        body["observed_at"] = body["observed_at"].isoformat()
+    return body
+
+
+def _identity(data: Any) -> Any:
+    return data
+
+
+class _Resource:
+    def __init__(self, run: Callable[[Call[Any]], Any]):
+        self._run = run
+
+
+class FactCalls(_Resource):
+    """`client.facts`: the write path, listing, history, corrections."""
+
+    def add(self, user_id: str, content: str, *, key: str | None = None, category: str | None = None,
+            kind: str | None = None, confidence: float | None = None, source: str | None = None,
+            observed_at: datetime | None = None, ttl_days: float | None = None, pinned: bool | None = None,
+            importance: float | None = None, metadata: dict[str, Any] | None = None,
+            task_id: str | None = None):
+        """Write one fact through the write path; returns a `WriteResult` (raises `Blocked` for a secret)."""
+        body = _fact_body(content, key=key, category=category, kind=kind, confidence=confidence, source=source,
+                          observed_at=observed_at, ttl_days=ttl_days, pinned=pinned, importance=importance,
+                          metadata=metadata, task_id=task_id)
+        return self._run(Call("write_fact", {"user_id": user_id}, _of(models.WriteResult), body=body))
+
+    def add_batch(self, user_id: str, facts: list[dict[str, Any]]):
+        """Up to 100 facts (dicts with the fields of `add`); a `BatchResult` with an outcome per fact, in
+        order. A blocked fact is an outcome here (with its `block_id`), not an exception."""
+        body = {"facts": [_fact_body(**f) for f in facts]}
+        return self._run(Call("write_facts", {"user_id": user_id}, _of(models.BatchResult), body=body))
+
+    def list(self, user_id: str, *, status: str | None = None, category: str | None = None,
+             kind: str | None = None, key: str | None = None, text: str | None = None, cursor: str | None = None,
+             limit: int | None = None):
+        """One page (`FactPage`); `iter` walks every page."""
+        query = {"status": status, "category": category, "kind": kind, "key": key, "text": text,
+                 "cursor": cursor, "limit": limit}
+        return self._run(Call("list_facts", {"user_id": user_id}, _of(models.FactPage), query=query))
+
+    def get(self, fact_id: str):
+        return self._run(Call("get_fact", {"fact_id": fact_id}, _of(models.Fact)))
+
+    def history(self, fact_id: str):
+        return self._run(Call("fact_history", {"fact_id": fact_id}, _of(models.History)))
+
+    def correct(self, fact_id: str, content: str, *, confidence: float | None = None,
+                category: str | None = None, reason: str | None = None):
+        """A new version that supersedes the fact; returns the new `Fact`."""
+        body = {k: v for k, v in {"content": content, "confidence": confidence, "category": category,
+                                  "reason": reason}.items() if v is not None}
+        return self._run(Call("correct_fact", {"fact_id": fact_id}, _of(models.Fact), body=body))
+
+    def forget(self, fact_id: str, *, reason: str | None = None):
+        body = {"reason": reason} if reason else None
+        return self._run(Call("forget_fact", {"fact_id": fact_id}, _of(models.Fact), body=body))
+
+    def pin(self, fact_id: str, pinned: bool = True):
+        return self._run(Call("pin_fact", {"fact_id": fact_id}, _of(models.Fact), body={"pinned": pinned}))
+
+
+class UserCalls(_Resource):
+    def list(self, *, prefix: str | None = None, cursor: str | None = None, limit: int | None = None):
+        """One page (`UserPage`) of the memory users this key reaches, by id."""
+        return self._run(Call("list_users", {}, _of(models.UserPage),
+                              query={"prefix": prefix, "cursor": cursor, "limit": limit}))
+
+
+class MessageCalls(_Resource):
+    def add(self, user_id: str, thread_id: str, messages: list[dict[str, Any]]):
+        """Append messages (`{"role", "content", "created_at"?}`) to a thread; extraction runs later."""
+        body = {"thread_id": thread_id, "messages": [
+            {**m, "created_at": m["created_at"].isoformat()} if isinstance(m.get("created_at"), datetime) else m
+            for m in messages]}
+        return self._run(Call("post_messages", {"user_id": user_id}, _of(models.MessagesAccepted), body=body))
+
+
+class ThreadCalls(_Resource):
+    def close(self, user_id: str, thread_id: str, *, outcome: str | None = None):
+        """Extract the thread now and build its episode (`outcome`: success, failure, unknown)."""
+        body = {"outcome": outcome} if outcome else None
+        return self._run(Call("close_thread", {"user_id": user_id, "thread_id": thread_id},
+                              _of(models.ThreadClosed), body=body))
+
+
+class NotebookCalls(_Resource):
+    def get(self, user_id: str):
+        return self._run(Call("get_notebook", {"user_id": user_id}, _of(models.Notebook)))
+
+    def put(self, user_id: str, content: str, *, version: int, note: str | None = None):
+        """Save over `version` (0 for a new notebook); raises `VersionConflict` if someone saved since."""
+        body = {"content": content, "version": version, **({"note": note} if note else {})}
+        return self._run(Call("put_notebook", {"user_id": user_id}, _of(models.Notebook), body=body))
+
+
+class SkillCalls(_Resource):
+    def list(self, *, prefix: str | None = None, user_id: str | None = None):
+        return self._run(Call("list_skills", {}, _list_of(models.SkillSummary),
+                              query={"prefix": prefix, "user_id": user_id}))
+
+    def get(self, path: str, *, user_id: str | None = None):
+        return self._run(Call("get_skill", {"path": path.strip("/")}, _of(models.Skill),
+                              query={"user_id": user_id}))
+
+    def put(self, path: str, content: str, *, version: int | None = None, user_id: str | None = None):
+        body = {k: v for k, v in {"content": content, "version": version, "user_id": user_id}.items()
+                if v is not None}
+        return self._run(Call("put_skill", {"path": path.strip("/")}, _of(models.Skill), body=body))
+
+
+def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:
+    return Call("search", {"user_id": user_id}, _of(models.SearchResult),
+                query={"q": q, "k": k, "include": include or None})
+
+
+def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | None = None) -> Call:
+    return Call("context", {"user_id": user_id}, _of(models.Context),
+                query={"task": task, "budget_tokens": budget_tokens})
+
+
+def export_call(user_id: str) -> Call:
+    return Call("export_user", {"user_id": user_id}, _identity)
+
+
+def erase_call(user_id: str) -> Call:
+    return Call("erase_user", {"user_id": user_id}, _of(models.Erased))
+
+
+def health_call() -> Call:
+    return Call("health", {}, _identity)

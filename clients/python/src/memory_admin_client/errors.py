@@ -1,0 +1,147 @@
+"""One exception per stable error code of the agent API (README, "Agent API")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MemoryAdminError(Exception):
+    """Any refusal by the server: `code` (stable), `detail` (a sentence), `status`, and the whole `body`."""
+
+    def __init__(self, code: str, detail: str, status: int, body: dict[str, Any] | None = None):
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+        self.status = status
+        self.body = body or {}
+
+
+class BadRequest(MemoryAdminError):
+    """400: a request the server could not make sense of."""
+
+
+class Unauthorized(MemoryAdminError):
+    """401 `unauthorized`: the key is missing, unknown or revoked."""
+
+
+class Forbidden(MemoryAdminError):
+    """403 `forbidden` (and `read_only_scope`): the key sees the object but may not do this."""
+
+
+class NotFound(MemoryAdminError):
+    """404 `not_found`: also what another tenant's object, or an unreachable user, looks like."""
+
+
+class Conflict(MemoryAdminError):
+    """409: the object is not in the state this call needs."""
+
+
+class VersionConflict(Conflict):
+    """409 `version_conflict`: a stale notebook or skill version; nothing was overwritten."""
+
+    @property
+    def current_version(self) -> int | None:
+        return self.body.get("current_version")
+
+
+class AlreadySuperseded(Conflict):
+    """409 `already_superseded`: the fact was corrected already; correct its successor."""
+
+
+class TooLarge(MemoryAdminError):
+    """413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`)."""
+
+    @property
+    def limit(self) -> int | None:
+        return self.body.get("limit")
+
+
+class Invalid(MemoryAdminError):
+    """422 `invalid`: `field` names what was wrong; `errors` lists every field with its reason."""
+
+    @property
+    def field(self) -> str | None:
+        return self.body.get("field")
+
+    @property
+    def errors(self) -> list[dict[str, str]]:
+        return self.body.get("errors", [])
+
+
+class Blocked(MemoryAdminError):
+    """422 `blocked`: a secret or blocked PII; nothing of it was stored or echoed. `block_id` names the
+    PII block an auditor can look up."""
+
+    @property
+    def block_id(self) -> str | None:
+        return self.body.get("block_id")
+
+
+class RateLimited(MemoryAdminError):
+    """429 `rate_limited`: wait `retry_after` seconds (from the Retry-After header)."""
+
+    def __init__(self, code: str, detail: str, status: int, body: dict[str, Any] | None = None,
+                 retry_after: float | None = None):
+        super().__init__(code, detail, status, body)
+        self.retry_after = retry_after
+
+
+class Unavailable(MemoryAdminError):
+    """503 `database_unavailable`, or the server could not be reached at all; nothing was written."""
+
+
+class ConnectionFailed(Unavailable):
+    """The request never got an answer (refused, reset, timed out) after the retries allowed."""
+
+
+class ServerError(MemoryAdminError):
+    """Any other 5xx."""
+
+
+BY_CODE: dict[str, type[MemoryAdminError]] = {
+    "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
+    "read_only_scope": Forbidden,
+    "not_found": NotFound,
+    "version_conflict": VersionConflict,
+    "already_superseded": AlreadySuperseded,
+    "already_resolved": Conflict,
+    "not_active": Conflict,
+    "not_failed": Conflict,
+    "content_too_large": TooLarge,
+    "too_large": TooLarge,
+    "batch_too_large": TooLarge,
+    "metadata_too_large": TooLarge,
+    "too_many_messages": TooLarge,
+    "invalid": Invalid,
+    "blocked": Blocked,
+    "rate_limited": RateLimited,
+    "database_unavailable": Unavailable,
+    "bad_request": BadRequest,
+}
+
+BY_STATUS: dict[int, type[MemoryAdminError]] = {
+    400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: TooLarge,
+    422: Invalid, 429: RateLimited, 503: Unavailable,
+}
+
+
+def error_for(status: int, body: Any, headers: Any = None) -> MemoryAdminError:
+    """The exception for an error answer: by its stable code, else by its status."""
+    if not isinstance(body, dict):
+        body = {}
+    code = str(body.get("code") or "error")
+    detail = str(body.get("detail") or f"HTTP {status}")
+    cls = BY_CODE.get(code) or BY_STATUS.get(status) or (ServerError if status >= 500 else MemoryAdminError)
+    if cls is RateLimited:
+        return RateLimited(code, detail, status, body, retry_after=_retry_after(headers, body))
+    return cls(code, detail, status, body)
+
+
+def _retry_after(headers: Any, body: dict[str, Any]) -> float | None:
+    raw = headers.get("retry-after") if headers is not None else None
+    raw = raw if raw is not None else body.get("retry_after")
+    try:
+        return float(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None  # an HTTP date: callers fall back to their own backoff

@@ -1,0 +1,267 @@
+"""Typed results. Each is built from the server's JSON; fields the server adds later are ignored, so an
+older client keeps working against a newer server."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Outcomes after which the fact is stored (SPEC §4, README "The write path").
+STORED_OUTCOMES = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
+                             "overruled", "capped"})
+
+
+@cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _convert(tp: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            if arg is not type(None):
+                return _convert(arg, value)
+    if origin is list:
+        (item,) = typing.get_args(tp) or (Any,)
+        return [_convert(item, v) for v in value]
+    if tp is datetime and isinstance(value, str):
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return parse(tp, value)
+    return value
+
+
+def parse(cls: type[T], data: dict[str, Any]) -> T:
+    """Build a result dataclass from JSON, converting nested results and timestamps."""
+    hints = _hints(cls)
+    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+              if f.name in data}
+    return cls(**kwargs)
+
+
+@dataclass(frozen=True)
+class Fact:
+    id: str
+    content: str
+    status: str
+    user_id: str | None = None
+    scope: str = ""
+    task_id: str = ""
+    key: str | None = None
+    category: str = "other"
+    kind: str = "fact"
+    confidence: float = 0.0
+    effective_confidence: float = 0.0
+    staleness: float = 0.0
+    stale: bool = False
+    source: str = ""
+    status_reason: str = ""
+    version: int = 1
+    supersedes: str | None = None
+    superseded_by: str | None = None
+    superseded_by_notebook_version: int | None = None
+    pinned: bool = False
+    contested: bool = False
+    importance: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    extractor: str = ""
+    created_by: str = ""
+    valid_from: datetime | None = None
+    soft_expires_at: datetime | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_accessed_at: datetime | None = None
+    access_count: int = 0
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What the write path did with one fact: `outcome` is one of created, updated, deduplicated, merged,
+    superseded_existing, queued_for_review, overruled, quarantined, rejected_low_confidence, capped (and
+    blocked, in a batch)."""
+
+    outcome: str
+    reason: str = ""
+    fact: Fact | None = None
+    other_fact_id: str | None = None
+    contradiction_id: str | None = None
+    evicted_ids: list[str] = field(default_factory=list)
+
+    @property
+    def stored(self) -> bool:
+        return self.outcome in STORED_OUTCOMES
+
+
+@dataclass(frozen=True)
+class BatchItemResult(WriteResult):
+    index: int = 0
+    block_id: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    user_id: str
+    results: list[BatchItemResult]
+
+
+@dataclass(frozen=True)
+class FactPage:
+    items: list[Fact]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryUser:
+    user_id: str
+    task_ids: list[str] = field(default_factory=list)
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class UserPage:
+    items: list[MemoryUser]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    id: int
+    actor: str
+    action: str
+    outcome: str
+    target_type: str = ""
+    target_id: str = ""
+    before: Any = None
+    after: Any = None
+    reason: str = ""
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class History:
+    fact_id: str
+    chain: list[Fact]
+    events: list[AuditEvent]
+
+
+@dataclass(frozen=True)
+class Score:
+    final: float
+    vector: float = 0.0
+    cosine: float = 0.0
+    keyword: float = 0.0
+    recency: float = 0.0
+    importance: float = 0.0
+    relevance: float = 0.0
+    neighbour: float = 0.0
+    effective_confidence: float = 0.0
+    staleness: float = 0.0
+    stale: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    fact: Fact
+    score: Score
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    user_id: str
+    query: str
+    hits: list[SearchHit]
+    k: int = 10
+    include: list[str] = field(default_factory=list)
+    weights: dict[str, float] = field(default_factory=dict)
+    candidates: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Dropped:
+    id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class ContextSection:
+    name: str
+    tokens: int
+    included: list[str] = field(default_factory=list)
+    truncated: list[str] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Context:
+    """The token-capped context block: `text` is what goes into the prompt (fenced as data)."""
+
+    user_id: str
+    text: str
+    tokens: int
+    budget_tokens: int
+    task: str = ""
+    notebook_truncated: bool = False
+    warnings: list[str] = field(default_factory=list)
+    sections: list[ContextSection] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Notebook:
+    user_id: str
+    content: str
+    version: int
+    updated_at: datetime | None = None
+    updated_by: str = ""
+
+
+@dataclass(frozen=True)
+class SkillSummary:
+    path: str
+    scope: str
+    version: int
+    user_id: str | None = None
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Skill(SkillSummary):
+    content: str = ""
+    updated_by: str = ""
+
+
+@dataclass(frozen=True)
+class MessagesAccepted:
+    thread_id: str
+    accepted: int
+    message_ids: list[int] = field(default_factory=list)
+    pending: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    redacted: list[dict[str, Any]] = field(default_factory=list)
+    extraction: str = ""
+    extract_due_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class ThreadClosed:
+    thread_id: str
+    closed_at: datetime | None = None
+    extraction: str = ""
+    episode: str = ""
+
+
+@dataclass(frozen=True)
+class Erased:
+    erased: bool
+    counts: dict[str, int] = field(default_factory=dict)

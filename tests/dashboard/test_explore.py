@@ -1,0 +1,88 @@
+"""Exploration pages (issue 11, items 13-15): the conversation browser with provenance both ways,
+tenant-wide search with the product's ranking, and the context playground with two budgets."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from memory_admin.models import ExtractionBatch, Fact, Message, Thread
+
+
+@pytest.fixture
+def conversation(tenant, memory_user, make_fact):
+    thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="support-42")
+    batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="done",
+                                           extractor="rules-v1", message_count=2, fact_count=1)
+    said = Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="user",
+                                  content="I switched to neovim last week", created_at=timezone.now(), batch=batch,
+                                  status="extracted")
+    Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="assistant",
+                           content="Noted, I will use neovim keybindings", created_at=timezone.now(), batch=batch,
+                           status="extracted")
+    fact = make_fact(memory_user, "Alice uses neovim", message=said, batch=batch)
+    return {"thread": thread, "batch": batch, "message": said, "fact": fact}
+
+
+def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produced(operator, tenant,
+                                                                                    conversation):
+    listing = operator.get(reverse("conversations", args=[tenant.slug])).content.decode()
+    assert "support-42" in listing and ">2<" in listing  # the thread with its message count
+    page = operator.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).content.decode()
+    message_block = page.split(f'id="m-{conversation["message"].pk}"')[1].split("</li>")[0]
+    assert "I switched to neovim last week" in message_block
+    assert "Alice uses neovim" in message_block  # message -> facts
+    batch_block = page.split(f'id="b-{conversation["batch"].pk}"')[1].split("</article>")[0]
+    assert "done" in batch_block and "Alice uses neovim" in batch_block and "rules-v1" in batch_block
+    detail = operator.get(reverse("fact_detail", args=[tenant.slug, conversation["fact"].pk])).content.decode()
+    target = reverse("conversation", args=[tenant.slug, conversation["thread"].pk])
+    assert f'{target}#m-{conversation["message"].pk}' in detail  # fact -> message
+
+
+def test_members_cannot_open_conversations(member, tenant, conversation):
+    assert member.get(reverse("conversations", args=[tenant.slug])).status_code == 403
+    assert member.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).status_code == 403
+
+
+def test_another_tenants_thread_is_a_404(operator, tenant, foreign_user):
+    thread = Thread.objects.create(tenant=foreign_user.tenant, memory_user=foreign_user, external_id="secret")
+    assert operator.get(reverse("conversation", args=[tenant.slug, thread.pk])).status_code == 404
+
+
+def test_tenant_search_ranks_facts_of_every_user_and_filters(operator, tenant, memory_user, other_user, make_fact):
+    make_fact(memory_user, "Alice maintains the billing service")
+    make_fact(other_user, "Bob is on call for billing this week", contested=True)
+    make_fact(other_user, "Bob likes hiking")
+    url = reverse("search", args=[tenant.slug])
+    body = operator.get(url, {"q": "billing service"}).content.decode()
+    hits = body.split('id="search-hits"')[1]
+    assert "Alice maintains the billing service" in hits and "Bob is on call for billing" in hits
+    assert "hiking" not in hits
+    contested = operator.get(url, {"q": "billing", "contested": "yes"}).content.decode().split('id="search-hits"')[1]
+    assert "Bob is on call" in contested and "Alice maintains" not in contested
+    only_bob = operator.get(url, {"q": "billing", "user": "bob"}).content.decode().split('id="search-hits"')[1]
+    assert "Alice maintains" not in only_bob and "Bob is on call" in only_bob
+    assert Fact.objects.filter(access_count__gt=0).count() == 0  # searching here is not a read
+
+
+def test_the_playground_compares_two_budgets_and_says_what_was_dropped(operator, tenant, memory_user, make_fact):
+    for i in range(12):
+        make_fact(memory_user, f"Alice note {i}: " + "she keeps detailed notes about the deploy pipeline " * 3)
+    url = reverse("playground", args=[tenant.slug])
+    r = operator.get(url, {"user": "alice", "task": "deploy pipeline", "budget_a": "120", "budget_b": "4000"})
+    body = r.content.decode()
+    assert r.status_code == 200
+    small = body.split('id="budget-1"')[1].split("</section>")[0]
+    large = body.split('id="budget-2"')[1].split("</section>")[0]
+    assert "120 tokens" in small and "4000 tokens" in large
+    assert "over the token budget" in small and "over_budget" not in small
+    assert "Nothing was left out." in large
+    assert 'class="tokenbar"' in small and "Facts" in small
+    missing = operator.get(url, {"user": "nobody", "budget_a": "500", "budget_b": "900"}).content.decode()
+    assert "No memory user “nobody”" in missing
+
+
+def test_members_do_not_get_search_or_the_playground(member, tenant):
+    assert member.get(reverse("search", args=[tenant.slug]), {"q": "x"}).status_code == 403
+    assert member.get(reverse("playground", args=[tenant.slug])).status_code == 403
