@@ -14,6 +14,8 @@ from typing import Any
 
 from django.conf import settings
 
+from memory_admin.services.pii import scrub
+
 # USD per 1M tokens (prompt, completion); unknown models are recorded at zero cost.
 PRICES: dict[str, tuple[Decimal, Decimal]] = {
     "gpt-4o-mini": (Decimal("0.15"), Decimal("0.60")),
@@ -87,7 +89,7 @@ def record_call(*, tenant_id: int, layer: str, model: str, prompt_tokens: int = 
         completion_tokens=completion_tokens,
         cost_usd=cost_of(model, prompt_tokens, completion_tokens),
         ok=ok,
-        error=error[:300],
+        error=scrub(error)[:300],  # a provider's error may quote the request
         duration_ms=duration_ms,
     )
 

@@ -40,6 +40,7 @@ from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit
 from memory_admin.services.facts import WriteResult, content_hash, fact_write
 from memory_admin.services.guard import verdict
+from memory_admin.services.pii import scrub
 from memory_admin.services.settings import tenant_settings
 
 log = logging.getLogger(__name__)
@@ -507,6 +508,8 @@ def episode_build(thread_id: int, *, outcome: str | None = None) -> Episode | No
         if not messages:
             return None
         summary, guessed, summarizer = _summarize(thread, messages)
+        # Messages are stored redacted, but a model's summary is text we did not screen: scrub it.
+        summary = scrub(summary, tenant_settings(thread.tenant_id).pii_policy)
         ids = [m.pk for m in messages]
         with transaction.atomic():
             episode = Episode.objects.create(

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from memory_admin.embedded_db import data_dir, database_from_url, embedded_database_url
+from memory_admin.install_secrets import install_secret, weak_key_reason
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -15,13 +18,39 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 DEBUG = env_bool("DEBUG", False)
-SECRET_KEY = os.environ.get("SECRET_KEY") or "dev-only-insecure-secret-key-change-me-in-production-0123456789"
-# Keys the fingerprints of blocked secrets (HMAC); separate from SECRET_KEY so it can be rotated alone.
-PII_FINGERPRINT_KEY = os.environ.get("PII_FINGERPRINT_KEY") or SECRET_KEY
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 DATA_DIR = data_dir(BASE_DIR)
+
+# Secrets (install_secrets.py): from the environment, else generated per install into DATA_DIR (0600).
+SECRET_KEY = install_secret(DATA_DIR, "secret_key", os.environ.get("SECRET_KEY"))
+# Keys the fingerprints of blocked secrets (HMAC): its own secret, so it can be rotated alone and is
+# never derived from SECRET_KEY.
+PII_FINGERPRINT_KEY = install_secret(DATA_DIR, "pii_fingerprint_key", os.environ.get("PII_FINGERPRINT_KEY"))
+if not DEBUG:
+    for _name, _value in (("SECRET_KEY", SECRET_KEY), ("PII_FINGERPRINT_KEY", PII_FINGERPRINT_KEY)):
+        if _reason := weak_key_reason(_value):
+            raise ImproperlyConfigured(f"{_name} {_reason}; refusing to start with DEBUG off. Unset it to "
+                                       "use the per-install key generated in the data directory.")
+    if PII_FINGERPRINT_KEY == SECRET_KEY:
+        raise ImproperlyConfigured("PII_FINGERPRINT_KEY must differ from SECRET_KEY.")
+
+# HTTPS behind a TLS-terminating proxy (all off by default so plain-http local use keeps working).
+# HTTPS=1 turns on the production set; each setting can also be given on its own.
+_https = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _https)
+SESSION_COOKIE_SECURE = env_bool("SESSION_COOKIE_SECURE", _https)
+CSRF_COOKIE_SECURE = env_bool("CSRF_COOKIE_SECURE", _https)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", 31536000 if _https else 0))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _https)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _https)
+# "HTTP_X_FORWARDED_PROTO,https": trust the proxy's header (only behind a proxy that sets it).
+_proxy_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO,https" if _https else "")
+SECURE_PROXY_SSL_HEADER = tuple(_proxy_header.split(",", 1)) if "," in _proxy_header else None
+# Health probes come over plain http from the load balancer.
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health"]
+SESSION_COOKIE_HTTPONLY = True
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(BASE_DIR)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
 if os.environ.get("TEST_DB_NAME"):
@@ -157,3 +186,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+# Every log record is made safe when created: paths masked, secrets/PII redacted, exception messages
+# withheld (memory_admin/logsafe.py).
+from memory_admin import logsafe  # noqa: E402
+
+logsafe.install()

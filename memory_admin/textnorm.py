@@ -8,6 +8,7 @@ what a reader actually sees. It is for matching only: stored text keeps its orig
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 
@@ -50,6 +51,8 @@ def _is_invisible(ch: str) -> bool:
 
 
 _HSPACE = re.compile(r"[^\S\n]+")
+# Decimal digits of other scripts (Arabic-Indic, Devanagari, ...) read as the digits they are.
+_OTHER_DIGIT = re.compile(r"[^\x00-\x7f](?<=\d)")
 
 
 def strip_invisible(text: str) -> str:
@@ -61,12 +64,13 @@ def strip_invisible(text: str) -> str:
 
 def fold(text: str) -> str:
     """What a reader sees in `text`, for matching: NFKC (fullwidth and styled letters to plain ones),
-    invisible characters removed, look-alike letters folded to Latin, every run of horizontal
-    whitespace (non-breaking, ideographic, tabs, doubled spaces) one space, line ends kept."""
+    invisible characters removed, look-alike letters folded to Latin, digits of any script to ASCII,
+    every run of horizontal whitespace (non-breaking, ideographic, tabs, doubled spaces) one space,
+    line ends kept."""
     if text.isascii():
         return _HSPACE.sub(" ", text)
     text = unicodedata.normalize("NFKC", strip_invisible(text))
-    text = text.translate(_FOLD_TABLE)
+    text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text.translate(_FOLD_TABLE))
     # NFKC can leave combining marks on folded letters (e.g. "ё" decomposed); drop the marks.
     text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
     return _HSPACE.sub(" ", text)
@@ -85,3 +89,124 @@ def unreadable_reason(text: str) -> str | None:
         if (cp < 0x20 and ch not in "\t\n\r") or 0x7F <= cp <= 0x9F:
             return f"contains the control character U+{cp:04X}"
     return None
+
+
+# ---------------------------------------------------------------------------------------------------
+# The same form with a map back to the original text, for screens that must act on the original (the
+# secret/PII scan redacts in place). `Mapped.src[i]`/`Mapped.end[i]` is the span of the original text
+# that output character i came from, so a match in the folded form names exactly what to cut out of
+# the original, invisible characters inside the match included.
+
+class Mapped:
+    __slots__ = ("text", "src", "end")
+
+    def __init__(self, text: str, src: list[int], end: list[int]):
+        self.text, self.src, self.end = text, src, end
+
+    @classmethod
+    def identity(cls, text: str) -> Mapped:
+        return cls(text, list(range(len(text))), list(range(1, len(text) + 1)))
+
+    def span(self, start: int, stop: int) -> tuple[int, int]:
+        """The original span of output characters [start, stop)."""
+        return self.src[start], self.end[stop - 1]
+
+    def rewrite(self, pieces) -> Mapped:
+        """A new form from `pieces` covering the input in order: (None, a, b) keeps input [a, b) as it
+        is; (string, a, b) puts `string` in place of input [a, b) ("" drops it)."""
+        out: list[str] = []
+        src: list[int] = []
+        end: list[int] = []
+        text = self.text
+        for piece, a, b in pieces:
+            if piece is None:
+                out.append(text[a:b])
+                src.extend(self.src[a:b])
+                end.extend(self.end[a:b])
+            elif piece:
+                out.append(piece)
+                s, e = self.src[a], self.end[b - 1]
+                src.extend([s] * len(piece))
+                end.extend([e] * len(piece))
+        return Mapped("".join(out), src, end)
+
+
+def _runs(text: str, pattern: re.Pattern[str], replace) -> list | None:
+    """Pieces for `Mapped.rewrite`: each match of `pattern` replaced by `replace(match)` (None keeps
+    it), the text between kept as it is. None when nothing matched."""
+    pieces, cursor = [], 0
+    for m in pattern.finditer(text):
+        if m.start() > cursor:
+            pieces.append((None, cursor, m.start()))
+        pieces.append((replace(m), m.start(), m.end()))
+        cursor = m.end()
+    if cursor == 0 and not pieces:
+        return None
+    if cursor < len(text):
+        pieces.append((None, cursor, len(text)))
+    return pieces
+
+
+@functools.lru_cache(maxsize=4096)
+def _fold_char(ch: str) -> str:
+    if _is_invisible(ch):
+        return ""
+    ch = unicodedata.normalize("NFKC", ch).translate(_FOLD_TABLE)
+    if len(ch) == 1 and not ch.isascii() and ch.isdecimal():
+        return str(unicodedata.decimal(ch))
+    return "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+# Horizontal whitespace other than one plain space.
+_ODD_HSPACE = re.compile(r" [^\S\n]+|[^\S\n ][^\S\n]*")
+
+
+def fold_mapped(text: str | Mapped) -> Mapped:
+    """`fold(text)` with its map back to `text` (character by character, so NFKC compositions across
+    characters are not applied; the combining marks they would absorb are dropped anyway)."""
+    form = text if isinstance(text, Mapped) else Mapped.identity(text)
+    if not form.text.isascii():
+        pieces = _runs(form.text, _NON_ASCII, lambda m: _fold_char(m.group()))
+        form = form.rewrite(pieces)
+    pieces = _runs(form.text, _ODD_HSPACE, lambda m: " ")
+    return form.rewrite(pieces) if pieces else form
+
+
+_PERCENT_RUN = re.compile(r"(?:%[0-9A-Fa-f]{2})+")
+_HTML_ENTITY = re.compile(r"&(?:#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6}|[A-Za-z][A-Za-z0-9]{1,31});?")
+
+
+def decode_escapes_mapped(form: Mapped) -> Mapped:
+    """Percent-escapes (`%2D`) and HTML character references (`&#45;`, `&dash;`) decoded, as a reader
+    (or a model) decodes them. Each decoded run maps to the escape it came from."""
+    import html
+    from urllib.parse import unquote
+
+    text = form.text
+    if "%" not in text and "&" not in text:
+        return form
+    marks = [(m.start(), m.end(), unquote(m.group(), errors="replace")) for m in _PERCENT_RUN.finditer(text)]
+    marks += [(m.start(), m.end(), html.unescape(m.group())) for m in _HTML_ENTITY.finditer(text)]
+    if not marks:
+        return form
+    marks.sort()
+    pieces, cursor = [], 0
+    for a, b, decoded in marks:
+        if a < cursor:
+            continue
+        if a > cursor:
+            pieces.append((None, cursor, a))
+        pieces.append((decoded, a, b))
+        cursor = b
+    if cursor < len(text):
+        pieces.append((None, cursor, len(text)))
+    return form.rewrite(pieces)
+
+
+def screen_form(text: str) -> Mapped:
+    """The form the secret scan reads: folded, escapes decoded, folded again (a decoded escape may
+    itself be a fullwidth or invisible character), with the map back to `text`."""
+    form = fold_mapped(text)
+    decoded = decode_escapes_mapped(form)
+    return form if decoded is form else fold_mapped(decoded)

@@ -34,7 +34,7 @@ def skill_at(principal: Principal, path: str, *, memory_user: MemoryUser | None 
         path=path, memory_user=memory_user
     ).first()
     if skill is None:
-        raise NotFound(f"No skill at {path}.")
+        raise NotFound("No skill at that path.")
     return skill
 
 

@@ -30,6 +30,7 @@ def contradiction_resolve(
     if action not in ACTIONS:
         raise Invalid(f"action must be one of {', '.join(ACTIONS)}.", field="action")
     merged_vector = None
+    note = screen_text(principal, note, route="review", memory_user_id=None, what="note").content
     if action == "merge":
         check_fact_size(merged_text)
         # Screened before the transaction so that a refusal's block record survives the refusal.

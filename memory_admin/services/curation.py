@@ -11,6 +11,7 @@ from memory_admin.models import Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.facts import _supersede
+from memory_admin.services.screening import screens
 
 
 def _locked(principal: Principal, fact_id, expected: str) -> Fact:
@@ -23,6 +24,7 @@ def _locked(principal: Principal, fact_id, expected: str) -> Fact:
     return fact
 
 
+@screens("note", route="review")
 @transaction.atomic
 def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact:
     """A reviewer vouches for a quarantined write: it becomes active. If its key already has an active
@@ -54,6 +56,7 @@ def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact
     return fact
 
 
+@screens("note", route="review")
 @transaction.atomic
 def quarantine_discard(*, principal: Principal, fact_id, note: str = "") -> Fact:
     principal.require(CURATE)
@@ -67,6 +70,7 @@ def quarantine_discard(*, principal: Principal, fact_id, note: str = "") -> Fact
     return fact
 
 
+@screens("note", route="review")
 @transaction.atomic
 def eviction_evict(*, principal: Principal, fact_id, note: str = "") -> Fact:
     principal.require(CURATE)
@@ -80,6 +84,7 @@ def eviction_evict(*, principal: Principal, fact_id, note: str = "") -> Fact:
     return fact
 
 
+@screens("note", route="review")
 @transaction.atomic
 def eviction_keep(*, principal: Principal, fact_id, note: str = "") -> Fact:
     """Keep a stale fact: count it as just read, which resets its access decay (and so its staleness)."""

@@ -26,6 +26,7 @@ from memory_admin.models import ExtractionBatch, MemoryUser, Message, PiiBlock, 
 from memory_admin.selectors.access import ADMIN, CURATE, WRITE_MEMORY, Principal, get_visible, visible
 from memory_admin.services.audit import audit
 from memory_admin.services.pii import find, fingerprint, preview
+from memory_admin.services.screening import screen_identifier
 from memory_admin.services.settings import tenant_settings
 
 MAX_MESSAGES_PER_REQUEST = 500
@@ -62,6 +63,10 @@ def _redact_message(principal: Principal, text: str, *, memory_user_id: int) -> 
         parts += [text[cursor:f.start], f"[REDACTED:{f.kind}]"]
         cursor = f.end
     clean = "".join(parts) + text[cursor:]
+    if to_remove and any(f.is_secret or policy.get(f.kind, "block") in ("block", "redact") for f in find(clean)):
+        # The cut text still shows a value (an overlap the scan's map could not separate): the
+        # message is kept as a placeholder rather than with the value in it.
+        clean = "[REDACTED:message]"
     kinds = sorted({f.kind for f in findings})
     block = PiiBlock.objects.create(
         tenant_id=principal.tenant_id, memory_user_id=memory_user_id, agent_id=principal.agent_id,
@@ -104,6 +109,8 @@ def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: st
     check_messages(messages)
     if not thread_id or len(thread_id) > 200:
         raise Invalid("thread_id must be 1 to 200 characters.", field="thread_id")
+    if not Thread.objects.filter(memory_user=memory_user, external_id=thread_id).exists():
+        screen_identifier(principal, thread_id, what="thread id", route="thread_id", memory_user_id=memory_user.pk)
     tenant = tenant_settings(principal.tenant_id)
     now = timezone.now()
     with transaction.atomic():

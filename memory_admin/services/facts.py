@@ -29,7 +29,7 @@ from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.guard import injection_reason, refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
-from memory_admin.services.screening import screen_text
+from memory_admin.services.screening import screen_identifier, screen_text, screens
 from memory_admin.services.settings import tenant_settings
 
 # Default confidence by source when a writer gives none (SPEC §2).
@@ -143,9 +143,13 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
     # 1. Secrets and PII. Clean text (the common case) needs neither the policy nor a record.
     if find_pii(content):
         content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
-    if key or metadata:
-        key, metadata = _screen_key_and_metadata(principal, key, metadata, route=route,
-                                                 memory_user_id=memory_user.pk, tenant=tenant)
+    if task_ref:
+        screen_identifier(principal, task_ref, what="task id", route="task_id", memory_user_id=memory_user.pk)
+    if key:  # a slot name is an identifier: refused, never redacted
+        screen_identifier(principal, key, what="fact key", route=route, memory_user_id=memory_user.pk)
+    if metadata:
+        _, metadata = _screen_key_and_metadata(principal, None, metadata, route=route,
+                                               memory_user_id=memory_user.pk, tenant=tenant)
     conf = SOURCE_PRIOR.get(source, 0.6) if confidence is None else float(confidence)
     fact = Fact(
         id=uuid.uuid4(),
@@ -262,7 +266,8 @@ def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: lis
         except Blocked as exc:
             prepared.append(WriteResult("blocked", None, reason=exc.detail, block_id=exc.extra.get("block_id")))
     to_embed = [p for p in prepared if isinstance(p, _Pending) and p.fact.embedding is None]
-    for pending, vector in zip(to_embed, embed([p.fact.content for p in to_embed]), strict=True):
+    vectors = embed([p.fact.content for p in to_embed]) if to_embed else []  # none when all were refused
+    for pending, vector in zip(to_embed, vectors, strict=True):
         pending.fact.embedding = vector
     results: list[WriteResult] = []
     with transaction.atomic():
@@ -362,11 +367,21 @@ def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str,
                              tenant: TenantSettings):
     """The slot name and the agent's metadata are stored verbatim too: scanned like the content (a
     secret refuses the write), and redacted string by string where the policy says so."""
-    import json
-
     from memory_admin.services.pii import scan
 
-    text = json.dumps({"key": key, "metadata": metadata}, ensure_ascii=False)
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                yield from strings(k)
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    # The strings themselves, one a line (not their JSON form, whose escapes would hide a line break).
+    text = "\n".join(strings([key or "", metadata or {}]))
     if not find_pii(text):
         return key, metadata
     result = screen_text(principal, text, route=route, memory_user_id=memory_user_id)
@@ -532,6 +547,8 @@ def fact_correct(
     check_fact_size(content)
     # Screen outside the transaction: a refusal's block record must survive the refusal.
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
+    reason = screen_text(principal, reason, route="correction", memory_user_id=old.memory_user_id,
+                         what="reason").content
     # A correction replaces a served fact at once, so it is refused rather than quarantined.
     refuse_instructions(principal, content, what="correction")
     vector = embed_one(content)
@@ -587,6 +604,7 @@ def refresh_contested(fact_ids) -> None:
     Fact.objects.filter(pk__in=ids).update(contested=Exists(open_q))
 
 
+@screens("reason", route="forget")
 @transaction.atomic
 def fact_forget(*, principal: Principal, fact_id, reason: str = "") -> Fact:
     fact = writable_fact(principal, fact_id)

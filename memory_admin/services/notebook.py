@@ -59,6 +59,7 @@ def notebook_save(
     check_notebook_size(content)
     user_id = memory_user.pk if memory_user else None
     content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content
+    note = screen_text(principal, note, route="notebook", memory_user_id=user_id, what="note").content
     refuse_instructions(principal, content, what="notebook")
     statements = notebook_statements(content)
     vectors = embed(statements)

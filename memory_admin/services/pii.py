@@ -3,39 +3,150 @@
 Secrets are always blocked. Contact PII (email, phone, national id) follows the tenant policy:
 block, redact (replace by a placeholder and store the rest), or flag (store, and record a flag).
 Nothing here ever returns or stores a raw matched value: callers get kinds, a redacted preview and a
-keyed fingerprint (HMAC-SHA256 with a server secret) that lets auditors count repeats.
+keyed fingerprint (HMAC-SHA256 with its own server secret, PII_FINGERPRINT_KEY) that lets auditors
+count repeats.
+
+The scan reads what a person or a model would read, not the bytes sent (`textnorm.screen_form`):
+zero-width and other invisible characters removed, fullwidth/styled letters and Cyrillic/Greek
+look-alikes folded, odd and doubled spaces made one, percent-escapes (`%2D`) and HTML character
+references (`&#45;`) decoded. Every match maps back to a span of the original text, so redaction
+cuts the original (invisible characters inside a token included). On top of that form:
+
+- a token split by whitespace or line breaks (`eyJ…\\n.eyJ…`, `sk-proj-abcd efgh…`) is found on the
+  form without any whitespace, for the prefixed secret kinds only, and only when the joined body looks
+  random (digits and mixed case), so ordinary prose glued together does not match;
+- a key glued to a word (`OPENAI_KEY_sk-proj-…`, `AKIA…_prod`) matches; a prefix glued to letters or
+  in an unusual case (`tasksk-…`, `SK-…`) counts only with a random-looking body;
+- a base64 run that decodes to readable text is scanned again, decoded, for secrets;
+- AWS secret access keys: a 40-character base64 token next to an aws/secret word, or a standalone one
+  that is random-looking (digits, both cases, high character entropy, few dictionary-like lowercase
+  runs); git SHAs (hex), UUIDs, dates, order numbers and version strings never qualify;
+- phone numbers without separators and SSNs without dashes count only next to a word that says so
+  ("call", "phone", "SSN"...), so an order number is not a phone; E.164 (`+14155550123`) always counts.
+
+What is deliberately out of scope: secrets spelled out in words, split across separate writes,
+reversed or otherwise encrypted; scanning every encoding an attacker could invent is impossible, the
+normalised form covers what a reader decodes without effort.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
 import hashlib
 import hmac
+import math
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
 
-SECRET_KINDS = ("openai_key", "github_token", "aws_access_key", "slack_token", "jwt", "private_key", "card_number")
+from memory_admin.textnorm import Mapped, screen_form
+
+SECRET_KINDS = ("openai_key", "github_token", "aws_access_key", "aws_secret_key", "slack_token", "stripe_key",
+                "google_api_key", "jwt", "private_key", "card_number")
 CONTACT_KINDS = ("email", "phone", "national_id")
 
-_SECRET_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    # A block without its END line is matched to the end of the text: all of it is key material.
-    ("private_key", re.compile(
-        r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----(?:.*?-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|.*)", re.S
-    )),
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")),
-    ("openai_key", re.compile(r"\bsk-(?:proj-|ant-|live-|test-)?[A-Za-z0-9_-]{16,}")),
-    ("github_token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,})")),
-    ("aws_access_key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b")),
-    ("slack_token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
+_ALNUM = "A-Za-z0-9"
+
+
+def _looks_random(body: str, *, min_len: int = 16) -> bool:
+    """A token body drawn at random (digits and both cases), not words glued together."""
+    letters = re.sub(r"[^A-Za-z0-9]", "", body)
+    if len(letters) < min_len:
+        return False
+    if not (re.search(r"\d", letters) and re.search(r"[a-z]", letters) and re.search(r"[A-Z]", letters)):
+        return False
+    return _wordiness(letters) < 0.45
+
+
+def _wordiness(s: str) -> float:
+    """Share of characters in runs of four or more lowercase letters (prose and CamelCase are full of
+    them; a random token has few)."""
+    return sum(len(m) for m in re.findall(r"[a-z]{4,}", s)) / max(1, len(s))
+
+
+def _transitions(s: str) -> float:
+    """Share of neighbouring characters of different classes (upper, lower, digit, other): about 0.64
+    for a random base64 token, under 0.5 for CamelCase words."""
+    def cls(c: str) -> int:
+        return 0 if c.isupper() else 1 if c.islower() else 2 if c.isdigit() else 3
+
+    return sum(cls(a) != cls(b) for a, b in zip(s, s[1:], strict=False)) / max(1, len(s) - 1)
+
+
+def _entropy(s: str) -> float:
+    counts = Counter(s)
+    return -sum(n / len(s) * math.log2(n / len(s)) for n in counts.values())
+
+
+@dataclass(frozen=True)
+class _Prefixed:
+    """A secret with a distinctive prefix. `canonical` is the prefix's exact spelling; a match in
+    another case, or glued to a preceding letter or digit, needs a random-looking body."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    compact_pattern: re.Pattern[str]  # for the form without whitespace, where the next word is glued on
+    canonical: tuple[str, ...]
+
+
+def _p(kind: str, prefix: str, body: str, canonical: tuple[str, ...], tail: str = ""):
+    return _Prefixed(kind, re.compile(f"(?P<prefix>{prefix})(?P<body>{body}){tail}", re.I),
+                     re.compile(f"(?P<prefix>{prefix})(?P<body>{body})", re.I), canonical)
+
+
+_PREFIXED = [
+    _p("jwt", "eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}", ("eyJ",)),
+    _p("stripe_key", r"(?:sk|rk)_(?:live|test)_", r"[A-Za-z0-9]{16,}",
+       ("sk_live_", "rk_live_", "sk_test_", "rk_test_")),
+    _p("openai_key", r"sk-(?:proj-|ant-(?:api\d\d-)?|live-|test-|svcacct-|admin-)?", r"[A-Za-z0-9_-]{16,}", ("sk-",)),
+    _p("github_token", r"gh[pousr]_|github_pat_", r"[A-Za-z0-9_]{20,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_",
+                                                                         "github_pat_")),
+    _p("aws_access_key", r"AKIA|ASIA", r"[0-9A-Z]{16}", ("AKIA", "ASIA"), tail="(?![0-9A-Za-z])"),
+    _p("slack_token", r"xox[abposr]-", r"[A-Za-z0-9-]{10,}", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-")),
+    _p("google_api_key", "AIza", r"[0-9A-Za-z_-]{35}", ("AIza",)),
 ]
-_CARD_CANDIDATE = re.compile(r"(?<![\d-])(?:\d[ -]?){12,18}\d(?![\d-])")
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}\b")
-_SSN = re.compile(r"\b(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}\b")
+_PRIVATE_KEY = re.compile(
+    r"-{2,}\s?BEGIN\b[^\n-]{0,40}?PRIVATE\s?KEY[^\n-]{0,12}-{2,}(?:.*?-{2,}\s?END\b[^\n-]{0,40}?PRIVATE\s?KEY[^\n-]{0,12}-{2,}|.*)",
+    re.S | re.I,
+)
+# Cheap pre-checks: the form without whitespace is scanned only when some prefix occurs in it.
+# (Matched on the lower-cased text: a case-insensitive alternation is several times slower.)
+_ANY_PREFIX = re.compile(r"sk-|[sr]k_|gh[pousr]_|github_pat_|akia|asia|xox|eyj|aiza")
+_ANY_PREFIX_I = re.compile(_ANY_PREFIX.pattern, re.I)
+_PRIVATE_KEY_COMPACT = re.compile(r"-{2,}BEGIN[A-Z0-9]{0,40}?PRIVATEKEY[A-Z]{0,12}-{2,}.*", re.S | re.I)
+
+_B64_40 = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
+_B64_LONG = re.compile(r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{42,120}(?![A-Za-z0-9/+=])")
+_AWS_CONTEXT = re.compile(r"(?i)aws|secret|access.?key")
+_B64_RUN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{24,}={0,2}")
+_B64_PARTS = (re.compile(r"[A-Za-z0-9+/]{24,}={0,2}"), re.compile(r"[A-Za-z0-9]{24,}={0,2}"))
+
+_CARD_CANDIDATE = re.compile(r"(?<!\d)\d(?:[\s/._-]{0,2}\d){12,18}(?!\d)")
+_EMAIL = re.compile(
+    r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+"
+    r"(?:\s?@\s?|\s?[\[({]\s?at\s?[\])}]\s?)"
+    r"[A-Za-z0-9-]+(?:(?:\.|\s?[\[({]\s?dot\s?[\])}]\s?)[A-Za-z0-9-]+)*"
+    r"(?:\.|\s?[\[({]\s?dot\s?[\])}]\s?)[A-Za-z]{2,}(?![A-Za-z0-9])",
+    re.I,
+)
+_SSN = re.compile(r"(?<!\d)(?<!\d[-.])(?!000|666|9\d\d)\d{3}(?P<sep>[- .]?)(?!00)\d{2}(?P=sep)(?!0000)\d{4}(?![-.]?\d)")
+_SSN_CONTEXT = re.compile(r"(?i)\b(?:ssn|ss#|social\s?security|soc\.?\s?sec|tax\s?id|itin|tin)\b")
 _NINO = re.compile(r"\b(?!BG|GB|NK|KN|TN|NT|ZZ)[A-CEGHJ-PR-TW-Z][A-CEGHJ-NPR-TW-Z] ?\d{2} ?\d{2} ?\d{2} ?[A-D]\b")
 _PHONE = re.compile(
-    r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{2,4}\)[ .-]?|\d{2,4}[ .-])\d{3,4}[ .-]?\d{3,5}(?![\w])"
+    r"(?:(?<![A-Za-z0-9+])(?:\+\d{1,3}[ ./-]?)?(?:\(\d{2,4}\)[ ./-]?|\d{2,4}[ ./-])|(?<![0-9+])\(\d{2,4}\)[ ./-]?)"
+    r"\d{3,4}[ ./-]?\d{3,5}(?![A-Za-z0-9])"
 )
+_E164 = re.compile(r"(?<![0-9+])\+\s?\d{8,15}(?!\d)")
+_BARE_PHONE = re.compile(r"(?<![\w+])\d{10,11}(?!\d)")
+_PHONE_CONTEXT = re.compile(
+    r"(?i)\b(?:phone|mobile|cell|call|tel|telephone|sms|text\s(?:me|him|her|them)|whats\s?app|fax|signal|dial)"
+)
+_NUMERIC_REGION = re.compile(r"[\d(+][\d\s()./+_-]{7,}")
+_AT_SIGN = re.compile(r"@|[\[({]\s?at\s?[\])}]", re.I)
 _DATE_LIKE = re.compile(r"^\d{4}[-./]\d{1,2}[-./]\d{1,2}$|^\d{1,2}[-./]\d{1,2}[-./]\d{2,4}$")
 
 
@@ -51,11 +162,23 @@ def luhn_valid(digits: str) -> bool:
     return total % 10 == 0
 
 
+def _card_grouping_ok(value: str) -> bool:
+    """Digits typed as a card number: unbroken, or in groups of four (Amex 4-6-5, Diners 4-6-4)."""
+    groups = [g for g in re.split(r"[\s/._-]+", value) if g]
+    if len(groups) == 1:
+        return True
+    sizes = [len(g) for g in groups]
+    if sizes in ([4, 6, 5], [4, 6, 4]):
+        return True
+    return all(s == 4 for s in sizes[:-1]) and 1 <= sizes[-1] <= 4
+
+
 @dataclass(frozen=True)
 class Finding:
     kind: str
     start: int
     end: int
+    value: str = field(default="", repr=False, compare=False)  # the normalised match, for the fingerprint only
 
     @property
     def is_secret(self) -> bool:
@@ -79,39 +202,249 @@ class ScanResult:
         return sorted({f.kind for f in self.findings})
 
 
-def find(text: str) -> list[Finding]:
-    """Every secret and contact-PII span in `text`, without overlaps (secrets take precedence)."""
-    found: list[Finding] = []
+class _LazyMapped(Mapped):
+    """The form without whitespace; its map back to the original is built only when a match needs it."""
 
-    def overlaps(start: int, end: int) -> bool:
-        return any(f.start < end and start < f.end for f in found)
+    def __init__(self, text: str, form: Mapped, pieces: list[tuple[int, int]]):
+        self.text, self._form, self._pieces, self._built = text, form, pieces, False
 
-    for kind, pattern in _SECRET_PATTERNS:
-        for m in pattern.finditer(text):
-            if not overlaps(m.start(), m.end()):
-                found.append(Finding(kind, m.start(), m.end()))
-    for m in _CARD_CANDIDATE.finditer(text):
+    def span(self, start: int, stop: int) -> tuple[int, int]:
+        if not self._built:
+            src: list[int] = []
+            end: list[int] = []
+            for a, b in self._pieces:
+                src.extend(self._form.src[a:b])
+                end.extend(self._form.end[a:b])
+            self.src, self.end, self._built = src, end, True
+        return self.src[start], self.end[stop - 1]
+
+
+class _Collector:
+    def __init__(self, form: Mapped):
+        self.form = form
+        self.found: list[Finding] = []
+
+    def overlaps(self, start: int, end: int) -> bool:
+        return any(f.start < end and start < f.end for f in self.found)
+
+    def add(self, kind: str, form: Mapped, start: int, end: int, *, widen: bool = False) -> None:
+        """Record a finding unless it overlaps one already made; with `widen`, a finding that covers
+        earlier ones of its kind entirely (a split token found whole on the form without whitespace)
+        replaces them."""
+        a, b = form.span(start, end)
+        value = re.sub(r"\s+", "", form.text[start:end])
+        clashes = [f for f in self.found if f.start < b and a < f.end]
+        if clashes and widen and all(a <= f.start and f.end <= b and f.kind == kind for f in clashes):
+            self.found = [f for f in self.found if f not in clashes]
+            clashes = []
+        if not clashes:
+            self.found.append(Finding(kind, a, b, value))
+
+
+def _verdict(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> str | None:
+    """"strict": the prefix as issued, standing on its own; "lenient": glued to a word, in another
+    case, or found only once whitespace is removed, with a random-looking body; None: not a secret."""
+    prefix, body = m.group("prefix"), m.group("body")
+    if spec.kind == "jwt":
+        return "strict"
+    glued = m.start() > 0 and text[m.start() - 1].isalnum()
+    if spec.kind == "aws_access_key":
+        if prefix in spec.canonical and body.isupper() and not glued and not compact:
+            return "strict"
+        digits = sum(c.isdigit() for c in body)
+        return "lenient" if digits >= 2 and (body.isupper() or body.islower() or body.isdigit()) else None
+    if prefix in spec.canonical and not glued and not compact:
+        return "strict"
+    if spec.kind == "openai_key" and prefix.lower() != "sk-" and not compact:
+        return "strict"  # sk-proj-, sk-ant-...: the long prefix is distinctive enough
+    if spec.kind == "openai_key" and prefix.lower() == "sk-" and m.start() > 0 and text[m.start() - 1].isalpha():
+        # "task-…", "risk-…", "desk-…": a word ending in "sk" before a random id is common; only a
+        # body as long as a real key's (48) counts then.
+        return "lenient" if len(body) >= 40 and _looks_random(body) else None
+    return "lenient" if _looks_random(body) else None
+
+
+_WORD_PIECE = re.compile(r"[A-Z]?[a-z]+[.,;:!?)\]'\"]*")
+
+
+def _trim_words(start: int, end: int, piece_starts: list[int], text: str) -> int:
+    """On the form without whitespace, where a match runs on over the words after a token: the end of
+    the match cut at the first following piece (what stood between two spaces) that is a word."""
+    i = bisect.bisect_right(piece_starts, start)
+    while i < len(piece_starts) and piece_starts[i] < end:
+        b = piece_starts[i]
+        stop = piece_starts[i + 1] if i + 1 < len(piece_starts) else len(text)
+        if _WORD_PIECE.fullmatch(text, b, min(stop, end)):
+            return b
+        i += 1
+    return end
+
+
+def _prefixed_matches(text: str, compact: bool, starts: list[int] | None = None):
+    """(verdict, spec, match) for every prefixed-secret candidate: the patterns are tried only where
+    some prefix occurs (one pass over the text for all kinds)."""
+    low = text.lower()
+    for p in (_ANY_PREFIX.finditer(low) if len(low) == len(text) else _ANY_PREFIX_I.finditer(text)):
+        for spec in _PREFIXED:
+            pattern = spec.compact_pattern if compact else spec.pattern
+            m = pattern.match(text, p.start())
+            if m is None:
+                continue
+            if compact:
+                m = pattern.match(text, m.start(), _trim_words(m.start(), m.end(), starts or [], text))
+                if m is None:
+                    continue
+            verdict = _verdict(spec, m, text, compact=compact)
+            if verdict:
+                yield verdict, spec, m
+
+
+def _scan_prefixed(col: _Collector, form: Mapped, compact: tuple[Mapped, list[int]] | None) -> None:
+    """Strict matches first (on the text, then on the form without whitespace), lenient ones after,
+    so that `task-ghp_…` is a GitHub token and not an OpenAI key glued to "ta"."""
+    on_form = list(_prefixed_matches(form.text, False))
+    on_compact = list(_prefixed_matches(compact[0].text, True, compact[1])) if compact else []
+    for mode in ("strict", "lenient"):
+        for verdict, spec, m in on_form:
+            if verdict == mode:
+                col.add(spec.kind, form, m.start(), m.end())
+        if mode == "strict" and "BEGIN" in form.text.upper():
+            for m in _PRIVATE_KEY.finditer(form.text):
+                col.add("private_key", form, m.start(), m.end())
+        if compact is None:
+            continue
+        squashed = compact[0]
+        for verdict, spec, m in on_compact:
+            if verdict == mode:
+                col.add(spec.kind, squashed, m.start(), m.end(), widen=True)
+        if mode == "strict" and "BEGIN" in squashed.text.upper():
+            for m in _PRIVATE_KEY_COMPACT.finditer(squashed.text):
+                col.add("private_key", squashed, m.start(), m.end(), widen=True)
+
+
+def _aws_candidates(text: str):
+    """40-character base64 tokens: standing alone, or the first or last 40 characters of a longer run
+    split by "/" (a path such as `ops/<key>` or `<key>/prod`)."""
+    for m in _B64_40.finditer(text):
+        yield m.start(), m.group()
+    for m in _B64_LONG.finditer(text):
+        run, start = m.group(), m.start()
+        for i, ch in enumerate(run):
+            if ch == "/" and len(run) - i - 1 == 40:
+                yield start + i + 1, run[i + 1:]
+            if ch == "/" and i == 40:
+                yield start, run[:40]
+
+
+def _scan_aws_secret(col: _Collector, form: Mapped) -> None:
+    text = form.text
+    for begin, token in _aws_candidates(text):
+        if not (re.search(r"\d", token) and re.search(r"[A-Za-z]", token)) or re.fullmatch(r"[0-9a-fA-F]+", token):
+            continue
+        context = _AWS_CONTEXT.search(text, max(0, begin - 80), begin)
+        standalone = (_looks_random(token, min_len=30) and _entropy(token) >= 4.2 and _wordiness(token) < 0.3
+                      and _transitions(token) >= 0.4 and sum(c.isdigit() for c in token) >= 2)
+        if context or standalone:
+            col.add("aws_secret_key", form, begin, begin + 40)
+
+
+def _scan_encoded(col: _Collector, form: Mapped) -> None:
+    """A base64 run that decodes to readable text: scanned again, decoded, for secrets."""
+    for whole in _B64_RUN.finditer(form.text):
+        if col.overlaps(*form.span(whole.start(), whole.end())):
+            continue
+        run = whole.group()
+        # The run may be glued to a word or a path ("task-", "ops/") and so start off the 4-character
+        # grid of base64: its pieces between separators, and each of four offsets, are tried.
+        parts = {run} | {p.group() for pattern in _B64_PARTS for p in pattern.finditer(run)}
+        for part in sorted(parts, key=len, reverse=True):
+            kind = next((k for k in (_decoded_secret_kind(part[i:]) for i in range(4)) if k), None)
+            if kind:
+                col.add(kind, form, whole.start(), whole.end())
+                break
+
+
+def _decoded_secret_kind(run: str) -> str | None:
+    """The kind of secret that `run`, base64-decoded, holds in readable text (else None)."""
+    if len(run.rstrip("=")) < 24:
+        return None
+    padded = run.rstrip("=") + "=" * (-len(run.rstrip("=")) % 4)
+    try:
+        decoded = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    if not decoded or sum(ch.isprintable() or ch in "\n\t" for ch in decoded) < 0.95 * len(decoded):
+        return None
+    inner = find(decoded, contact=False, encoded=False)
+    return inner[0].kind if inner else None
+
+
+def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Finding]:
+    """Every secret and contact-PII span of `text` (offsets into `text` as given), without overlaps
+    (secrets take precedence), found on the normalised form."""
+    form = screen_form(text)
+    col = _Collector(form)
+    norm = form.text
+    # Tokens split by whitespace or line breaks: the form without any whitespace.
+    compact = None
+    squashed = re.sub(r"\s+", "", norm)
+    low = squashed.lower()
+    if squashed != norm and (_ANY_PREFIX_I.search(squashed) or "begin" in low):
+        starts: list[int] = []
+        pieces = [m.span() for m in re.finditer(r"\S+", norm)]
+        n = 0
+        for a, b in pieces:
+            starts.append(n)
+            n += b - a
+        compact = (_LazyMapped(squashed, form, pieces), starts)
+    _scan_prefixed(col, form, compact)
+    _scan_aws_secret(col, form)
+    regions = list(_numeric_regions(norm))
+    for m in (m for pos, endpos in regions for m in _CARD_CANDIDATE.finditer(norm, pos, endpos)):
         digits = re.sub(r"\D", "", m.group())
-        if 13 <= len(digits) <= 19 and luhn_valid(digits) and not overlaps(m.start(), m.end()):
-            found.append(Finding("card_number", m.start(), m.end()))
-    for m in _EMAIL.finditer(text):
-        if not overlaps(m.start(), m.end()):
-            found.append(Finding("email", m.start(), m.end()))
-    for pattern in (_SSN, _NINO):
-        for m in pattern.finditer(text):
-            if not overlaps(m.start(), m.end()):
-                found.append(Finding("national_id", m.start(), m.end()))
-    for m in _PHONE.finditer(text):
-        value = m.group().strip()
-        digits = re.sub(r"\D", "", value)
-        if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value) and not overlaps(m.start(), m.end()):
-            found.append(Finding("phone", m.start(), m.end()))
-    return sorted(found, key=lambda f: f.start)
+        if 13 <= len(digits) <= 19 and _card_grouping_ok(m.group()) and luhn_valid(digits):
+            col.add("card_number", form, m.start(), m.end())
+    if encoded and len(text) >= 24:
+        _scan_encoded(col, form)
+    if contact:
+        _find_contact(col, form, regions)
+    return sorted(col.found, key=lambda f: f.start)
+
+
+def _numeric_regions(norm: str):
+    """(pos, endpos) around each run of digits and separators long enough to be a card, a phone or an
+    id: the digit patterns run only there (a pattern that opens with a look-behind is slow to scan a
+    long text with). endpos takes one more character so that look-aheads still see what follows."""
+    for m in _NUMERIC_REGION.finditer(norm):
+        yield m.start(), min(len(norm), m.end() + 1)
+
+
+def _find_contact(col: _Collector, form: Mapped, regions: list[tuple[int, int]]) -> None:
+    norm = form.text
+    for at in _AT_SIGN.finditer(norm):
+        for m in _EMAIL.finditer(norm, max(0, at.start() - 80), min(len(norm), at.end() + 260)):
+            col.add("email", form, m.start(), m.end())
+    for pos, endpos in regions:
+        for m in _SSN.finditer(norm, pos, endpos):
+            if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+                col.add("national_id", form, m.start(), m.end())
+        for m in _PHONE.finditer(norm, pos, endpos):
+            value = m.group().strip()
+            digits = re.sub(r"\D", "", value)
+            if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value):
+                col.add("phone", form, m.start(), m.end())
+        for m in _E164.finditer(norm, pos, endpos):
+            col.add("phone", form, m.start(), m.end())
+        for m in _BARE_PHONE.finditer(norm, pos, endpos):
+            if _PHONE_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+                col.add("phone", form, m.start(), m.end())
+    for m in _NINO.finditer(norm):
+        col.add("national_id", form, m.start(), m.end())
 
 
 def _replace(text: str, findings: list[Finding]) -> str:
     out, cursor = [], 0
-    for f in findings:
+    for f in sorted(findings, key=lambda f: f.start):
         out.append(text[cursor : f.start])
         out.append(f"[REDACTED:{f.kind}]")
         cursor = f.end
@@ -119,9 +452,16 @@ def _replace(text: str, findings: list[Finding]) -> str:
     return "".join(out)
 
 
+def redact(text: str, findings: list[Finding]) -> str:
+    """`text` with each finding replaced by `[REDACTED:<kind>]`."""
+    return _replace(text, findings)
+
+
 def fingerprint(text: str, findings: list[Finding]) -> str:
-    """HMAC over the matched values, so the same secret seen twice has the same fingerprint."""
-    values = sorted(f.kind + ":" + re.sub(r"\s+", "", text[f.start : f.end]) for f in findings)
+    """HMAC over the normalised matched values, so the same secret seen twice (however disguised) has
+    the same fingerprint. Keyed with PII_FINGERPRINT_KEY: without it a fingerprint cannot be tested
+    against guesses."""
+    values = sorted(f.kind + ":" + (f.value or re.sub(r"\s+", "", text[f.start : f.end])) for f in findings)
     material = "\n".join(values)
     key = settings.PII_FINGERPRINT_KEY.encode()
     return hmac.new(key, material.encode(), hashlib.sha256).hexdigest()
@@ -129,6 +469,8 @@ def fingerprint(text: str, findings: list[Finding]) -> str:
 
 def preview(text: str, findings: list[Finding], limit: int = 240) -> str:
     redacted = _replace(text, findings)
+    if find(redacted):  # defence in depth: a preview never carries what the scan can still see
+        redacted = "[REDACTED]"
     return redacted if len(redacted) <= limit else redacted[: limit - 1] + "…"
 
 
@@ -146,7 +488,25 @@ def scan(text: str, policy: dict[str, str]) -> ScanResult:
         return result
     to_redact = [f for f in findings if policy.get(f.kind) == "redact"]
     if to_redact:
-        result.content = _replace(text, to_redact)
+        content = _replace(text, to_redact)
+        # Redaction cuts the original at the spans the normalised form mapped back to. Should the cut
+        # text still show something the policy redacts (an overlap the map could not separate), the
+        # write is refused rather than stored with the value in it.
+        if any(policy.get(f.kind) == "redact" for f in find(content)):
+            result.blocked = True
+            result.content = ""
+            return result
+        result.content = content
         result.redacted = True
     result.flagged = any(policy.get(f.kind) == "flag" for f in findings)
     return result
+
+
+def scrub(text: str, policy: dict[str, str] | None = None) -> str:
+    """`text` with every secret, and the contact PII that `policy` blocks or redacts (all of it without
+    a policy), replaced by `[REDACTED:<kind>]`: for text we derive (episode summaries, error strings)
+    and store, where refusing is not an option."""
+    if not text:
+        return text
+    findings = [f for f in find(text) if f.is_secret or policy is None or policy.get(f.kind, "block") != "flag"]
+    return _replace(text, findings) if findings else text

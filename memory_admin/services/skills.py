@@ -12,7 +12,7 @@ from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import Principal, require_write_to
 from memory_admin.services.audit import audit
 from memory_admin.services.guard import refuse_instructions
-from memory_admin.services.screening import screen_text
+from memory_admin.services.screening import screen_identifier, screen_text
 
 _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
 
@@ -44,9 +44,11 @@ def skill_save(
     your rules", tool-call JSON, template tokens...) is refused with 422 `instruction_like`, like a
     notebook (see `notebook_save`)."""
     require_write_to(principal, memory_user)
+    raw_path = path
     path = check_skill_path(path)
     check_skill_size(content)
     user_id = memory_user.pk if memory_user else None
+    screen_identifier(principal, raw_path, what="skill path", route="skill_path", memory_user_id=user_id)
     content = screen_text(principal, content, route="skill", memory_user_id=user_id).content
     refuse_instructions(principal, content, what="skill")
     with transaction.atomic():

@@ -1,0 +1,103 @@
+"""Logs carry ids of our own rows, never memory content or identifiers an agent sent (SPEC §11).
+
+Django logs the request path on every 4xx/5xx ("Not Found: /api/v1/users/<id>/facts"), gunicorn's
+access log the request line, and an exception's message can quote a value (a database error quotes
+the failing row). `install()` replaces the log record factory of the process (web, worker, beat,
+management commands: every process loads the settings) so that every record, whatever the logger or
+handler, is made safe when it is created:
+
+- URL paths in the message keep only the route's own words (`/api/v1/users/*/facts`); every other
+  segment and any query string is masked;
+- anything the secret/PII scan finds is replaced by `[REDACTED:<kind>]`;
+- an exception keeps its type and its stack frames (file, line, function, code), but not its message.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+
+# Literal words of the URL patterns (computed on first use from the URLconf) plus a fixed fallback.
+_WORDS: set[str] | None = None
+_FALLBACK = {"api", "v1", "t", "accounts", "login", "logout", "static", "favicon.ico"}
+_PATH = re.compile(r"(?<![\w.:/])(/[^\s\"'<>]*)")
+
+
+def _route_words() -> set[str]:
+    global _WORDS
+    if _WORDS is not None:
+        return _WORDS
+    words = set(_FALLBACK)
+    try:
+        from django.urls import get_resolver
+
+        def walk(patterns, depth=0):
+            for p in patterns:
+                for part in re.split(r"[/^$]+", str(p.pattern)):
+                    if part and "<" not in part and "(" not in part and "{" not in part:
+                        words.add(part.strip("\\"))
+                if hasattr(p, "url_patterns") and depth < 5:
+                    walk(p.url_patterns, depth + 1)
+
+        walk(get_resolver().url_patterns)
+        from memory_admin.api import api
+
+        for prefix, router in api._routers:
+            for path in router.path_operations:
+                words.update(part for part in (prefix + "/" + path).split("/") if part and "{" not in part)
+    except Exception:  # noqa: BLE001 - logging must never fail; the fallback words are enough
+        return words
+    _WORDS = words
+    return words
+
+
+def mask_path(path: str) -> str:
+    """`/api/v1/users/alice/facts?q=x` -> `/api/v1/users/*/facts?*`."""
+    path, query = (path.split("?", 1) + [None])[:2] if "?" in path else (path, None)
+    words = _route_words()
+    masked = "/".join(seg if (not seg or seg in words) else "*" for seg in path.split("/"))
+    return masked + ("?*" if query is not None else "")
+
+
+def sanitize(text: str) -> str:
+    text = _PATH.sub(lambda m: mask_path(m.group(1)), text)
+    from memory_admin.services.pii import find, redact
+
+    findings = find(text)
+    return redact(text, findings) if findings else text
+
+
+def _frames_only(exc_info) -> str:
+    etype, _value, tb = exc_info
+    frames = "".join(traceback.format_tb(tb))
+    return f"Traceback (most recent call last):\n{frames}{etype.__module__}.{etype.__qualname__}: (message withheld)"
+
+
+_installed = False
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    base = logging.getLogRecordFactory()
+
+    def factory(*args, **kwargs):
+        record = base(*args, **kwargs)
+        try:
+            # A path passed as an argument ("Not Found: %s") is masked whole, spaces and all.
+            if isinstance(record.args, tuple) and record.args:
+                record.args = tuple(mask_path(a) if isinstance(a, str) and a.startswith("/") else a
+                                    for a in record.args)
+            message = record.getMessage()
+            record.msg, record.args = sanitize(message), ()
+            if record.exc_info and record.exc_info[0] is not None:
+                record.exc_text = _frames_only(record.exc_info)
+                record.exc_info = None
+        except Exception:  # noqa: BLE001 - an unloggable record is dropped to its type, never raised
+            record.msg, record.args, record.exc_info = f"(log record withheld: {record.name})", (), None
+        return record
+
+    logging.setLogRecordFactory(factory)
