@@ -52,6 +52,7 @@ from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
 from memory_admin.selectors.memory import notebook_of, skill_at, skills_listed
 from memory_admin.selectors.search import fact_search
+from memory_admin.services.access_counts import record_usage
 from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.services.extraction import MessageIn, message_post, thread_close
 from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_write, fact_write_many
@@ -137,6 +138,7 @@ def _user_id(principal: Principal, user_id: str | None) -> str:
 
 def _fact_detail(principal: Principal, fact_id: UUID | str) -> dict[str, Any]:
     fact = fact_get_for(principal, fact_id)
+    record_usage(principal.tenant_id, "fact")
     chain = fact_chain(fact)
     return {"fact": FactOut.of(fact), "history": [FactOut.of(f) for f in chain],
             "events": [AuditOut.from_orm(e).dict() for e in chain_events(principal, chain)]}

@@ -27,6 +27,7 @@ from memory_admin.api.schemas import (
 from memory_admin.errors import TooLarge
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
+from memory_admin.services.access_counts import record_usage
 from memory_admin.services.facts import (
     WriteResult,
     check_fact_size,
@@ -115,7 +116,9 @@ def write_facts(request, user_id: UserId, payload: FactBatchIn):
 
 @router.get("/facts/{fact_id}", response=FactOut)
 def get_fact(request, fact_id: UUID):
-    return FactOut.of(fact_get_for(request.principal, fact_id))
+    fact = fact_get_for(request.principal, fact_id)
+    record_usage(request.principal.tenant_id, "fact")
+    return FactOut.of(fact)
 
 
 @router.get("/facts/{fact_id}/history", response=HistoryOut)

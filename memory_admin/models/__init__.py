@@ -24,6 +24,7 @@ from memory_admin.models.tenancy import (
     TenantSettings,
 )
 from memory_admin.models.throttle import ThrottleWindow
+from memory_admin.models.usage import UsageDay
 
 __all__ = [
     "EMBEDDING_DIM",
@@ -52,4 +53,5 @@ __all__ = [
     "TenantSettings",
     "Thread",
     "ThrottleWindow",
+    "UsageDay",
 ]

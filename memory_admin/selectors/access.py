@@ -31,6 +31,7 @@ from memory_admin.models import (
     Skill,
     SkillRevision,
     Thread,
+    UsageDay,
 )
 
 M = TypeVar("M", bound=models.Model)
@@ -117,6 +118,7 @@ _OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
     AuditEvent: ("memory_user", "tenant_id"),
     Edge: ("src_fact__memory_user", "tenant_id"),
     LlmCall: ("batch__memory_user", "tenant_id"),
+    UsageDay: ("", "tenant_id"),
 }
 
 
@@ -131,6 +133,9 @@ def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QueryS
         elif principal.allowed_external_ids:
             q &= Q(external_id__in=list(principal.allowed_external_ids))
         return queryset.filter(q)
+    if model is UsageDay:
+        # Tenant-wide counts of every user's reads: not for principals restricted to some users.
+        return queryset.none() if principal.restricted else queryset.filter(tenant_id=principal.tenant_id)
     q = Q(**{tenant_path: principal.tenant_id})
     if model is Fact:
         # A user reads its ancestors: the tenant's org scope and the global scope (SPEC §3).

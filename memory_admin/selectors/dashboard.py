@@ -24,6 +24,7 @@ from memory_admin.models import (
     LlmCall,
     MemoryUser,
     PiiBlock,
+    UsageDay,
 )
 from memory_admin.scoring import (
     EVICTION_THRESHOLD,
@@ -180,6 +181,20 @@ def llm_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, d
     out = {d: {"calls": 0, "tokens": 0, "cost": 0.0, "failed": 0} for d in _days(days)}
     for row in rows:
         out[row["day"]] = {k: row[k] for k in ("calls", "tokens", "cost", "failed")}
+    return out
+
+
+USAGE_KINDS = ("search", "context", "fact")
+
+
+def usage_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, dict[str, int]]:
+    """Searches, context requests and fact reads per day (services.access_counts counts them, one
+    row per tenant, day and kind): do agents actually use the memory?"""
+    out = {d: dict.fromkeys(USAGE_KINDS, 0) for d in _days(days)}
+    rows = visible(principal, UsageDay.objects.filter(day__gte=_days(days)[0])).values_list("day", "kind", "count")
+    for day, kind, n in rows:
+        if day in out and kind in USAGE_KINDS:
+            out[day][kind] = n
     return out
 
 

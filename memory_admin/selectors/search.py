@@ -319,10 +319,12 @@ def fact_search(
             fact.memory_user = memory_user  # known already: no join, no extra query
         facts[fact.pk] = fact
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
-    if record and hits:
+    if record:
+        from memory_admin.services.access_counts import record_usage
         from memory_admin.services.facts import record_access
 
         record_access([h.fact.pk for h in hits])
+        record_usage(principal.tenant_id, "search")
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}

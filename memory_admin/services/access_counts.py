@@ -6,6 +6,10 @@ accumulated every ACCESS_COUNT_FLUSH_SECONDS as one UPDATE ... FROM (VALUES ...)
 gets +n, and the time of its latest read), and once more at process exit. With the setting at 0 (the
 test suite) every read is written at once, in the caller's transaction, as before.
 
+The same accumulator counts requests per tenant, UTC day and kind (search, context, fact read) for the
+overview's usage chart: `record_usage` adds to it, and the flush writes those counts into usage_day as
+one upsert (INSERT ... ON CONFLICT DO UPDATE), in the transaction of the fact UPDATE.
+
 Counts accumulated in a process that dies without exiting (SIGKILL) are lost: they feed decay and
 reinforcement (scoring.py), not an audit trail.
 """
@@ -17,7 +21,7 @@ import logging
 import os
 import threading
 import time
-from datetime import datetime
+from datetime import date, datetime
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -30,6 +34,7 @@ MAX_ACCESS_COUNT = 2**31 - 1  # the column is an int4
 
 _lock = threading.Lock()
 _pending: dict[str, tuple[int, datetime]] = {}  # fact id → (reads, latest read)
+_usage: dict[tuple[int, date, str], int] = {}  # (tenant id, day, kind) → requests
 _flusher: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
 
 
@@ -58,24 +63,56 @@ def record_access(fact_ids) -> None:
     _ensure_flusher()
 
 
+def record_usage(tenant_id: int, kind: str) -> None:
+    """Count one request of `kind` (search, context, fact) for the tenant's usage chart: at once when
+    the interval is 0, else at the next flush."""
+    key = (tenant_id, timezone.localdate(), kind)
+    if _interval() <= 0:
+        with connection.cursor() as cursor:
+            _upsert_usage(cursor, [(key, 1)])
+        return
+    with _lock:
+        _usage[key] = _usage.get(key, 0) + 1
+    _ensure_flusher()
+
+
+def _upsert_usage(cursor, rows: list[tuple[tuple[int, date, str], int]]) -> None:
+    # Joined to the tenant so that a tenant deleted since the request drops its counts instead of
+    # failing the flush (and with it the facts' access counts) for good.
+    values = ", ".join(["(%s::int8, %s::date, %s::varchar, %s::int8)"] * len(rows))
+    cursor.execute(
+        "INSERT INTO memory_admin_usage_day (tenant_id, day, kind, count)"
+        f" SELECT v.tenant_id, v.day, v.kind, v.n FROM (VALUES {values}) AS v(tenant_id, day, kind, n)"
+        " JOIN memory_admin_tenant AS t ON t.id = v.tenant_id"
+        " ON CONFLICT (tenant_id, day, kind) DO UPDATE SET count = memory_admin_usage_day.count + EXCLUDED.count",
+        [x for (tenant_id, day, kind), n in rows for x in (tenant_id, day, kind, n)],
+    )
+
+
 def flush() -> int:
-    """Write what has accumulated (one statement); the number of facts written."""
+    """Write what has accumulated (one UPDATE of the facts, one upsert of the usage counts); the
+    number of facts written."""
     with _lock:
         batch = sorted(_pending.items())
         _pending.clear()
-    if not batch:
+        usage = sorted(_usage.items())
+        _usage.clear()
+    if not batch and not usage:
         return 0
     values = ", ".join(["(%s::uuid, %s::int, %s::timestamptz)"] * len(batch))
     params = [x for fact_id, (reads, at) in batch for x in (fact_id, reads, at)]
     try:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE memory_admin_fact AS f"
-                f" SET access_count = LEAST(f.access_count::int8 + v.n, {MAX_ACCESS_COUNT}),"
-                " last_accessed_at = GREATEST(COALESCE(f.last_accessed_at, v.t), v.t)"
-                f" FROM (VALUES {values}) AS v(id, n, t) WHERE f.id = v.id",
-                params,
-            )
+            if batch:
+                cursor.execute(
+                    "UPDATE memory_admin_fact AS f"
+                    f" SET access_count = LEAST(f.access_count::int8 + v.n, {MAX_ACCESS_COUNT}),"
+                    " last_accessed_at = GREATEST(COALESCE(f.last_accessed_at, v.t), v.t)"
+                    f" FROM (VALUES {values}) AS v(id, n, t) WHERE f.id = v.id",
+                    params,
+                )
+            if usage:
+                _upsert_usage(cursor, usage)
     except Exception:
         # A failed flush (deadlock with a write, a restart of the database) puts the counts back.
         log.exception("access counts: flush of %d facts failed; retried at the next flush", len(batch))
@@ -83,6 +120,8 @@ def flush() -> int:
             for fact_id, (reads, at) in batch:
                 old_reads, old_at = _pending.get(fact_id, (0, at))
                 _pending[fact_id] = (reads + old_reads, max(at, old_at))
+            for key, n in usage:
+                _usage[key] = _usage.get(key, 0) + n
         return 0
     return len(batch)
 
@@ -110,7 +149,7 @@ def _ensure_flusher() -> None:
 
 
 def _at_exit() -> None:
-    if _pending and _flusher is not None and _flusher[0] == os.getpid():
+    if (_pending or _usage) and _flusher is not None and _flusher[0] == os.getpid():
         try:
             flush()
         except Exception:  # noqa: BLE001 - exiting anyway

@@ -287,9 +287,11 @@ def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, b
     if record is None:
         record = principal.actor_type == "agent"
     if record:
+        from memory_admin.services.access_counts import record_usage
         from memory_admin.services.facts import record_access
 
         record_access(included_facts)
+        record_usage(principal.tenant_id, "context")
     timings["total_ms"] = round((time.perf_counter() - started) * 1000, 3)
     timings["server_ms_excluding_embed"] = round(timings["total_ms"] - timings.get("search_embed_ms", 0.0), 3)
     return {

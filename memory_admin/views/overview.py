@@ -12,6 +12,7 @@ from memory_admin.templatetags.labels import label
 from memory_admin.views.base import tenant_view
 
 RANGES = (7, 14, 30, 90)
+USAGE_NAMES = ("searches", "context requests", "fact reads")  # in the order of sel.USAGE_KINDS
 
 
 @tenant_view(staff_only=True)
@@ -41,6 +42,7 @@ def overview(request: HttpRequest) -> HttpResponse:
     failed_count, failed = sel.failed_batches(p)
     batches = sel.batches_per_day(p, n_days)
     batch_days = list(batches)
+    usage = sel.usage_per_day(p, n_days)
     llm_days = list(llm)
     return render(request, "dashboard/overview.html", {
         "writes": writes,
@@ -66,6 +68,11 @@ def overview(request: HttpRequest) -> HttpResponse:
                                        list(sel.BATCH_STATES), [0, 9, 4, 6],
                                        links=[[f"{batches_url}?status={s}"] * len(batch_days)
                                               for s in sel.BATCH_STATES]),
+        # Reads are counted, not logged one by one: there is no list behind a bar to click through to.
+        "usage_chart": sel.bar_chart([d.strftime("%b %d") for d in usage],
+                                     [[usage[d][k] for d in usage] for k in sel.USAGE_KINDS],
+                                     list(USAGE_NAMES), [0, 4, 9]),
+        "usage_totals": {k: sum(v[k] for v in usage.values()) for k in sel.USAGE_KINDS},
         "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
         "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
         "failed_count": failed_count,

@@ -41,7 +41,7 @@ def busy(tenant, memory_user, make_fact, make_contradiction, make_block):
 
 # Session + user + memberships are 3 queries on every page; the rest is the page's own.
 PAGES = [
-    ("overview", lambda s, u: reverse("overview", args=[s]), 16),
+    ("overview", lambda s, u: reverse("overview", args=[s]), 17),
     ("users", lambda s, u: reverse("users", args=[s]) + "?sort=staleness", 8),
     ("facts", lambda s, u: reverse("user_facts", args=[s, u]), 8),
     ("review", lambda s, u: reverse("review", args=[s]), 8),

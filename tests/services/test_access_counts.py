@@ -41,3 +41,38 @@ def test_immediate_when_interval_is_zero(tenant, settings):
     (a,) = _facts(tenant, 1)
     access_counts.record_access([a.pk])
     assert Fact.objects.get(pk=a.pk).access_count == 1
+
+
+def test_usage_counts_are_one_upsert_per_flush(tenant, other_tenant, settings, monkeypatch):
+    from memory_admin.models import UsageDay
+
+    settings.ACCESS_COUNT_FLUSH_SECONDS = 1.0
+    monkeypatch.setattr(access_counts, "_ensure_flusher", lambda: None)
+    with CaptureQueriesContext(connection) as reads:
+        for kind in ("search", "search", "context", "fact"):
+            access_counts.record_usage(tenant.pk, kind)
+        access_counts.record_usage(other_tenant.pk, "search")
+    assert reads.captured_queries == []
+    with CaptureQueriesContext(connection) as ctx:
+        assert access_counts.flush() == 0  # no fact read, only requests
+    assert len([q for q in ctx.captured_queries if q["sql"].startswith("INSERT")]) == 1
+    access_counts.record_usage(tenant.pk, "search")
+    access_counts.flush()  # adds to the day's row
+    counts = dict(UsageDay.objects.filter(tenant=tenant).values_list("kind", "count"))
+    assert counts == {"search": 3, "context": 1, "fact": 1}
+    assert UsageDay.objects.get(tenant=other_tenant).count == 1
+
+
+def test_usage_of_a_deleted_tenant_does_not_block_the_flush(tenant, settings, monkeypatch):
+    from memory_admin.models import Tenant
+
+    settings.ACCESS_COUNT_FLUSH_SECONDS = 1.0
+    monkeypatch.setattr(access_counts, "_ensure_flusher", lambda: None)
+    (a,) = _facts(tenant, 1)
+    gone = Tenant.objects.create(slug="gone", name="gone")
+    access_counts.record_usage(gone.pk, "search")
+    gone.delete()
+    access_counts.record_access([a.pk])
+    assert access_counts.flush() == 1
+    assert Fact.objects.get(pk=a.pk).access_count == 1
+    assert access_counts._usage == {}
