@@ -14,7 +14,8 @@ adds a modest, marked amount (`--seed`, on by default, idempotent: skipped when 
 3,000 contradictions (2,000 open, their facts flagged contested), 5,000 PII blocks, 30,000 audit
 events over 30 days, 3,000 episodes (with fact links), 2,000 extraction batches, 5,000 LLM calls,
 300 skills and 500 quarantined facts. Everything it adds carries the actor/creator `bench:dashboard`.
-It never drops or reloads anything.
+Apart from that seed, 90 days of usage counts (searches, context requests and fact reads per day: 270
+rows, no marker column) are added when the tenant has none. It never drops or reloads anything.
 """
 
 from __future__ import annotations
@@ -189,6 +190,22 @@ def seed(tenant, rng: random.Random) -> None:
           f"quarantined facts in {time.time() - t0:.0f} s", flush=True)
 
 
+def seed_usage(tenant, rng: random.Random) -> None:
+    """Reads per day for the overview's usage chart: one row per day and kind over 90 days (what a
+    busy tenant has: the table holds counts, not reads). Skipped when the tenant has usage rows."""
+    from django.utils import timezone
+
+    from memory_admin.models import UsageDay
+
+    if UsageDay.objects.filter(tenant=tenant).exists():
+        return
+    today = timezone.localdate()
+    UsageDay.objects.bulk_create([
+        UsageDay(tenant=tenant, day=today - timedelta(days=d), kind=kind, count=rng.randint(100, 50_000))
+        for d in range(90) for kind in ("search", "context", "fact")], ignore_conflicts=True)
+    print("seed: added 90 days of usage counts", flush=True)
+
+
 def pages(slug: str, tenant) -> list[tuple[str, str]]:
     from django.urls import reverse
 
@@ -292,6 +309,7 @@ def main() -> int:
     tenant = Tenant.objects.get(slug=args.tenant)
     if not args.no_seed:
         seed(tenant, random.Random(42))
+        seed_usage(tenant, random.Random(42))
     membership, _ = staff_create(tenant_slug=tenant.slug, username=USERNAME, role="admin")
     client = Client()
     client.force_login(membership.user)
