@@ -15,7 +15,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from memory_admin.models import Fact, MemoryUser, Notebook, PiiBlock
+from memory_admin.models import Fact, MemoryUser, Notebook, PiiBlock, UsageDay
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.services.facts import fact_write
 from memory_admin.services.keys import principal_for_key
@@ -194,6 +194,9 @@ def test_a_session_over_http(mcp_http, tenants):
 def test_a_session_over_stdio(tenants):
     asyncio.run(scenario(stdio_session, tenants))
     assert not Fact.objects.filter(content__contains=SECRET[4:]).exists()
+    # The server's reads reach the overview's usage chart (at once: ACCESS_COUNT_FLUSH_SECONDS=0 here).
+    usage = dict(UsageDay.objects.values_list("kind", "count"))
+    assert usage["search"] == 1 and usage["fact"] == 1 and usage["context"] >= 1, usage
     assert Notebook.objects.get(memory_user__external_id="dana").version == 1
 
 
