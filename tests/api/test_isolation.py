@@ -8,6 +8,7 @@ reach the others. The access function itself is tested exhaustively for every mo
 from __future__ import annotations
 
 import uuid
+from datetime import date, timedelta
 
 import pytest
 from django.urls import Resolver404, resolve
@@ -31,6 +32,7 @@ from memory_admin.models import (
     SkillRevision,
     TenantSettings,
     Thread,
+    UsageDay,
 )
 from memory_admin.selectors import access
 from memory_admin.selectors.access import Principal, visible
@@ -568,10 +570,14 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
                                                   actor="agent:x", action="fact.write")]
     rows[Edge] = [Edge.objects.create(tenant=tenant, type="CONTRADICTS", src_fact=fact_b, dst_fact=fact_a)]
     rows[LlmCall] = [LlmCall.objects.create(tenant=tenant, batch=batch, layer="extraction", model="m")]
+    # Tenant-wide counts (no user): one row per user here only so that each has rows to look for.
+    rows[UsageDay] = [UsageDay.objects.create(tenant=tenant, day=date(2000, 1, 1) + timedelta(days=user.pk),
+                                              kind="search", count=1)]
     return {model: {row.pk for row in objs} for model, objs in rows.items()}
 
 
 GUARDED_MODELS = sorted(access._OWNER_PATH, key=lambda m: m.__name__)
+TENANT_WIDE = {UsageDay}  # rows of no user, about every user: unrestricted principals only
 
 
 @pytest.fixture
@@ -615,7 +621,7 @@ def test_visible_never_returns_another_tenants_rows(tenant, access_world, model,
     seen = set(visible(principal, model.objects.all()).values_list("pk", flat=True))
     assert not seen & access_world["other"][model], f"{who} sees {model.__name__} rows of another tenant"
     # Control: the filter is not simply empty; everyone sees alice's rows.
-    assert access_world["alice"][model] <= seen
+    assert access_world["alice"][model] <= seen or (model in TENANT_WIDE and principal.restricted)
     # Also when the queryset is already narrowed, or asks for the other tenant's rows by id.
     asked = model.objects.filter(pk__in=access_world["other"][model])
     assert not visible(principal, asked).exists()
@@ -627,7 +633,7 @@ def test_visible_gives_restricted_principals_no_rows_of_other_users(tenant, acce
     principal = principals(tenant, access_world["alice_user"])[who]
     seen = set(visible(principal, model.objects.all()).values_list("pk", flat=True))
     assert not seen & access_world["bob"][model], f"{who} sees bob's {model.__name__} rows"
-    assert access_world["alice"][model] <= seen
+    assert seen == set() if model in TENANT_WIDE else access_world["alice"][model] <= seen
 
 
 @pytest.mark.parametrize("model", GUARDED_MODELS, ids=lambda m: m.__name__)
