@@ -151,7 +151,7 @@ class Fact(models.Model):
     # Shadow column of `manage.py reembed` and the content_hash it was computed from (content can
     # change in place while a re-embed runs; such a row is embedded again before the swap).
     embedding_next = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
-    embedding_next_hash = models.CharField(max_length=64, blank=True, default="")
+    embedding_next_hash = models.CharField(max_length=64, blank=True, default="", db_default="")
     search_vector = models.GeneratedField(
         expression=SearchVector("content", config="english"),
         output_field=SearchVectorField(),
