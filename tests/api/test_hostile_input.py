@@ -197,10 +197,12 @@ def test_nan_in_settings_is_422(tenant, admin_api, alice):
 
 @pytest.mark.parametrize(
     ("user_id", "ok"),
-    [("a" * 200, True), ("a" * 201, False), ("alice@example.com", True), ("auth0|1234", True),
+    [("a" * 200, True), ("a" * 201, False), ("alice@acme", True), ("auth0|1234", True),
      ("al ice", False), ("alice<script>", False), ("-alice", False), ("ålice", False)],
 )
 def test_user_ids_have_a_length_limit_and_a_safe_character_set(api, user_id, ok):
+    # (`@` is in the character set; a whole e-mail address as an id is contact PII, which the default
+    # policy blocks: tests/security covers that.)
     response = api.post(f"users/{user_id}/facts", {"content": "This user likes tea", "source": "user_stated"})
     if ok:
         assert response.status_code == 201, response.content

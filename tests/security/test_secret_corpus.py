@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import io
 import logging
+import re
 from urllib.parse import quote
 
 import pytest
 from django.conf import settings
 
+from memory_admin.api.schemas import IDENTIFIER_PATTERN
 from memory_admin.models import Fact, MemoryUser, Message, PiiBlock, Skill, Thread
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.services.facts import fact_write
@@ -58,8 +60,12 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     fact_id = seed.fact.pk
     responses: list[tuple[str, object, object]] = []  # (route, case, response)
 
+    blocked_answers = 0  # refusals answered `blocked`: each must have left a PII block
+
     def expect(route, case, response, codes=("blocked",)):
+        nonlocal blocked_answers
         responses.append((route, case, response))
+        blocked_answers += response.status_code == 422 and response.json()["code"] == "blocked"
         assert 400 <= response.status_code < 500, (route, case.name, response.status_code, response.content[:300])
         if response.status_code == 422 and codes:
             assert response.json()["code"] in codes, (route, case.name, response.content[:300])
@@ -74,6 +80,17 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
         "metadata": (CASES, lambda c, i: {**plain(i), "metadata": {"note": c.text}}),
         "metadata key": (id_cases, lambda c, i: {**plain(i), "metadata": {c.value: 1}}),
     }
+    # A task id outside the identifier character set (an invisible character, a space, a look-alike) is
+    # refused by the schema first: the whole batch answers 422 `invalid`, without echoing the value.
+    safe_id = re.compile(IDENTIFIER_PATTERN)
+    unsafe = [c for c in id_cases if not safe_id.fullmatch(f"task-{c.value}")]
+    safe = [c for c in id_cases if safe_id.fullmatch(f"task-{c.value}")]
+    batch_routes["task id"] = (safe, batch_routes["task id"][1])
+    for group in chunks(unsafe, 100):
+        r = api.post("users/alice/facts/batch", {"facts": [{**plain(i), "task_id": f"task-{c.value}"}
+                                                           for i, c in enumerate(group)]})
+        assert r.status_code == 422 and r.json()["code"] == "invalid", r.content[:300]
+        responses += [("task id (outside the character set)", c, r) for c in group]
     for route, (items, make) in batch_routes.items():
         for group in chunks(items, 100):
             r = api.post("users/alice/facts/batch", {"facts": [make(c, i) for i, c in enumerate(group)]})
@@ -81,6 +98,7 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
             for case, result in zip(group, r.json()["results"], strict=True):
                 assert result["outcome"] == "blocked", (route, case.name, result)
                 responses.append((route, case, r))
+                blocked_answers += 1
 
     # Messages: the conversation log is kept, with each value redacted out of it.
     for group in chunks(CASES, 100):
@@ -105,9 +123,11 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
             expect("user id", case, api.post(f"users/{quote(case.value, safe='')}/facts",
                                              {"content": "Alice likes tea", "source": "user_stated"}),
                    codes=("blocked", "invalid"))
-            expect("skill user id", case, api.put("skills/ops/mine.md", {"content": "ok", "user_id": case.value}))
+            expect("skill user id", case, api.put("skills/ops/mine.md", {"content": "ok", "user_id": case.value}),
+                   codes=("blocked", "invalid"))
             expect("thread id", case, api.post("users/alice/messages", {
-                "thread_id": case.value, "messages": [{"role": "user", "content": "hello there, how are you today?"}]}))
+                "thread_id": case.value, "messages": [{"role": "user", "content": "hello there, how are you today?"}]}),
+                codes=("blocked", "invalid"))
 
     # Nothing of the refused writes happened...
     assert Fact.objects.filter(status="active").count() == 1
@@ -116,7 +136,8 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     assert list(Thread.objects.values_list("external_id", flat=True)) == ["corpus-thread"]
     assert not Skill.objects.exists()
     assert Message.objects.count() == len(CASES)
-    assert PiiBlock.objects.filter(action="blocked").count() > 8 * len(CASES)
+    assert blocked_answers > 5 * len(CASES)
+    assert PiiBlock.objects.filter(action="blocked").count() >= blocked_answers
 
     # ...no answer echoed a value...
     answers: dict[int, str] = {}
