@@ -15,17 +15,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Subquery, Value, When
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory_admin.embeddings import embed, embed_one
 from memory_admin.errors import Blocked, Conflict, DomainError, Invalid, TooLarge
-from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookChunk, TenantSettings
+from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.scoring import annotate_scores
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.guard import injection_reason, refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
@@ -104,6 +104,31 @@ def check_fact_size(content: str, metadata: dict | None = None) -> None:
 def _lock_user(memory_user_id: int) -> None:
     """Writes for one memory user are serialised: races on a key or a hash cannot double-insert."""
     MemoryUser.objects.select_for_update().filter(pk=memory_user_id).values_list("pk", flat=True).first()
+
+
+@dataclass
+class _UserState:
+    """What the locked part of the write path knows of the user, read once after the lock and kept
+    exact by the writes that follow under it: the number of active facts (the cap's count) and whether
+    the user has a notebook to contradict. Lets a write skip the notebook query when there is none and
+    the cap query while the user is under the cap (both would find nothing)."""
+
+    active: int
+    has_notebook: bool
+
+
+def _user_state(memory_user_id: int) -> _UserState:
+    """One statement, after `_lock_user`: the active facts are counted as `_enforce_cap` counts them."""
+    fact, chunk, notebook = Fact._meta.db_table, NotebookChunk._meta.db_table, Notebook._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT count(*) FROM {fact} WHERE memory_user_id = %s AND status = %s), "
+            f"EXISTS (SELECT 1 FROM {chunk} c JOIN {notebook} n ON n.id = c.notebook_id "
+            f"WHERE n.memory_user_id = %s)",
+            [memory_user_id, Fact.Status.ACTIVE, memory_user_id],
+        )
+        active, has_notebook = cursor.fetchone()
+    return _UserState(active=active, has_notebook=has_notebook)
 
 
 def _user_facts(memory_user_id: int, task_ref: str):
@@ -240,9 +265,11 @@ def fact_write(
     if pending.fact.embedding is None:
         pending.fact.embedding = embed_one(pending.fact.content)
     with transaction.atomic():
+        state = None
         if not pending.quarantined:
             _lock_user(memory_user.pk)
-        return _store(principal, memory_user, tenant, pending)
+            state = _user_state(memory_user.pk)
+        return _store(principal, memory_user, tenant, pending, state)
 
 
 def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any]],
@@ -270,23 +297,32 @@ def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: lis
     for pending, vector in zip(to_embed, vectors, strict=True):
         pending.fact.embedding = vector
     results: list[WriteResult] = []
-    with transaction.atomic():
+    # The audit rows of the batch are inserted together at the end of its transaction, in order.
+    with transaction.atomic(), buffered_audits() as audit_events:
+        state = None
         if any(isinstance(p, _Pending) for p in prepared):
             _lock_user(memory_user.pk)
+            state = _user_state(memory_user.pk)
         for pending in prepared:
             if isinstance(pending, WriteResult):
                 results.append(pending)
                 continue
+            kept_events, kept_state = len(audit_events), (state.active if state else 0)
             try:
                 with transaction.atomic():
-                    results.append(_store(principal, memory_user, tenant, pending))
+                    results.append(_store(principal, memory_user, tenant, pending, state))
             except (DatabaseError, DomainError) as exc:
+                del audit_events[kept_events:]  # rolled back with the fact's savepoint
+                if state is not None:
+                    state.active = kept_state
                 results.append(WriteResult("error", None, reason=f"not stored: {type(exc).__name__}"))
     return results
 
 
-def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending) -> WriteResult:
-    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction)."""
+def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending,
+           state: _UserState | None = None) -> WriteResult:
+    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction, and
+    passes the `_user_state` it read after taking it; None for a quarantined fact, which needs neither)."""
     fact, conf, done = pending.fact, pending.conf, pending.done
     if pending.quarantined:
         fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
@@ -324,7 +360,8 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
             return done(*_merge(nearest_fact, fact, 1 - nearest_fact.distance))
 
     # 5. Contradiction with the notebook: the notebook wins.
-    overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+    overruling = (_notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+                  if state is None or state.has_notebook else None)
     if overruling is not None:
         chunk, verdict = overruling
         fact.status = Fact.Status.SUPERSEDED
@@ -350,12 +387,20 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
             break
         verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
         if verdict.contradictory:
-            return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
-                                        tenant.auto_resolve_gap))
+            result = done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
+                                          tenant.auto_resolve_gap))
+            if state is not None and result.outcome == "queued_for_review":
+                state.active += 1  # stored active (contested); the others replace one active fact by another
+            return result
 
     # 6. Store, then cap.
     fact.save(force_insert=True)
-    evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    if state is None:
+        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    else:
+        state.active += 1
+        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap) if state.active > tenant.fact_cap else []
+        state.active -= len(evicted)
     if any(e.pk == fact.pk for e in evicted):
         fact.status = Fact.Status.EVICTED
         return done(WriteResult("capped", fact, evicted=evicted, reason=(
