@@ -131,8 +131,34 @@ def _user_state(memory_user_id: int) -> _UserState:
     return _UserState(active=active, has_notebook=has_notebook)
 
 
-def _user_facts(memory_user_id: int, task_ref: str):
-    return Fact.objects.filter(memory_user_id=memory_user_id, task_ref=task_ref, status=Fact.Status.ACTIVE)
+# The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
+# never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
+_FACT_COLUMNS = ", ".join(
+    f"f.{f.column}" for f in Fact._meta.concrete_fields
+    if f.attname not in ("embedding", "embedding_next", "search_vector")
+)
+
+
+def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
+    """4a/4b and the neighbours of 4c/5b in one statement, among the user's active facts of the same
+    task: the fact with the same key (the slot) and those with the same normalised content (branch 0),
+    and the nearest ones (branch 1; one more than needed: the slot is not a neighbour of its own new
+    value), each with its cosine distance to the new fact. Hand-written SQL (the ORM's union of two
+    annotated querysets cost more to compile than to run); the new vector is sent once."""
+    exact = "f.content_hash = %s OR f.key = %s" if fact.key else "f.content_hash = %s"
+    exact_params = [fact.content_hash, fact.key] if fact.key else [fact.content_hash]
+    vector = Fact._meta.get_field("embedding").get_db_prep_value(fact.embedding, connection)
+    table, active = Fact._meta.db_table, "f.memory_user_id = %s AND f.status = %s AND f.task_ref = %s"
+    sql = (
+        f"WITH q AS (SELECT %s::vector AS v) "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 0 AS branch FROM {table} f, q "
+        f"WHERE {active} AND ({exact})) "
+        f"UNION ALL "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 1 AS branch FROM {table} f, q "
+        f"WHERE {active} ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
+    )
+    slot = [memory_user_id, Fact.Status.ACTIVE, fact.task_ref]
+    return list(Fact.objects.raw(sql, [vector, *slot, *exact_params, *slot]))
 
 
 def _supersede(old: Fact, *, by: Fact, reason: str) -> None:
@@ -329,15 +355,7 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
         fact.save(force_insert=True)
         return done(WriteResult("quarantined", fact, reason=pending.quarantined))
 
-    active = _user_facts(memory_user.pk, fact.task_ref)
-    # 4a/4b and the neighbours of 4c/5b in one query: the active fact with the same key (the slot), those
-    # with the same normalised content, and the nearest ones (one more than needed: the slot is not a
-    # neighbour of its own new value).
-    distance = CosineDistance("embedding", fact.embedding)
-    exact_q = Q(content_hash=fact.content_hash) | Q(key=fact.key) if fact.key else Q(content_hash=fact.content_hash)
-    exact = active.filter(exact_q).annotate(distance=distance, branch=Value(0))
-    nearest = active.annotate(distance=distance, branch=Value(1)).order_by("distance")[:NEIGHBOURS + 1]
-    found = list(exact.union(nearest, all=True))
+    found = _slot_same_and_nearest(memory_user.pk, fact)
     exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
     slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
     same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
@@ -446,9 +464,15 @@ def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str,
     return redact(key), redact(metadata)
 
 
+def _copy(existing: Fact) -> Fact:
+    """The standing fact as it was, for the audit's `before` (the columns that were read)."""
+    skip = existing.get_deferred_fields() | {"search_vector"}
+    return Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
+                   if f.attname not in skip})
+
+
 def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]:
-    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
-                     if f.attname != "search_vector"})
+    before = _copy(existing)
     # The row is not read back: the values written are the ones set here.
     existing.confidence, existing.updated_at = max(existing.confidence, conf), timezone.now()
     Fact.objects.filter(pk=existing.pk).update(confidence=existing.confidence, updated_at=existing.updated_at)
@@ -456,8 +480,7 @@ def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]
 
 
 def _merge(existing: Fact, new: Fact, similarity: float) -> tuple[WriteResult, Fact]:
-    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
-                     if f.attname != "search_vector"})
+    before = _copy(existing)
     existing.content = new.content
     existing.content_hash = new.content_hash
     existing.embedding = new.embedding
