@@ -289,7 +289,7 @@ def fact_write(
         return pending
     if pending.fact.embedding is None:
         pending.fact.embedding = embed_one(pending.fact.content)
-    with transaction.atomic():
+    with transaction.atomic(), buffered_audits():  # the write's and its evictions' rows in one INSERT
         state = None
         if not pending.quarantined:
             _lock_user(memory_user.pk)
