@@ -2,10 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 from memory_admin.models import AuditEvent, Fact
 from memory_admin.selectors.access import Principal
+
+# While set, `audit` appends its events here instead of inserting each one (see `buffered_audits`).
+_buffer: ContextVar[list[AuditEvent] | None] = ContextVar("audit_buffer", default=None)
+
+
+@contextmanager
+def buffered_audits() -> Iterator[list[AuditEvent]]:
+    """Collect the audit events of a block and insert them with one statement when it ends without an
+    exception, in the order they were recorded. Use it inside the transaction whose writes they
+    describe; a caller that rolls back part of its work (a savepoint) drops that part's events from the
+    list it is given."""
+    events: list[AuditEvent] = []
+    token = _buffer.set(events)
+    try:
+        yield events
+    finally:
+        _buffer.reset(token)
+    if events:
+        AuditEvent.objects.bulk_create(events)
 
 
 def fact_snapshot(fact: Fact | None) -> dict[str, Any] | None:
@@ -43,7 +65,7 @@ def audit(
         target_type = target_type or target._meta.model_name
         target_id = target_id or str(target.pk)
         memory_user_id = memory_user_id or getattr(target, "memory_user_id", None)
-    return AuditEvent.objects.create(
+    event = AuditEvent(
         tenant_id=principal.tenant_id,
         memory_user_id=memory_user_id,
         actor_type=principal.actor_type,
@@ -56,3 +78,9 @@ def audit(
         after=after,
         reason=reason[:2000],
     )
+    events = _buffer.get()
+    if events is not None:
+        events.append(event)
+    else:
+        event.save(force_insert=True)
+    return event

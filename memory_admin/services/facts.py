@@ -15,17 +15,16 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
-from django.db.models import Case, Count, F, FloatField, IntegerField, Q, Subquery, Value, When
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory_admin.embeddings import embed, embed_one
 from memory_admin.errors import Blocked, Conflict, DomainError, Invalid, TooLarge
-from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, NotebookChunk, TenantSettings
-from memory_admin.scoring import annotate_scores
+from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
+from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.guard import injection_reason, refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.pii import find as find_pii
@@ -106,8 +105,59 @@ def _lock_user(memory_user_id: int) -> None:
     MemoryUser.objects.select_for_update().filter(pk=memory_user_id).values_list("pk", flat=True).first()
 
 
-def _user_facts(memory_user_id: int, task_ref: str):
-    return Fact.objects.filter(memory_user_id=memory_user_id, task_ref=task_ref, status=Fact.Status.ACTIVE)
+@dataclass
+class _UserState:
+    """What the locked part of the write path knows of the user, read once after the lock and kept
+    exact by the writes that follow under it: the number of active facts (the cap's count) and whether
+    the user has a notebook to contradict. Lets a write skip the notebook query when there is none and
+    the cap query while the user is under the cap (both would find nothing)."""
+
+    active: int
+    has_notebook: bool
+
+
+def _user_state(memory_user_id: int) -> _UserState:
+    """One statement, after `_lock_user`: the active facts are counted as `_enforce_cap` counts them."""
+    fact, chunk, notebook = Fact._meta.db_table, NotebookChunk._meta.db_table, Notebook._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT count(*) FROM {fact} WHERE memory_user_id = %s AND status = %s), "
+            f"EXISTS (SELECT 1 FROM {chunk} c JOIN {notebook} n ON n.id = c.notebook_id "
+            f"WHERE n.memory_user_id = %s)",
+            [memory_user_id, Fact.Status.ACTIVE, memory_user_id],
+        )
+        active, has_notebook = cursor.fetchone()
+    return _UserState(active=active, has_notebook=has_notebook)
+
+
+# The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
+# never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
+_FACT_COLUMNS = ", ".join(
+    f"f.{f.column}" for f in Fact._meta.concrete_fields
+    if f.attname not in ("embedding", "embedding_next", "search_vector")
+)
+
+
+def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
+    """4a/4b and the neighbours of 4c/5b in one statement, among the user's active facts of the same
+    task: the fact with the same key (the slot) and those with the same normalised content (branch 0),
+    and the nearest ones (branch 1; one more than needed: the slot is not a neighbour of its own new
+    value), each with its cosine distance to the new fact. Hand-written SQL (the ORM's union of two
+    annotated querysets cost more to compile than to run); the new vector is sent once."""
+    exact = "f.content_hash = %s OR f.key = %s" if fact.key else "f.content_hash = %s"
+    exact_params = [fact.content_hash, fact.key] if fact.key else [fact.content_hash]
+    vector = Fact._meta.get_field("embedding").get_db_prep_value(fact.embedding, connection)
+    table, active = Fact._meta.db_table, "f.memory_user_id = %s AND f.status = %s AND f.task_ref = %s"
+    sql = (
+        f"WITH q AS (SELECT %s::vector AS v) "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 0 AS branch FROM {table} f, q "
+        f"WHERE {active} AND ({exact})) "
+        f"UNION ALL "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 1 AS branch FROM {table} f, q "
+        f"WHERE {active} ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
+    )
+    slot = [memory_user_id, Fact.Status.ACTIVE, fact.task_ref]
+    return list(Fact.objects.raw(sql, [vector, *slot, *exact_params, *slot]))
 
 
 def _supersede(old: Fact, *, by: Fact, reason: str) -> None:
@@ -239,10 +289,12 @@ def fact_write(
         return pending
     if pending.fact.embedding is None:
         pending.fact.embedding = embed_one(pending.fact.content)
-    with transaction.atomic():
+    with transaction.atomic(), buffered_audits():  # the write's and its evictions' rows in one INSERT
+        state = None
         if not pending.quarantined:
             _lock_user(memory_user.pk)
-        return _store(principal, memory_user, tenant, pending)
+            state = _user_state(memory_user.pk)
+        return _store(principal, memory_user, tenant, pending, state)
 
 
 def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any]],
@@ -270,38 +322,39 @@ def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: lis
     for pending, vector in zip(to_embed, vectors, strict=True):
         pending.fact.embedding = vector
     results: list[WriteResult] = []
-    with transaction.atomic():
+    # The audit rows of the batch are inserted together at the end of its transaction, in order.
+    with transaction.atomic(), buffered_audits() as audit_events:
+        state = None
         if any(isinstance(p, _Pending) for p in prepared):
             _lock_user(memory_user.pk)
+            state = _user_state(memory_user.pk)
         for pending in prepared:
             if isinstance(pending, WriteResult):
                 results.append(pending)
                 continue
+            kept_events, kept_state = len(audit_events), (state.active if state else 0)
             try:
                 with transaction.atomic():
-                    results.append(_store(principal, memory_user, tenant, pending))
+                    results.append(_store(principal, memory_user, tenant, pending, state))
             except (DatabaseError, DomainError) as exc:
+                del audit_events[kept_events:]  # rolled back with the fact's savepoint
+                if state is not None:
+                    state.active = kept_state
                 results.append(WriteResult("error", None, reason=f"not stored: {type(exc).__name__}"))
     return results
 
 
-def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending) -> WriteResult:
-    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction)."""
+def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending,
+           state: _UserState | None = None) -> WriteResult:
+    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction, and
+    passes the `_user_state` it read after taking it; None for a quarantined fact, which needs neither)."""
     fact, conf, done = pending.fact, pending.conf, pending.done
     if pending.quarantined:
         fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
         fact.save(force_insert=True)
         return done(WriteResult("quarantined", fact, reason=pending.quarantined))
 
-    active = _user_facts(memory_user.pk, fact.task_ref)
-    # 4a/4b and the neighbours of 4c/5b in one query: the active fact with the same key (the slot), those
-    # with the same normalised content, and the nearest ones (one more than needed: the slot is not a
-    # neighbour of its own new value).
-    distance = CosineDistance("embedding", fact.embedding)
-    exact_q = Q(content_hash=fact.content_hash) | Q(key=fact.key) if fact.key else Q(content_hash=fact.content_hash)
-    exact = active.filter(exact_q).annotate(distance=distance, branch=Value(0))
-    nearest = active.annotate(distance=distance, branch=Value(1)).order_by("distance")[:NEIGHBOURS + 1]
-    found = list(exact.union(nearest, all=True))
+    found = _slot_same_and_nearest(memory_user.pk, fact)
     exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
     slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
     same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
@@ -324,7 +377,8 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
             return done(*_merge(nearest_fact, fact, 1 - nearest_fact.distance))
 
     # 5. Contradiction with the notebook: the notebook wins.
-    overruling = _notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+    overruling = (_notebook_conflict(principal, memory_user, fact, tenant.contradiction_similarity)
+                  if state is None or state.has_notebook else None)
     if overruling is not None:
         chunk, verdict = overruling
         fact.status = Fact.Status.SUPERSEDED
@@ -350,12 +404,20 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
             break
         verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
         if verdict.contradictory:
-            return done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
-                                        tenant.auto_resolve_gap))
+            result = done(*_contradiction(principal, memory_user, other, fact, similarity, verdict,
+                                          tenant.auto_resolve_gap))
+            if state is not None and result.outcome == "queued_for_review":
+                state.active += 1  # stored active (contested); the others replace one active fact by another
+            return result
 
     # 6. Store, then cap.
     fact.save(force_insert=True)
-    evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    if state is None:
+        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    else:
+        state.active += 1
+        evicted = _enforce_cap(principal, memory_user.pk, tenant.fact_cap) if state.active > tenant.fact_cap else []
+        state.active -= len(evicted)
     if any(e.pk == fact.pk for e in evicted):
         fact.status = Fact.Status.EVICTED
         return done(WriteResult("capped", fact, evicted=evicted, reason=(
@@ -401,9 +463,15 @@ def _screen_key_and_metadata(principal: Principal, key, metadata, *, route: str,
     return redact(key), redact(metadata)
 
 
+def _copy(existing: Fact) -> Fact:
+    """The standing fact as it was, for the audit's `before` (the columns that were read)."""
+    skip = existing.get_deferred_fields() | {"search_vector"}
+    return Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
+                   if f.attname not in skip})
+
+
 def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]:
-    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
-                     if f.attname != "search_vector"})
+    before = _copy(existing)
     # The row is not read back: the values written are the ones set here.
     existing.confidence, existing.updated_at = max(existing.confidence, conf), timezone.now()
     Fact.objects.filter(pk=existing.pk).update(confidence=existing.confidence, updated_at=existing.updated_at)
@@ -411,8 +479,7 @@ def _touch(existing: Fact, conf: float, reason: str) -> tuple[WriteResult, Fact]
 
 
 def _merge(existing: Fact, new: Fact, similarity: float) -> tuple[WriteResult, Fact]:
-    before = Fact(**{f.attname: getattr(existing, f.attname) for f in Fact._meta.concrete_fields
-                     if f.attname != "search_vector"})
+    before = _copy(existing)
     existing.content = new.content
     existing.content_hash = new.content_hash
     existing.embedding = new.embedding
@@ -501,31 +568,39 @@ def _notebook_conflict(principal, memory_user, fact: Fact, threshold: float):
     return None
 
 
+def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -> list[Fact]:
+    """The count of the user's active facts (`total`) and, when it is over the cap, the `limit` weakest
+    unpinned ones in eviction order, in one statement (under the cap Postgres stops at the count).
+    Hand-written: the ORM form of this query cost ~10 ms to compile on every write at the cap."""
+    table = Fact._meta.db_table  # effective_confidence_sql() names the table's columns by table name
+    columns = ", ".join(f"{table}.{f.column}" for f in Fact._meta.concrete_fields
+                        if f.attname not in ("embedding", "embedding_next", "search_vector"))
+    young = f"{table}.created_at >= %s"
+    sql = (
+        f"SELECT {columns}, total FROM {table}, "
+        f"(SELECT count(*) AS total FROM {table} WHERE memory_user_id = %s AND status = %s) AS counted "
+        f"WHERE {table}.memory_user_id = %s AND {table}.status = %s AND NOT {table}.pinned AND total > %s "
+        f"ORDER BY (CASE WHEN {young} THEN 1 ELSE 0 END), "
+        f"(CASE WHEN {young} THEN {table}.confidence ELSE {effective_confidence_sql()} END), "
+        f"{table}.created_at LIMIT %s"
+    )
+    active = [memory_user_id, Fact.Status.ACTIVE]
+    return list(Fact.objects.raw(sql, [*active, *active, cap, grace_start, grace_start, limit]))
+
+
 def _enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fact]:
     """Evict until the user is at the cap. Pinned facts are exempt (and do not count towards what can
     be evicted). New information is not lost to the reads that old facts have had time to collect: a
     fact younger than FACT_CAP_GRACE_HOURS goes only after every older unpinned fact. Older facts go
     lowest effective confidence first, oldest first; young ones (a burst of writes past the cap) by
     stated confidence, oldest first, so the fact just written survives unless it is the least sure."""
-    active = Fact.objects.filter(memory_user_id=memory_user_id, status=Fact.Status.ACTIVE)
-    # The count and the weakest candidates in one query; under the cap Postgres stops at the count.
-    total = Subquery(active.order_by().values("memory_user_id").annotate(n=Count("*")).values("n"))
     grace_start = timezone.now() - timedelta(hours=settings.FACT_CAP_GRACE_HOURS)
-    young = Q(created_at__gte=grace_start)
-    weakest = (
-        annotate_scores(active.filter(pinned=False)).defer("embedding", "search_vector")
-        .annotate(total=total).filter(total__gt=cap)
-        .annotate(in_grace=Case(When(young, then=Value(1)), default=Value(0), output_field=IntegerField()),
-                  evict_rank=Case(When(young, then=F("confidence")), default=F("eff_conf"),
-                                  output_field=FloatField()))
-        .order_by("in_grace", "evict_rank", "created_at")
-    )
-    victims = list(weakest[:CAP_PROBE])
+    victims = _weakest(memory_user_id, cap, grace_start, CAP_PROBE)
     if not victims:
         return []
     excess = victims[0].total - cap
     if excess > CAP_PROBE:  # the cap was lowered: many at once
-        victims = list(weakest[:excess])
+        victims = _weakest(memory_user_id, cap, grace_start, excess)
     victims = victims[:excess]
     Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
         status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now())

@@ -64,15 +64,16 @@ def test_a_secret_in_the_middle_is_blocked_and_the_others_land(api):
 
 
 def test_a_fact_that_fails_midway_leaves_nothing_behind(api, monkeypatch):
-    real = fact_services._enforce_cap
+    real = fact_services.audit
 
-    def failing_cap(principal, memory_user_id, cap):
-        # Fails after the fact row was inserted: its savepoint must take the insert back.
-        if Fact.objects.filter(memory_user_id=memory_user_id, content__contains="boom").exists():
+    def failing_audit(principal, action, **kwargs):
+        # Fails after the fact row was inserted (its audit is the write's last step): the fact's
+        # savepoint must take the insert back.
+        if Fact.objects.filter(content__contains="boom").exists():
             raise IntegrityError("simulated failure after the insert")
-        return real(principal, memory_user_id, cap)
+        return real(principal, action, **kwargs)
 
-    monkeypatch.setattr(fact_services, "_enforce_cap", failing_cap)
+    monkeypatch.setattr(fact_services, "audit", failing_audit)
     r = batch(api, [
         {"content": "Cleo plays the cello", "source": "user_stated"},
         {"content": "Cleo's boom box is red", "source": "user_stated"},
@@ -121,3 +122,40 @@ def test_oversized_and_bad_batches_are_refused_whole(api):
     # Nothing of the refused batches was written, and no user was created for them.
     assert not MemoryUser.objects.filter(external_id="fay").exists()
     assert not Fact.objects.filter(content__startswith="Fact number").exists()
+
+
+def test_batch_crossing_the_cap_evicts_as_single_writes_do(api, admin_api):
+    """The batch reads the user's active count once and skips the cap's query while under it: the
+    outcomes, the evictions and the facts left standing are those of the same facts written singly,
+    for a user with a notebook, a contested pair (two active facts) and a pinned fact."""
+    assert admin_api.patch("settings", {"fact_cap": 4}).status_code == 200
+    facts = [
+        {"content": "Gus's daughter is called Maya", "confidence": 0.75, "pinned": True},
+        {"content": "Gus enjoys bouldering", "confidence": 0.75},
+        {"content": "Gus works at Acme Corp as a data engineer", "confidence": 0.8},
+        {"content": "Gus works at Globex as a data engineer", "confidence": 0.9},  # queued, both stay active
+        {"content": "Gus lives in Madrid", "source": "user_stated"},  # the notebook says Lisbon
+        {"content": "Gus takes the train to work", "confidence": 0.9},
+        {"content": "Gus once visited Oslo", "confidence": 0.71},
+        {"content": "Gus keeps a sourdough starter", "confidence": 0.95},
+    ]
+
+    def standing(user):
+        return sorted(Fact.objects.filter(memory_user__external_id=user, status="active")
+                      .values_list("content", flat=True))
+
+    runs = {}
+    for user in ("gus-single", "gus-batch"):
+        r = api.put(f"users/{user}/notebook", {"content": "# Gus\n- Gus lives in Lisbon\n", "version": 0})
+        assert r.status_code == 200
+        if user == "gus-single":
+            bodies = [api.post(f"users/{user}/facts", f).json() for f in facts]
+        else:
+            bodies = batch(api, facts, user=user).json()["results"]
+        contents = {b["fact"]["id"]: b["fact"]["content"] for b in bodies if b["fact"]}
+        runs[user] = ([b["outcome"] for b in bodies], [[contents[i] for i in b["evicted_ids"]] for b in bodies],
+                      standing(user))
+    assert runs["gus-batch"] == runs["gus-single"]
+    outcomes_, evicted, left = runs["gus-batch"]
+    assert "queued_for_review" in outcomes_ and "overruled" in outcomes_ and any(evicted)
+    assert len(left) == 4 and "Gus's daughter is called Maya" in left
