@@ -677,7 +677,11 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     thread = get_visible(principal, Thread.objects.select_related("memory_user"), pk=thread_id)
     messages = list(visible(principal, Message.objects.filter(thread=thread))
                     .order_by("created_at", "pk")[:THREAD_MESSAGES])
-    facts = list(visible(principal, Fact.objects.filter(Q(message__thread=thread) | Q(batch__thread=thread)))
+    # The two ways a fact comes from a thread, as a UNION of two indexed lookups: an OR across the two
+    # joins made Postgres scan every fact of the tenant (950 ms at 1M facts).
+    drawn = (Fact.objects.filter(message__thread=thread).values("pk")
+             .union(Fact.objects.filter(batch__thread=thread).values("pk")))
+    facts = list(visible(principal, Fact.objects.filter(pk__in=drawn))
                  .defer("embedding", "search_vector").order_by("created_at", "pk")[:2000])
     batches = list(visible(principal, ExtractionBatch.objects.filter(thread=thread)).order_by("created_at", "pk"))
     by_message: dict[int, list[Fact]] = {}
