@@ -8,6 +8,8 @@ what a reader actually sees. It is for matching only: stored text keeps its orig
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
 import unicodedata
@@ -210,3 +212,17 @@ def screen_form(text: str) -> Mapped:
     form = fold_mapped(text)
     decoded = decode_escapes_mapped(form)
     return form if decoded is form else fold_mapped(decoded)
+
+
+def base64_text(run: str) -> str:
+    """The readable text a base64 run (standard or URL-safe alphabet, padding optional) decodes to, or ""
+    when it decodes to nothing readable (not UTF-8, or under 95 % printable). Both screens read through
+    base64 with this one decoding: the secret scan for wrapped keys, the guard for wrapped instructions."""
+    body = run.rstrip("=")
+    try:
+        decoded = base64.b64decode(body + "=" * (-len(body) % 4), altchars=b"-_", validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return ""
+    if not decoded or sum(ch.isprintable() or ch.isspace() for ch in decoded) < 0.95 * len(decoded):
+        return ""
+    return decoded

@@ -20,8 +20,6 @@ handler and the service costs one evaluation and at most one model call.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import re
 import threading
@@ -32,7 +30,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from memory_admin.errors import Invalid
-from memory_admin.textnorm import fold, strip_invisible
+from memory_admin.textnorm import base64_text, fold, strip_invisible
 
 THRESHOLD = 1.0
 BORDERLINE = 0.5
@@ -461,16 +459,9 @@ def _served_part(text: str) -> str:
 
 
 def _b64_text(blob: str) -> str:
-    if len(blob) % 4:
-        blob = blob[: len(blob) - len(blob) % 4]
-    try:
-        raw = base64.b64decode(blob, validate=True)
-        decoded = raw.decode("utf-8")
-    except (binascii.Error, ValueError):
-        return ""
-    printable = sum(ch.isprintable() or ch.isspace() for ch in decoded)
-    letters = sum(ch.isalpha() for ch in decoded)
-    return decoded if decoded and printable / len(decoded) > 0.95 and letters / len(decoded) > 0.6 else ""
+    """Decoded base64 that reads as words (mostly letters): a wrapped instruction, not a wrapped key."""
+    decoded = base64_text(blob[: len(blob) - len(blob) % 4])
+    return decoded if decoded and sum(ch.isalpha() for ch in decoded) / len(decoded) > 0.6 else ""
 
 
 _ROLE_KIND = {"human": "user", "ai": "assistant", "bot": "assistant", "gpt": "assistant", "model": "assistant"}

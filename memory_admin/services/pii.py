@@ -31,8 +31,6 @@ normalised form covers what a reader decodes without effort.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
 import hashlib
 import hmac
@@ -43,7 +41,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from memory_admin.textnorm import Mapped, screen_form
+from memory_admin.textnorm import Mapped, base64_text, screen_form
 
 SECRET_KINDS = ("openai_key", "github_token", "aws_access_key", "aws_secret_key", "slack_token", "stripe_key",
                 "google_api_key", "jwt", "private_key", "card_number")
@@ -368,12 +366,8 @@ def _decoded_secret_kind(run: str) -> str | None:
     """The kind of secret that `run`, base64-decoded, holds in readable text (else None)."""
     if len(run.rstrip("=")) < 24:
         return None
-    padded = run.rstrip("=") + "=" * (-len(run.rstrip("=")) % 4)
-    try:
-        decoded = base64.b64decode(padded.replace("-", "+").replace("_", "/"), validate=True).decode("utf-8")
-    except (binascii.Error, ValueError):
-        return None
-    if not decoded or sum(ch.isprintable() or ch in "\n\t" for ch in decoded) < 0.95 * len(decoded):
+    decoded = base64_text(run)
+    if not decoded:
         return None
     inner = find(decoded, contact=False, encoded=False)
     return inner[0].kind if inner else None
