@@ -167,6 +167,9 @@ if DATABASES["default"]["PORT"] or not DATABASES["default"]["HOST"].startswith("
         **{**DATABASES["default"], "PORT": DATABASES["default"]["PORT"] or "5432"}
     )
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or _sqla_url
+# Where task results go when a caller asks for one (every task of the app ignores its result; the
+# scale-out test and operators' probes ask): e.g. redis://host:6379/1. Unset: no result store.
+CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1

@@ -37,15 +37,21 @@ def database_reachable() -> bool:
     return True
 
 
-def background_status() -> tuple[dict[str, dict], list[str]]:
-    """Each component's state and age in seconds (None if never recorded), and the reasons it is
-    not ready (empty when ready). Ages come from the database's clock, as heartbeats are written."""
+def heartbeat_ages() -> dict[str, float]:
+    """Seconds since each background component (sweep, worker) last recorded that it ran, by the
+    database's clock; a component never recorded is absent. Raises when the database is down."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, greatest(0, extract(epoch FROM now() - last_at))::float8 FROM ops_heartbeat "
             "WHERE name = ANY(%s)", [list(COMPONENTS)],
         )
-        ages = dict(cursor.fetchall())
+        return dict(cursor.fetchall())
+
+
+def background_status() -> tuple[dict[str, dict], list[str]]:
+    """Each component's state and age in seconds (None if never recorded), and the reasons it is
+    not ready (empty when ready). Ages come from the database's clock, as heartbeats are written."""
+    ages = heartbeat_ages()
     in_grace = time.monotonic() - _PROCESS_STARTED < settings.HEALTH_STARTUP_GRACE_SECONDS
     status, reasons = {}, []
     for name in COMPONENTS:

@@ -1,67 +1,108 @@
 """Start the whole product on embedded defaults: Postgres (pgserver), migrations, demo data,
-the web server (gunicorn), a Celery worker and the beat scheduler. Ctrl-C stops all of them.
+the web server (gunicorn), a Celery worker, the beat scheduler and the MCP server. Ctrl-C or SIGTERM
+stops all of them cleanly (in-flight requests and the running batch finish first).
 
-`up` supervises its children: one that exits (crash, OOM kill, a beat giving up after an outage)
-is started again after a backoff that doubles on each quick failure (1 s, 2 s, 4 s ... up to 60 s)
-and resets once the child has stayed up for a minute. Each exit and restart is printed.
-To add a child, add an entry to `children()`.
+`up` supervises its children (memory_admin/supervisor.py): one that exits (crash, OOM kill, a beat
+giving up after an outage) or is wedged (web or MCP not answering, no worker heartbeat, no sweep
+while the worker is fine, for `--wedged-after` seconds) is started again after a backoff that doubles
+on each quick failure (1 s, 2 s, 4 s ... up to 60 s) and resets once the child has stayed up for a
+minute. Each exit, wedge and restart is printed. To add a child, add an entry to `children()`.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
-from dataclasses import dataclass
+from argparse import ArgumentParser
+from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
+from django.db import connection
 
-STABLE_SECONDS = 60.0  # a child that ran this long had no quick failure: its backoff starts over
+from memory_admin.selectors.health import heartbeat_ages
+from memory_admin.services.heartbeats import SWEEP, WORKER
+from memory_admin.supervisor import Backoff, Child, LivenessProbe, Supervisor
+
+__all__ = ["Child", "Command"]
 
 
-@dataclass
-class Child:
-    """One supervised process. Started in its own session, so stopping it stops its whole process
-    group (the worker's pool processes too) and Ctrl-C reaches only `up`, which stops everyone."""
+def _env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name) or default)
 
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    proc: subprocess.Popen | None = None
-    started_at: float = 0.0
-    restart_at: float | None = None  # set while waiting out the backoff
-    quick_failures: int = 0
-    restarts: int = 0
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, env=self.env, start_new_session=True)
-        self.started_at = time.monotonic()
-        self.restart_at = None
+def local_url(bind: str, path: str) -> str | None:
+    """The URL at which `up` reaches a child bound to `bind` (host:port); None for a unix socket."""
+    if bind.startswith("unix:") or ":" not in bind:
+        return None
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    if host in {"", "0.0.0.0", "::"}:  # noqa: S104 - reading the bind address, not binding
+        host = "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{port}{path}"
 
-    def signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
+
+class Heartbeats:
+    """The background heartbeats as `up` sees them. Reads ops_heartbeat at most once a second.
+    Says nothing (None) while the database is unreachable, and for `wedged_after` seconds after it
+    came back or after the child started: an outage or a restart is not a wedge."""
+
+    def __init__(self, wedged_after: float):
+        self.wedged_after = wedged_after
+        self.db_ok_since: float | None = None
+        self._ages: dict[str, float] | None = None
+        self._read_at = float("-inf")
+
+    def ages(self, now: float) -> dict[str, float] | None:
+        if now - self._read_at < 1.0:
+            return self._ages
+        self._read_at = now
         try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+            connection.close_if_unusable_or_obsolete()
+            self._ages = heartbeat_ages()
+        except Exception:  # noqa: BLE001 - database down: /health/ready reports it, `up` waits
+            connection.close()
+            self._ages, self.db_ok_since = None, None
+            return None
+        self.db_ok_since = now if self.db_ok_since is None else self.db_ok_since
+        return self._ages
+
+    def stale(self, name: str, child: Child, now: float) -> str | None:
+        """Why the `name` heartbeat says the child is wedged, or None."""
+        ages = self.ages(now)
+        if ages is None or now - max(self.db_ok_since or now, child.started_at) < self.wedged_after:
+            return None
+        age = ages.get(name)
+        if age is not None and age <= self.wedged_after:
+            return None
+        return f"no {name} heartbeat for {'ever' if age is None else f'{age:.0f} s'}"
+
+    def worker_probe(self, child: Child, now: float) -> str | None:
+        return self.stale(WORKER, child, now)
+
+    def beat_probe(self, child: Child, now: float) -> str | None:
+        # No sweep while workers run tasks: beat is not scheduling. Without a worker, not beat's fault.
+        if self.stale(WORKER, child, now) is not None:
+            return None
+        return self.stale(SWEEP, child, now)
 
 
 class Command(BaseCommand):
-    help = "Run server, worker and scheduler together (embedded Postgres unless DATABASE_URL is set)."
+    help = "Run server, worker, scheduler and MCP server together (embedded Postgres unless DATABASE_URL is set)."
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--bind", default=os.environ.get("BIND", "127.0.0.1:8000"))
         parser.add_argument("--no-demo", action="store_true", help="skip seeding the demo tenant")
-        parser.add_argument("--restart-backoff", type=float,
-                            default=float(os.environ.get("UP_RESTART_BACKOFF_SECONDS", "1")),
+        parser.add_argument("--restart-backoff", type=float, default=_env_float("UP_RESTART_BACKOFF_SECONDS", 1),
                             help="seconds before restarting a child that exited (doubles on quick failures)")
         parser.add_argument("--restart-backoff-max", type=float,
-                            default=float(os.environ.get("UP_RESTART_BACKOFF_MAX_SECONDS", "60")))
+                            default=_env_float("UP_RESTART_BACKOFF_MAX_SECONDS", 60))
+        parser.add_argument("--wedged-after", type=float, default=_env_float("UP_WEDGED_SECONDS", 120),
+                            help="restart a child whose liveness or heartbeat has been silent this long (0: never)")
+        parser.add_argument("--stop-timeout", type=float, default=_env_float("UP_STOP_TIMEOUT_SECONDS", 60),
+                            help="on SIGTERM, how long children may finish in-flight work before SIGKILL")
 
     @staticmethod
     def children(env: dict[str, str]) -> list[Child]:
@@ -75,23 +116,35 @@ class Command(BaseCommand):
             Child("mcp", [sys.executable, str(settings.BASE_DIR / "manage.py"), "mcp", "--transport", "http"], env),
         ]
 
+    @staticmethod
+    def attach_probes(children: list[Child], env: dict[str, str], wedged_after: float) -> None:
+        """How each child is found wedged: web and MCP by answering HTTP, worker and beat by heartbeats."""
+        if wedged_after <= 0:
+            return
+        heartbeats = Heartbeats(wedged_after)
+        urls = {"web": local_url(env["BIND"], "/api/v1/health/live"),
+                "mcp": local_url(env.get("MCP_BIND", "127.0.0.1:8765"), "/mcp")}
+        for child in children:
+            if urls.get(child.name):
+                child.probe = LivenessProbe(urls[child.name], wedged_after)
+            elif child.name == "worker":
+                child.probe = heartbeats.worker_probe
+            elif child.name == "beat":
+                child.probe = heartbeats.beat_probe
+
     def say(self, message: str) -> None:
         self.stdout.write(f"up: {message}")
         self.stdout.flush()
 
-    def handle(self, *args, bind: str, no_demo: bool, restart_backoff: float, restart_backoff_max: float,
-               **options):
+    def prepare(self, *, demo: bool) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         if settings.EMBEDDER == "onnx":
             call_command("build_embedder")  # once, before the workers start; a no-op when the cache verifies
-        if not no_demo:
+        if demo:
             call_command("seed_demo")
-        env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}
-        children = self.children(env)
-        for child in children:
-            child.start()
-            self.say(f"{child.name} started (pid {child.proc.pid})")
+
+    def banner(self, bind: str) -> None:
         key_file = settings.DATA_DIR / "demo-api-key"
         self.stdout.write(self.style.SUCCESS(
             f"\nmemory-admin is starting on http://{bind}/\n"
@@ -101,41 +154,16 @@ class Command(BaseCommand):
         ))
         self.stdout.flush()
 
-        def stop(*_):
-            for child in children:
-                if child.proc is not None and child.proc.poll() is None:
-                    child.signal_group(signal.SIGTERM)
-            deadline = time.monotonic() + 15
-            for child in children:
-                if child.proc is None:
-                    continue
-                try:
-                    child.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    child.signal_group(signal.SIGKILL)
-            self.say("stopped")
-            sys.exit(0)
-
-        signal.signal(signal.SIGINT, stop)
-        signal.signal(signal.SIGTERM, stop)
-        while True:
-            now = time.monotonic()
-            for child in children:
-                if child.restart_at is not None:
-                    if now >= child.restart_at:
-                        child.start()
-                        child.restarts += 1
-                        self.say(f"{child.name} restarted (pid {child.proc.pid}, restart #{child.restarts})")
-                    continue
-                code = child.proc.poll()
-                if code is None:
-                    continue
-                # Whatever the child left behind in its group (pool processes of a killed worker) goes too.
-                child.signal_group(signal.SIGKILL)
-                ran = now - child.started_at
-                child.quick_failures = 0 if ran >= STABLE_SECONDS else child.quick_failures + 1
-                delay = min(restart_backoff * 2 ** max(0, child.quick_failures - 1), restart_backoff_max)
-                child.restart_at = now + delay
-                how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
-                self.say(f"{child.name} {how} after {ran:.0f} s; restarting in {delay:.0f} s")
-            time.sleep(0.5)
+    def handle(self, *args: Any, bind: str, no_demo: bool, restart_backoff: float, restart_backoff_max: float,
+               wedged_after: float, stop_timeout: float, **options: Any) -> None:
+        self.prepare(demo=not no_demo)
+        env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}
+        children = self.children(env)
+        self.attach_probes(children, env, wedged_after)
+        supervisor = Supervisor(children, say=self.say, backoff=Backoff(restart_backoff, restart_backoff_max),
+                                stop_timeout=stop_timeout, check_every=min(5.0, max(1.0, wedged_after / 4)))
+        supervisor.start_all()
+        self.banner(bind)
+        code = supervisor.run()
+        connection.close()
+        sys.exit(code)
