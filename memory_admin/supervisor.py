@@ -100,20 +100,22 @@ def answers(url: str, timeout: float) -> bool:
 
 
 class LivenessProbe:
-    """Wedged when `url` has not answered for `wedged_after` seconds of the child's life."""
+    """Wedged when `url` has not answered for `wedged_after` seconds; a child that has not answered
+    once since it started gets `start_grace` seconds to come up (loading models takes a while)."""
 
-    def __init__(self, url: str, wedged_after: float, timeout: float = 3.0):
-        self.url, self.wedged_after, self.timeout = url, wedged_after, timeout
-        self.last_ok = 0.0
+    def __init__(self, url: str, wedged_after: float, start_grace: float, timeout: float = 3.0):
+        self.url, self.wedged_after, self.start_grace, self.timeout = url, wedged_after, start_grace, timeout
+        self.last_ok = float("-inf")
 
     def __call__(self, child: Child, now: float) -> str | None:
         if answers(self.url, self.timeout):
             self.last_ok = now
             return None
-        silent = now - max(child.started_at, self.last_ok)
-        if silent <= self.wedged_after:
+        came_up = self.last_ok >= child.started_at
+        silent = now - (self.last_ok if came_up else child.started_at)
+        if silent <= (self.wedged_after if came_up else max(self.wedged_after, self.start_grace)):
             return None
-        return f"{self.url} not answering for {silent:.0f} s"
+        return f"{self.url} not answering for {silent:.0f} s" + ("" if came_up else " since it started")
 
 
 class Supervisor:

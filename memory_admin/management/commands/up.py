@@ -45,13 +45,16 @@ def local_url(bind: str, path: str) -> str | None:
 
 
 class Heartbeats:
-    """The background heartbeats as `up` sees them. Reads ops_heartbeat at most once a second.
-    Says nothing (None) while the database is unreachable, and for `wedged_after` seconds after it
-    came back or after the child started: an outage or a restart is not a wedge."""
+    """The background heartbeats as `up` sees them (ops_heartbeat, read at most once a second).
 
-    def __init__(self, wedged_after: float):
-        self.wedged_after = wedged_after
+    Says nothing (None) while the database is unreachable and for `wedged_after` seconds after it
+    came back: an outage is not a wedge. A child whose heartbeat has not been recorded since it
+    started gets `start_grace` seconds to come up."""
+
+    def __init__(self, wedged_after: float, start_grace: float):
+        self.wedged_after, self.start_grace = wedged_after, max(start_grace, wedged_after)
         self.db_ok_since: float | None = None
+        self.fresh_since: dict[str, float] = {}  # since when the worker heartbeat has stayed fresh
         self._ages: dict[str, float] | None = None
         self._read_at = float("-inf")
 
@@ -65,28 +68,38 @@ class Heartbeats:
         except Exception:  # noqa: BLE001 - database down: /health/ready reports it, `up` waits
             connection.close()
             self._ages, self.db_ok_since = None, None
+            self.fresh_since.clear()
             return None
         self.db_ok_since = now if self.db_ok_since is None else self.db_ok_since
+        # Workers run tasks as long as their heartbeat misses at most two periods in a row.
+        worker_age = self._ages.get(WORKER)
+        if worker_age is None or worker_age > min(self.wedged_after, 3 * settings.WORKER_HEARTBEAT_SECONDS):
+            self.fresh_since.pop(WORKER, None)
+        else:
+            self.fresh_since.setdefault(WORKER, now)
         return self._ages
 
     def stale(self, name: str, child: Child, now: float) -> str | None:
         """Why the `name` heartbeat says the child is wedged, or None."""
         ages = self.ages(now)
-        if ages is None or now - max(self.db_ok_since or now, child.started_at) < self.wedged_after:
+        if ages is None or now - self.db_ok_since < self.wedged_after:
             return None
-        age = ages.get(name)
-        if age is not None and age <= self.wedged_after:
+        age, up_for = ages.get(name), now - child.started_at
+        if age is not None and age < up_for:  # recorded since this child started: it came up
+            return None if age <= self.wedged_after else f"no {name} heartbeat for {age:.0f} s"
+        if up_for <= self.start_grace:
             return None
-        return f"no {name} heartbeat for {'ever' if age is None else f'{age:.0f} s'}"
+        return f"no {name} heartbeat in the {up_for:.0f} s since it started"
 
     def worker_probe(self, child: Child, now: float) -> str | None:
         return self.stale(WORKER, child, now)
 
     def beat_probe(self, child: Child, now: float) -> str | None:
-        # No sweep while workers run tasks: beat is not scheduling. Without a worker, not beat's fault.
-        if self.stale(WORKER, child, now) is not None:
-            return None
-        return self.stale(SWEEP, child, now)
+        # No sweep while workers have been running tasks all along: beat is not scheduling.
+        # Without a working worker, a missing sweep is not beat's fault.
+        reason = self.stale(SWEEP, child, now)
+        workers_fine = now - self.fresh_since.get(WORKER, now) >= self.wedged_after
+        return reason if workers_fine else None
 
 
 class Command(BaseCommand):
@@ -101,6 +114,8 @@ class Command(BaseCommand):
                             default=_env_float("UP_RESTART_BACKOFF_MAX_SECONDS", 60))
         parser.add_argument("--wedged-after", type=float, default=_env_float("UP_WEDGED_SECONDS", 120),
                             help="restart a child whose liveness or heartbeat has been silent this long (0: never)")
+        parser.add_argument("--start-grace", type=float, default=_env_float("UP_START_GRACE_SECONDS", 120),
+                            help="how long a (re)started child may take to first answer or beat before it is wedged")
         parser.add_argument("--stop-timeout", type=float, default=_env_float("UP_STOP_TIMEOUT_SECONDS", 60),
                             help="on SIGTERM, how long children may finish in-flight work before SIGKILL")
 
@@ -117,16 +132,16 @@ class Command(BaseCommand):
         ]
 
     @staticmethod
-    def attach_probes(children: list[Child], env: dict[str, str], wedged_after: float) -> None:
+    def attach_probes(children: list[Child], env: dict[str, str], wedged_after: float, start_grace: float) -> None:
         """How each child is found wedged: web and MCP by answering HTTP, worker and beat by heartbeats."""
         if wedged_after <= 0:
             return
-        heartbeats = Heartbeats(wedged_after)
+        heartbeats = Heartbeats(wedged_after, start_grace)
         urls = {"web": local_url(env["BIND"], "/api/v1/health/live"),
                 "mcp": local_url(env.get("MCP_BIND", "127.0.0.1:8765"), "/mcp")}
         for child in children:
             if urls.get(child.name):
-                child.probe = LivenessProbe(urls[child.name], wedged_after)
+                child.probe = LivenessProbe(urls[child.name], wedged_after, start_grace)
             elif child.name == "worker":
                 child.probe = heartbeats.worker_probe
             elif child.name == "beat":
@@ -155,11 +170,11 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def handle(self, *args: Any, bind: str, no_demo: bool, restart_backoff: float, restart_backoff_max: float,
-               wedged_after: float, stop_timeout: float, **options: Any) -> None:
+               wedged_after: float, start_grace: float, stop_timeout: float, **options: Any) -> None:
         self.prepare(demo=not no_demo)
         env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}
         children = self.children(env)
-        self.attach_probes(children, env, wedged_after)
+        self.attach_probes(children, env, wedged_after, start_grace)
         supervisor = Supervisor(children, say=self.say, backoff=Backoff(restart_backoff, restart_backoff_max),
                                 stop_timeout=stop_timeout, check_every=min(5.0, max(1.0, wedged_after / 4)))
         supervisor.start_all()
