@@ -11,7 +11,7 @@ servers), every message was extracted exactly once, every statement is one fact.
 SIGKILLed while it is in the middle of a batch (its LLM call is in flight): the other worker finishes
 that batch once the lease expires, with no fact lost or written twice.
 
-Bounded: about 1.5 minutes. `pytest -m scaleout` runs only this.
+Bounded: about 1.5 minutes on a 2-core machine. `pytest -m scaleout` runs only this.
 """
 
 from __future__ import annotations
@@ -48,17 +48,19 @@ class Cluster:
         self.key = ""
         self.celery = Celery("scaleout-probe", broker=redis_url + "/0", backend=redis_url + "/1")
 
-    def start_worker(self, name: str) -> None:
-        log_before = len(self.procs.log(name))
-        self.procs.start(name, CELERY + ["worker", "--loglevel=INFO", "--pool=prefork", "--concurrency=1",
-                                         f"--hostname={name}@%h"])
+    def start_workers(self, *names: str) -> None:
+        log_before = {name: len(self.procs.log(name)) for name in names}
+        for name in names:
+            self.procs.start(name, CELERY + ["worker", "--loglevel=INFO", "--pool=prefork", "--concurrency=1",
+                                             f"--hostname={name}@%h"])
 
         def ready() -> bool:
-            out = self.procs.log(name)[log_before:]
-            assert self.procs.procs[name].poll() is None, out[-3000:]
-            return " ready." in out and "embedding model warm" in out
+            outs = {name: self.procs.log(name)[log_before[name]:] for name in names}
+            for name, out in outs.items():
+                assert self.procs.procs[name].poll() is None, out[-3000:]
+            return all(" ready." in out and "embedding model warm" in out for out in outs.values())
 
-        wait_until(ready, 120, f"{name} to be ready", self.procs.logs)
+        wait_until(ready, 120, f"{', '.join(names)} to be ready", self.procs.logs)
 
     def sql(self, query: str) -> list[list[str]]:
         return self.pg.rows(query)
@@ -123,8 +125,7 @@ def cluster(tmp_path_factory, fake):
         procs.start("beat", CELERY + ["beat", "--loglevel=INFO", "-s", str(data / "beat-schedule")])
         cluster = Cluster(env, procs, pg, redis_url, [f"http://{bind}/api/v1/" for bind in webs])
         cluster.key = key
-        for name in ("worker-a", "worker-b"):
-            cluster.start_worker(name)
+        cluster.start_workers("worker-a", "worker-b")
         for base in cluster.webs:
             wait_until(lambda base=base: http("GET", base + "health/ready", timeout=5)[1].get("status") == "ok",
                        90, f"{base} to be ready", procs.logs)
@@ -234,7 +235,7 @@ def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake):
     assert fake.count("extraction") == 2  # the killed attempt and the one that finished
 
     # The killed worker comes back and both take work again; results travel through Redis too.
-    cluster.start_worker(victim)
+    cluster.start_workers(victim)
     replies = cluster.celery.control.inspect(timeout=2.0).ping() or {}
     assert {host.split("@")[0] for host in replies} == {"worker-a", "worker-b"}, replies
     result = cluster.celery.send_task("extraction.sweep", ignore_result=False).get(timeout=20)
