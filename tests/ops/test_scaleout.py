@@ -143,7 +143,13 @@ def post(base: str, key: str, user: str, thread: str, contents: list[str]) -> No
     assert status == 202, body
 
 
-def test_two_web_servers_two_workers_extract_every_message_exactly_once(cluster, fake):
+def report(capsys: pytest.CaptureFixture, line: str) -> None:
+    """The figures go to the terminal even when pytest captures output (CI shows them)."""
+    with capsys.disabled():
+        print(f"\n{line}")
+
+
+def test_two_web_servers_two_workers_extract_every_message_exactly_once(cluster, fake, capsys):
     fake.reset()
     started = time.monotonic()
     # Two clients at once, one per web server; each thread gets its messages from both.
@@ -194,12 +200,12 @@ def test_two_web_servers_two_workers_extract_every_message_exactly_once(cluster,
                                   "AND batch_id IN (SELECT id FROM memory_admin_extractionbatch WHERE status = 'done')")
     expected = {(user, f"The user said: {s.rstrip('.')}.") for user in USERS for s in STATEMENTS}
     assert set(facts) == expected and duplicates == 0 and lost == 0
-    print(f"\nscale-out: {posted} messages posted to 2 web servers ({per_web[0]} + {per_web[1]}), "
+    report(capsys, f"scale-out: {posted} messages posted to 2 web servers ({per_web[0]} + {per_web[1]}), "
           f"{len(batches)} batches (one per thread), {len(facts)} facts, duplicates = {duplicates}, "
           f"lost = {lost}; all extracted {extracted_in:.1f} s after the first post (debounce {DEBOUNCE_SECONDS} s)")
 
 
-def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake):
+def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake, capsys):
     fake.reset()
     fake.fail_next(f"slow:{LLM_TIMEOUT - 1}")  # the first answer takes 3 s: long enough to die during it
     post(cluster.webs[1], cluster.key, "victim", "kill", VICTIM_STATEMENTS[:3])
@@ -240,5 +246,5 @@ def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake):
     assert {host.split("@")[0] for host in replies} == {"worker-a", "worker-b"}, replies
     result = cluster.celery.send_task("extraction.sweep", ignore_result=False).get(timeout=20)
     assert set(result) == {"planned", "recovered"}
-    print(f"\nscale-out: worker {victim} SIGKILLed mid-batch; the other worker finished it {recovered_in:.1f} s "
+    report(capsys, f"scale-out: worker {victim} SIGKILLed mid-batch; the other worker finished it {recovered_in:.1f} s "
           f"later (attempt 2): 5 messages, 1 batch, 5 facts, duplicates = {duplicates}, lost = {lost}")
