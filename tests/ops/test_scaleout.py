@@ -81,7 +81,8 @@ def cluster(tmp_path_factory, fake):
     if shutil.which("redis-server") is None:
         pytest.fail("redis-server is not installed: run `bash .ci/bootstrap --browser` (Debian's redis-server)")
     data = tmp_path_factory.mktemp("scaleout")
-    pg = TcpPostgres()
+    embedder = embedder_cache()
+    pg = TcpPostgres()  # destroyed in the `finally` below, like every process started here
     redis_port = free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}"
     webs = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
@@ -95,7 +96,7 @@ def cluster(tmp_path_factory, fake):
         "SECRET_KEY": secrets.token_urlsafe(50),
         "PII_FINGERPRINT_KEY": secrets.token_urlsafe(50),
         "MEMORY_ADMIN_DATA_DIR": str(data),
-        "EMBEDDER_CACHE_DIR": embedder_cache(),
+        "EMBEDDER_CACHE_DIR": embedder,
         "OPENAI_API_KEY": "sk-test-not-a-real-key",
         "OPENAI_BASE_URL": fake.base_url,
         "OPENAI_TIMEOUT_SECONDS": str(LLM_TIMEOUT),
@@ -242,8 +243,8 @@ def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake, capsys
 
     # The killed worker comes back and both take work again; results travel through Redis too.
     cluster.start_workers(victim)
-    replies = cluster.celery.control.inspect(timeout=2.0).ping() or {}
-    assert {host.split("@")[0] for host in replies} == {"worker-a", "worker-b"}, replies
+    wait_until(lambda: {host.split("@")[0] for host in cluster.celery.control.inspect(timeout=2.0).ping() or {}}
+               == {"worker-a", "worker-b"}, 30, "both workers to answer a ping over Redis", cluster.procs.logs)
     result = cluster.celery.send_task("extraction.sweep", ignore_result=False).get(timeout=20)
     assert set(result) == {"planned", "recovered"}
     report(capsys, f"scale-out: worker {victim} SIGKILLed mid-batch; the other worker finished it {recovered_in:.1f} s "

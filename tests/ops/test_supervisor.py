@@ -95,13 +95,14 @@ def fake():
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, fake):
     data = tmp_path_factory.mktemp("supervised")
+    embedder = embedder_cache()
     pg = TcpPostgres()
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
         "DATABASE_URL": pg.url,
         "MEMORY_ADMIN_DATA_DIR": str(data),
-        "EMBEDDER_CACHE_DIR": embedder_cache(),
+        "EMBEDDER_CACHE_DIR": embedder,
         "MCP_BIND": f"127.0.0.1:{free_port()}",
         "OPENAI_API_KEY": "sk-test-not-a-real-key",
         "OPENAI_BASE_URL": fake.base_url,
@@ -117,7 +118,11 @@ def stack(tmp_path_factory, fake):
     }
     for name in ("TEST_DB_NAME", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "BIND", "UP_WEDGED_SECONDS"):
         env.pop(name, None)
-    up = Up(env, data / "up.log", f"127.0.0.1:{free_port()}")
+    try:
+        up = Up(env, data / "up.log", f"127.0.0.1:{free_port()}")
+    except BaseException:
+        pg.destroy()
+        raise
     up.pg = pg
     try:
         wait_until(lambda: ready(up), 150, "the stack to become ready", up.tail)
