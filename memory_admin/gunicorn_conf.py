@@ -18,3 +18,16 @@ def post_worker_init(worker):
 
     embed_one("warm-up")
     count_tokens("warm-up")
+
+
+def on_starting(server):
+    # Metric files of processes gone since the last run (metrics.py); those of running ones are kept.
+    from memory_admin import metrics
+
+    metrics.clean_multiproc_dir()
+
+
+def child_exit(server, worker):
+    from memory_admin import metrics
+
+    metrics.process_exited(worker.pid)

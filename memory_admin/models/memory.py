@@ -334,6 +334,8 @@ class Message(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     skip_reason = models.CharField(max_length=100, blank=True, default="")
+    # The X-Request-ID of the request that posted it (memory_admin/requestlog.py); ids only.
+    request_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     batch = models.ForeignKey(
         "memory_admin.ExtractionBatch", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
