@@ -125,6 +125,7 @@ def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_i
                 temperature=0,
                 **extra,
             )
+            tracing.llm_usage(response)
     except Exception as exc:
         record_call(tenant_id=tenant_id, layer=layer, model=model, ok=False, error=f"{type(exc).__name__}: {exc}",
                     duration_ms=int((time.monotonic() - started) * 1000), batch_id=batch_id)

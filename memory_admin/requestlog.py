@@ -87,6 +87,18 @@ class JsonFormatter(_JsonFormatter):
         kwargs.setdefault("rename_fields", {"asctime": "time", "levelname": "level", "name": "logger"})
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s %(request_id)s %(process)d", **kwargs)
 
+    def add_fields(self, log_data, record, message_dict) -> None:
+        super().add_fields(log_data, record, message_dict)
+        # `logsafe` cleans the message; a library's `extra` (Django puts the request in, whose repr
+        # shows the path) is cleaned here. Our own extras are ids and numbers.
+        for key, value in log_data.items():
+            if key == "request" and hasattr(value, "method"):
+                log_data[key] = f"{value.method} {_route(value)}"
+            elif not isinstance(value, int | float | bool | list | type(None)) and key != "message":
+                from memory_admin.logsafe import sanitize
+
+                log_data[key] = sanitize(str(value))
+
 
 def _route(request) -> str:
     """The URL pattern that answered (`api/v1/users/<user_id>/facts`), never the values in it."""

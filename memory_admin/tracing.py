@@ -6,6 +6,10 @@ which implies `otlp`); `OTEL_SDK_DISABLED=true` wins over both. The SDK reads th
 `OTEL_SERVICE_NAME` (default here `memory-admin`), `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_TRACES_SAMPLER(_ARG)`,
 `OTEL_EXPORTER_OTLP_HEADERS`, `OTEL_BSP_*`. OTLP goes over http/protobuf.
 
+Instrumented: Django (requests), Celery (publish and run, context in the message headers), psycopg
+(every statement of Django and of the broker's transport). The OpenAI SDK talks through its own HTTP
+library (httpx2), which no instrumentation covers: `llm_span` wraps each model call instead.
+
 Each process sets itself up after it forked: gunicorn workers in `wsgi.py`, Celery pool children in
 `worker_process_init`, beat in `beat_init`. The trace context travels in the Celery message's headers,
 so a request, the task it sent, the SQL that task ran and its model call share one trace.
@@ -19,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 _initialised = False
@@ -66,49 +72,53 @@ def _processors() -> list:
     out = []
     for name in exporter_names():
         if name == "console":
-            out.append(_WithoutBareSql(SimpleSpanProcessor(ConsoleSpanExporter())))  # debugging: written at once
+            # For debugging: written as each span ends, to the real stdout (Celery redirects sys.stdout
+            # into its log).
+            out.append(_without_bare_sql(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.__stdout__))))
         elif name == "otlp":
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            out.append(_WithoutBareSql(BatchSpanProcessor(OTLPSpanExporter())))
+            out.append(_without_bare_sql(BatchSpanProcessor(OTLPSpanExporter())))
         else:
             log.warning("tracing: unknown exporter %r in OTEL_TRACES_EXPORTER ignored (otlp, console)", name)
     return out
 
 
-class _WithoutBareSql:
-    """Drops SQL spans that belong to no trace: the broker's polling (kombu's Postgres transport asks
-    twice a second) and connection chatter would otherwise outnumber every real trace."""
+def _without_bare_sql(inner):
+    """Wraps a span processor: drops SQL spans that belong to no trace. The broker's polling (kombu's
+    Postgres transport asks twice a second) would otherwise outnumber every real trace."""
+    from opentelemetry.sdk.trace import SpanProcessor
 
-    def __init__(self, inner):
-        self.inner = inner
+    class WithoutBareSql(SpanProcessor):
+        def on_start(self, span, parent_context=None) -> None:
+            inner.on_start(span, parent_context=parent_context)
 
-    def on_start(self, span, parent_context=None) -> None:
-        self.inner.on_start(span, parent_context=parent_context)
+        def _on_ending(self, span) -> None:
+            inner._on_ending(span)
 
-    def on_end(self, span) -> None:
-        scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
-        if span.parent is None and "psycopg" in scope:
-            return
-        self.inner.on_end(span)
+        def on_end(self, span) -> None:
+            scope = span.instrumentation_scope.name if span.instrumentation_scope else ""
+            if span.parent is None and "psycopg" in scope:
+                return
+            inner.on_end(span)
 
-    def shutdown(self) -> None:
-        self.inner.shutdown()
+        def shutdown(self) -> None:
+            inner.shutdown()
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.inner.force_flush(timeout_millis)
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            return inner.force_flush(timeout_millis)
+
+    return WithoutBareSql()
 
 
 def _instrument() -> None:
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
     from opentelemetry.instrumentation.django import DjangoInstrumentor
-    from opentelemetry.instrumentation.httpx import HTTPXClientInstrumentor
     from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
 
     DjangoInstrumentor().instrument(response_hook=_route_only)
     CeleryInstrumentor().instrument()
     PsycopgInstrumentor().instrument(capture_parameters=False)
-    HTTPXClientInstrumentor().instrument()
 
 
 def _route_only(span, request, response) -> None:
@@ -126,15 +136,34 @@ def _route_only(span, request, response) -> None:
     span.set_attribute("http.route", route)
 
 
+@contextmanager
 def llm_span(*, tenant_id: int, layer: str, model: str):
-    """A span around one model call (the httpx span of the request nests in it)."""
+    """A span around one model call: model, layer, tenant id and (`llm_usage`) tokens; a failure is
+    marked with its exception's type only (a provider's message may quote the request)."""
     from opentelemetry import trace
+    from opentelemetry.trace import Status, StatusCode
 
-    return trace.get_tracer("memory_admin.llm").start_as_current_span(
-        f"llm {layer}", kind=trace.SpanKind.CLIENT,
+    with trace.get_tracer("memory_admin.llm").start_as_current_span(
+        f"llm {layer}", kind=trace.SpanKind.CLIENT, record_exception=False, set_status_on_exception=False,
         attributes={"gen_ai.system": "openai", "gen_ai.request.model": model, "memory_admin.layer": layer,
                     "memory_admin.tenant_id": tenant_id},
-    )
+    ) as span:
+        try:
+            yield span
+        except Exception as exc:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise
+
+
+def llm_usage(response) -> None:
+    """The tokens of a model's answer, on the current span (a no-op when tracing is off)."""
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    usage = getattr(response, "usage", None)
+    if span.is_recording() and usage is not None:
+        span.set_attribute("gen_ai.usage.input_tokens", getattr(usage, "prompt_tokens", 0) or 0)
+        span.set_attribute("gen_ai.usage.output_tokens", getattr(usage, "completion_tokens", 0) or 0)
 
 
 def connect_celery() -> None:
