@@ -27,6 +27,7 @@ from memory_admin.embedded_db import data_dir
 
 # Before prometheus_client is imported: it picks its multi-process value class on import.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(data_dir(Path(__file__).resolve().parent.parent) / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 
 from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,

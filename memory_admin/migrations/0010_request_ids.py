@@ -1,6 +1,7 @@
 """Request ids (memory_admin/requestlog.py): the message remembers the request that posted it, the batch
-the requests whose messages it holds. A small partial index lets /metrics count open batches at every
-scrape without reading the done ones. Built CONCURRENTLY: writes go on."""
+the requests whose messages it holds. Two small partial indexes let /metrics read the quarantine queue
+and the open batches at every scrape without reading every fact or every done batch. Built
+CONCURRENTLY: writes go on."""
 
 import django.contrib.postgres.fields
 from django.contrib.postgres.operations import AddIndexConcurrently
@@ -25,6 +26,11 @@ class Migration(migrations.Migration):
             model_name="message",
             name="request_id",
             field=models.CharField(blank=True, db_default="", default="", max_length=64),
+        ),
+        AddIndexConcurrently(
+            model_name="fact",
+            index=models.Index(condition=models.Q(("status", "quarantined")), fields=["tenant", "created_at"],
+                               name="fact_quarantined"),
         ),
         AddIndexConcurrently(
             model_name="extractionbatch",

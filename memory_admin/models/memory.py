@@ -193,6 +193,8 @@ class Fact(models.Model):
             models.Index(fields=["tenant"], name="fact_contested_active", condition=Q(contested=True, status="active")),
             models.Index(fields=["tenant", "hard_expires_at"], name="fact_hard_ttl",
                          condition=Q(hard_expires_at__isnull=False)),
+            # /metrics reads the quarantine queue's depth and age at every scrape (metrics.py).
+            models.Index(fields=["tenant", "created_at"], name="fact_quarantined", condition=Q(status="quarantined")),
             models.Index(fields=["tenant", "soft_expires_at"], name="fact_soft_ttl",
                          condition=Q(soft_expires_at__isnull=False)),
             # Full-text search over the shared scopes alone: the index over all facts matches a word in
