@@ -92,3 +92,41 @@ def test_writes_blocks_quarantines_searches_and_contexts_are_counted(api, tenant
     assert sample(after, "memory_admin_review_queue_oldest_seconds", tenant=tenant.pk, queue="quarantine") >= 0
     assert sample(after, "memory_admin_metrics_database_up") == 1
     assert SECRET not in after and "Mia" not in after and "green tea" not in after
+
+
+def test_a_starting_server_removes_the_files_of_processes_that_are_gone(tmp_path, monkeypatch):
+    import os
+    import subprocess
+
+    from memory_admin import metrics
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    for name in (f"counter_{gone.pid}.db", f"histogram_{gone.pid}.db", f"counter_{os.getpid()}.db",
+                 f"histogram_{os.getppid()}.db"):
+        (tmp_path / name).write_bytes(b"")
+    assert metrics.clean_multiproc_dir() == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"counter_{os.getpid()}.db",
+                                                                 f"histogram_{os.getppid()}.db"])
+
+
+@pytest.mark.parametrize(("env", "exporters"), [
+    ({}, []),
+    ({"OTEL_TRACES_EXPORTER": "none"}, []),
+    ({"OTEL_TRACES_EXPORTER": "console"}, ["console"]),
+    ({"OTEL_TRACES_EXPORTER": "otlp,console"}, ["otlp", "console"]),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}, ["otlp"]),
+    ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces"}, ["otlp"]),
+    ({"OTEL_TRACES_EXPORTER": "console", "OTEL_SDK_DISABLED": "true"}, []),
+])
+def test_tracing_is_off_unless_the_standard_variables_turn_it_on(monkeypatch, env, exporters):
+    from memory_admin import tracing
+
+    for name in ("OTEL_TRACES_EXPORTER", "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                 "OTEL_SDK_DISABLED"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert tracing.exporter_names() == exporters
+    assert tracing.enabled() is bool(exporters)
