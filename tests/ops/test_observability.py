@@ -330,6 +330,10 @@ def test_one_trace_links_the_request_the_task_its_sql_and_the_model_call(stack, 
     ids = {s["context"]["span_id"] for s in in_trace}
     assert all(s["parent_id"] in ids for s in in_trace if s is not server)
     assert run["parent_id"] == by_name["apply_async/extraction.close_thread"]["context"]["span_id"]
+    # The request id went along in the task's headers: the worker's lines about the task carry it.
+    lines = [json.loads(line) for line in stack.read("worker.err").splitlines() if line.startswith("{")]
+    assert any("extraction.close_thread" in x["message"] and "succeeded" in x["message"]
+               and x["request_id"] == "obs-close-9a8b7c6d" for x in lines)
     # Spans name routes and statements, never what was said.
     text = stack.spans_text()
     for secret in ("Reykjavik", "aurora", "users/dana", "trip-9137", SECRET):
