@@ -20,8 +20,12 @@ import ipaddress
 import logging
 import os
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
+from decimal import Decimal
 from pathlib import Path
+
+from django.http import HttpRequest, HttpResponse
 
 from memory_admin.embedded_db import data_dir
 
@@ -72,7 +76,7 @@ LLM_COST = Counter("memory_admin_llm_cost_usd", "Model cost in USD by tenant, la
 # --- Recording hooks (one line at the point where each event happens) ----------------------------------
 
 
-def observe_writes(write):
+def observe_writes(write: Callable) -> Callable:
     """Decorator for `fact_write` / `fact_write_many`: counts each outcome (a Blocked refusal too) and
     logs it with the fact's id (the request id comes with the log record)."""
     from memory_admin.errors import Blocked
@@ -92,7 +96,7 @@ def observe_writes(write):
     return wrapper
 
 
-def _write_outcome(route: str, outcome: str, fact_id, block_id) -> None:
+def _write_outcome(route: str, outcome: str, fact_id: object | None, block_id: str | None) -> None:
     FACT_WRITES.labels(route, outcome).inc()
     if outcome == "quarantined":
         QUARANTINES.labels(route).inc()
@@ -105,7 +109,7 @@ def pii_found(route: str, action: str, kinds: list[str]) -> None:
         PII_BLOCKS.labels(route, action, kind).inc()
 
 
-def timed(histogram: Histogram):
+def timed(histogram: Histogram) -> Callable[[Callable], Callable]:
     """Decorator: the call's duration into `histogram`."""
 
     def decorate(fn):
@@ -122,7 +126,7 @@ def timed(histogram: Histogram):
 _in_context: ContextVar[bool] = ContextVar("metrics_in_context", default=False)
 
 
-def observe_search(search):
+def observe_search(search: Callable) -> Callable:
     """Decorator for `fact_search`: its duration, labelled by whether a context block asked."""
 
     @functools.wraps(search)
@@ -133,7 +137,7 @@ def observe_search(search):
     return wrapper
 
 
-def observe_context(build):
+def observe_context(build: Callable) -> Callable:
     """Decorator for `context_block`: its duration and the tokens of the block it returns."""
 
     @functools.wraps(build)
@@ -151,7 +155,7 @@ def observe_context(build):
     return wrapper
 
 
-def observe_batch(run):
+def observe_batch(run: Callable) -> Callable:
     """Decorator for `run_batch(batch_id)`: the run's result, and the lag of a batch that got done."""
 
     @functools.wraps(run)
@@ -177,7 +181,7 @@ def _observe_lag(batch_id: int) -> None:
 
 
 def llm_call(*, tenant_id: int, layer: str, model: str, ok: bool, prompt_tokens: int, completion_tokens: int,
-             cost_usd) -> None:
+             cost_usd: Decimal | float) -> None:
     tenant = str(tenant_id)
     LLM_CALLS.labels(tenant, layer, model, "true" if ok else "false").inc()
     LLM_TOKENS.labels(tenant, layer, model, "prompt").inc(prompt_tokens)
@@ -261,7 +265,7 @@ class DatabaseCollector:
 # --- The endpoint ---------------------------------------------------------------------------------------
 
 
-def scrape_allowed(request) -> bool:
+def scrape_allowed(request: HttpRequest) -> bool:
     """METRICS_TOKEN as a bearer token when set; and the client's socket address in
     METRICS_ALLOWED_NETWORKS (never a forwarded header: it is the client's to write)."""
     from django.conf import settings
@@ -277,8 +281,8 @@ def scrape_allowed(request) -> bool:
     return any(address in ipaddress.ip_network(net, strict=False) for net in settings.METRICS_ALLOWED_NETWORKS)
 
 
-def metrics_view(request):
-    from django.http import HttpResponse, JsonResponse
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    from django.http import JsonResponse
 
     if not scrape_allowed(request):
         # The answer of any unknown route: nothing says that something is here.

@@ -20,7 +20,8 @@ import logging
 import re
 import time
 import uuid
-from contextvars import ContextVar
+from collections.abc import Callable
+from contextvars import ContextVar, Token
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
@@ -35,12 +36,12 @@ def current() -> str:
     return _current.get()
 
 
-def bind(request_id: str):
+def bind(request_id: str) -> Token:
     """Bind `request_id` to the current context; returns the token `unbind` takes."""
     return _current.set(request_id or "")
 
 
-def unbind(token) -> None:
+def unbind(token: Token) -> None:
     _current.reset(token)
 
 
@@ -139,7 +140,7 @@ def _tag_span(request_id: str) -> None:
         span.set_attribute("memory_admin.request_id", request_id)
 
 
-def batch_request_ids(run):
+def batch_request_ids(run: Callable) -> Callable:
     """Decorator for `run_batch(batch_id)`: binds the ids of the requests whose messages the batch
     holds while it runs (comma-separated when several requests fed one batch)."""
 
