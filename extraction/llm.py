@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from memory_admin import metrics, tracing
 from memory_admin.services.pii import scrub
 
 # USD per 1M tokens (prompt, completion); unknown models are recorded at zero cost.
@@ -80,6 +81,8 @@ def record_call(*, tenant_id: int, layer: str, model: str, prompt_tokens: int = 
                 ok: bool = True, error: str = "", duration_ms: int = 0, batch_id: int | None = None):
     from memory_admin.models import LlmCall
 
+    metrics.llm_call(tenant_id=tenant_id, layer=layer, model=model, ok=ok, prompt_tokens=prompt_tokens,
+                     completion_tokens=completion_tokens, cost_usd=cost_of(model, prompt_tokens, completion_tokens))
     return LlmCall.objects.create(
         tenant_id=tenant_id,
         batch_id=batch_id,
@@ -114,13 +117,15 @@ def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_i
     started = time.monotonic()
     extra: dict[str, Any] = {"max_tokens": max_tokens} if max_tokens else {}
     try:
-        response = client().chat.completions.create(
-            model=model,
-            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
-            response_format={"type": "json_object"},
-            temperature=0,
-            **extra,
-        )
+        with tracing.llm_span(tenant_id=tenant_id, layer=layer, model=model):
+            response = client().chat.completions.create(
+                model=model,
+                messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+                response_format={"type": "json_object"},
+                temperature=0,
+                **extra,
+            )
+            tracing.llm_usage(response)
     except Exception as exc:
         record_call(tenant_id=tenant_id, layer=layer, model=model, ok=False, error=f"{type(exc).__name__}: {exc}",
                     duration_ms=int((time.monotonic() - started) * 1000), batch_id=batch_id)

@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from extraction import conf, llm, rules
 from extraction.schemas import EXTRACTION_SYSTEM, SUMMARY_SYSTEM, SummaryOutput, parse_extraction
+from memory_admin import metrics, requestlog
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, Thread
 from memory_admin.selectors.access import Principal
@@ -91,7 +92,8 @@ def plan_thread(thread_id: int, *, now: datetime | None = None, force: bool = Fa
             return None
         Thread.objects.filter(pk=thread.pk).update(extract_due_at=None)
         pending = Message.objects.filter(thread=thread, status=Message.Status.PENDING, batch__isnull=True)
-        ids = list(pending.order_by("id").values_list("id", flat=True))
+        rows = list(pending.order_by("id").values_list("id", "request_id"))
+        ids = [pk for pk, _ in rows]
         if not ids:
             return None
         if not tenant_settings(thread.tenant_id).extraction_enabled:
@@ -103,6 +105,7 @@ def plan_thread(thread_id: int, *, now: datetime | None = None, force: bool = Fa
         batch = ExtractionBatch.objects.create(
             tenant_id=thread.tenant_id, memory_user_id=thread.memory_user_id, thread=thread,
             status=PENDING, message_count=len(ids), extractor=extractor_name(),
+            request_ids=sorted({rid for _, rid in rows if rid}),
             lease_until=now + timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS")),
         )
         Message.objects.filter(id__in=ids).update(batch=batch)
@@ -348,6 +351,8 @@ def _rules_candidates(inputs: list[_Input]) -> list[_Candidate]:
     ]
 
 
+@metrics.observe_batch
+@requestlog.batch_request_ids
 def run_batch(batch_id: int) -> BatchOutcome:
     """Claim a batch and extract it: one LLM call (or the offline rules), then every fact through
     `fact_write`, in one transaction with the messages' status and the batch's completion."""
@@ -441,6 +446,8 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
               after={"messages": batch.message_count, "skipped": len(skipped), "outcomes": outcomes,
                      "prompt_tokens": batch.prompt_tokens, "completion_tokens": batch.completion_tokens,
                      "cost_usd": str(batch.cost_usd)})
+    log.info("batch %s done: %d new facts", batch_id, len(new_fact_ids),
+             extra={"batch_id": batch_id, "fact_ids": [str(pk) for pk in new_fact_ids], "outcomes": outcomes})
     return BatchOutcome(batch_id, DONE, outcomes=outcomes)
 
 

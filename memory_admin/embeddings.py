@@ -18,6 +18,8 @@ from functools import lru_cache
 
 from django.conf import settings
 
+from memory_admin import metrics
+
 _lock = threading.Lock()
 
 
@@ -195,10 +197,12 @@ class _Pending:
 _batcher = _MicroBatcher()
 
 
+@metrics.timed(metrics.EMBEDDING_SECONDS.labels("batch"))
 def embed(texts: Sequence[str]) -> list[list[float]]:
     return get_embedder().embed(texts)
 
 
+@metrics.timed(metrics.EMBEDDING_SECONDS.labels("one"))
 def embed_one(text: str) -> list[float]:
     """One text; concurrent callers in this process share encode calls (see _MicroBatcher)."""
     embedder = get_embedder()

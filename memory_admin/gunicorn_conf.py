@@ -8,6 +8,18 @@ threads = int(os.environ.get("WEB_THREADS", "4"))
 worker_class = "gthread"
 timeout = 60
 accesslog = os.environ.get("ACCESS_LOG") or None
+if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
+    # gunicorn's own lines (start, workers booted or lost) in the same JSON as the application's.
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": "memory_admin.requestlog.JsonFormatter"}},
+        "handlers": {"error_console": {"class": "logging.StreamHandler", "formatter": "json",
+                                       "stream": "ext://sys.stderr"},
+                     "console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
+        "loggers": {"gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
+                    "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False}},
+    }
 wsgi_app = "memory_admin.wsgi:application"
 
 
@@ -18,3 +30,16 @@ def post_worker_init(worker):
 
     embed_one("warm-up")
     count_tokens("warm-up")
+
+
+def on_starting(server):
+    # Metric files of processes gone since the last run (metrics.py); those of running ones are kept.
+    from memory_admin import metrics
+
+    metrics.clean_multiproc_dir()
+
+
+def child_exit(server, worker):
+    from memory_admin import metrics
+
+    metrics.process_exited(worker.pid)

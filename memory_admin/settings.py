@@ -49,7 +49,7 @@ SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _https)
 _proxy_header = os.environ.get("SECURE_PROXY_SSL_HEADER", "HTTP_X_FORWARDED_PROTO,https" if _https else "")
 SECURE_PROXY_SSL_HEADER = tuple(_proxy_header.split(",", 1)) if "," in _proxy_header else None
 # Health probes come over plain http from the load balancer.
-SECURE_REDIRECT_EXEMPT = [r"^api/v1/health"]
+SECURE_REDIRECT_EXEMPT = [r"^api/v1/health", r"^metrics$"]
 SESSION_COOKIE_HTTPONLY = True
 DATABASE_URL = os.environ.get("DATABASE_URL") or embedded_database_url(BASE_DIR)
 DATABASES = {"default": database_from_url(DATABASE_URL)}
@@ -70,6 +70,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "memory_admin.requestlog.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "memory_admin.middleware.DatabaseUnavailableMiddleware",
@@ -183,14 +184,35 @@ WORKER_HEARTBEAT_SECONDS = float(os.environ.get("WORKER_HEARTBEAT_SECONDS", "10"
 HEALTH_STALE_SECONDS = float(os.environ.get("HEALTH_STALE_SECONDS", "120"))
 HEALTH_STARTUP_GRACE_SECONDS = float(os.environ.get("HEALTH_STARTUP_GRACE_SECONDS", "60"))
 
+# Logs: one JSON object per line (LOG_FORMAT=text for a terminal), each with the request id that
+# follows a request into its Celery tasks and extraction batches (memory_admin/requestlog.py).
+LOG_FORMAT = "text" if os.environ.get("LOG_FORMAT", "json").strip().lower() == "text" else "json"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"request_id": {"()": "memory_admin.requestlog.RequestIdFilter"}},
+    "formatters": {
+        "json": {"()": "memory_admin.requestlog.JsonFormatter"},
+        "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+CELERY_WORKER_HIJACK_ROOT_LOGGER = True  # celery's own handlers get the same format (requestlog.py)
+
+# Prometheus /metrics (memory_admin/metrics.py). With METRICS_TOKEN set, a scrape must bear it
+# (Authorization: Bearer); without it, only clients in METRICS_ALLOWED_NETWORKS (the socket's address,
+# never a forwarded header) may scrape. Anyone else gets the API's 404.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get(
+    "METRICS_ALLOWED_NETWORKS", "0.0.0.0/0,::/0" if METRICS_TOKEN else "127.0.0.0/8,::1/128").split(",") if n.strip()]
+# Every process of the installation (gunicorn workers, Celery pool children) writes its series into
+# this directory; /metrics sums them. Set before prometheus_client is first imported.
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))
+Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
 # Every log record is made safe when created: paths masked, secrets/PII redacted, exception messages
 # withheld (memory_admin/logsafe.py).
-from memory_admin import logsafe  # noqa: E402
+from memory_admin import logsafe, requestlog  # noqa: E402
 
 logsafe.install()
+requestlog.install()

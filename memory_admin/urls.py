@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from memory_admin.api import api
+from memory_admin.metrics import metrics_view
 from memory_admin.views import (
     admin,
     auth,
@@ -65,6 +66,7 @@ tenant_patterns = [
 
 urlpatterns = [
     path("api/v1/", api.urls),
+    path("metrics", metrics_view, name="metrics"),
     path("accounts/login/", auth.SignInView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(next_page="login"), name="logout"),
     path("", auth.home, name="home"),

@@ -193,6 +193,8 @@ class Fact(models.Model):
             models.Index(fields=["tenant"], name="fact_contested_active", condition=Q(contested=True, status="active")),
             models.Index(fields=["tenant", "hard_expires_at"], name="fact_hard_ttl",
                          condition=Q(hard_expires_at__isnull=False)),
+            # /metrics reads the quarantine queue's depth and age at every scrape (metrics.py).
+            models.Index(fields=["tenant", "created_at"], name="fact_quarantined", condition=Q(status="quarantined")),
             models.Index(fields=["tenant", "soft_expires_at"], name="fact_soft_ttl",
                          condition=Q(soft_expires_at__isnull=False)),
             # Full-text search over the shared scopes alone: the index over all facts matches a word in
@@ -334,6 +336,8 @@ class Message(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
     skip_reason = models.CharField(max_length=100, blank=True, default="")
+    # The X-Request-ID of the request that posted it (memory_admin/requestlog.py); ids only.
+    request_id = models.CharField(max_length=64, blank=True, default="", db_default="")
     batch = models.ForeignKey(
         "memory_admin.ExtractionBatch", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )

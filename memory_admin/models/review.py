@@ -156,9 +156,14 @@ class ExtractionBatch(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The request ids of the messages it holds: the log lines of its run carry them.
+    request_ids = ArrayField(models.CharField(max_length=64), default=list, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "status", "-created_at"], name="batch_tenant_status")]
+        indexes = [models.Index(fields=["tenant", "status", "-created_at"], name="batch_tenant_status"),
+                   # /metrics counts open batches at every scrape; the table keeps every done one.
+                   models.Index(fields=["status", "created_at"], name="batch_open",
+                                condition=Q(status__in=["pending", "running"]))]
 
     def __str__(self) -> str:
         return f"batch {self.pk} {self.status}"

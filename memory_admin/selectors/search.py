@@ -41,7 +41,7 @@ from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
-from memory_admin import scoring
+from memory_admin import metrics, scoring
 from memory_admin.embeddings import embed_query
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.selectors.access import CURATE, Principal, visible
@@ -266,6 +266,7 @@ def _candidates(
     return weights, [row[1:] for row in result if row[1] is not None]
 
 
+@metrics.observe_search
 def fact_search(
     *,
     principal: Principal,

@@ -32,7 +32,7 @@ from typing import Any
 
 from django.db.models import Q
 
-from memory_admin import scoring
+from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Notebook, Skill
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.selectors.search import WORD, fact_search
@@ -219,6 +219,7 @@ def _tokens(text: str) -> int:
     return count
 
 
+@metrics.observe_context
 def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int,
                   record: bool | None = None) -> dict[str, Any]:
     """Assemble the context block for `memory_user` and `task` within `budget_tokens` (cl100k_base).

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from memory_admin import metrics, requestlog
 from memory_admin.errors import Conflict, Invalid, NotFound, TooLarge
 from memory_admin.models import ExtractionBatch, MemoryUser, Message, PiiBlock, Thread
 from memory_admin.selectors.access import ADMIN, CURATE, WRITE_MEMORY, Principal, get_visible, visible
@@ -68,6 +69,7 @@ def _redact_message(principal: Principal, text: str, *, memory_user_id: int) -> 
         # message is kept as a placeholder rather than with the value in it.
         clean = "[REDACTED:message]"
     kinds = sorted({f.kind for f in findings})
+    metrics.pii_found("message", action, kinds)
     block = PiiBlock.objects.create(
         tenant_id=principal.tenant_id, memory_user_id=memory_user_id, agent_id=principal.agent_id,
         actor=principal.actor, route="message", action=action, kinds=kinds,
@@ -131,7 +133,7 @@ def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: st
                 tenant_id=principal.tenant_id, memory_user=memory_user, thread=thread, role=m.role,
                 content=content, created_at=m.created_at or now,
                 status=Message.Status.SKIPPED if short else Message.Status.PENDING,
-                skip_reason="too_short" if short else "",
+                skip_reason="too_short" if short else "", request_id=requestlog.current(),
             ))
         Message.objects.bulk_create(rows)
         pending = sum(1 for r in rows if r.status == Message.Status.PENDING)

@@ -21,6 +21,7 @@ from pgvector.django import CosineDistance
 
 from memory_admin.embeddings import embed, embed_one
 from memory_admin.errors import Blocked, Conflict, DomainError, Invalid, TooLarge
+from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY, Principal, writable_fact
@@ -253,6 +254,7 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
     return _Pending(fact, conf, done)
 
 
+@observe_writes
 def fact_write(
     *,
     principal: Principal,
@@ -297,6 +299,7 @@ def fact_write(
         return _store(principal, memory_user, tenant, pending, state)
 
 
+@observe_writes
 def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any]],
                     route: str = "fact") -> list[WriteResult]:
     """Run several facts (each a dict of `fact_write`'s keyword arguments) through the write path, in

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
+from memory_admin import metrics
 from memory_admin.errors import Blocked
 from memory_admin.models import PiiBlock
 from memory_admin.selectors.access import Principal
@@ -58,6 +59,7 @@ def screen_text(principal: Principal, text: str, *, route: str, memory_user_id: 
             reason=f"{', '.join(result.kinds)} found in the {what} by the secret/PII scan",
         )
     result.block_id = str(block.pk)  # type: ignore[attr-defined]
+    metrics.pii_found(route, action, result.kinds)
     if result.blocked:
         raise Blocked(
             f"Refused: the {what} contains {', '.join(result.kinds)}. Nothing was stored; "
