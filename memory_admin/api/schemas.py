@@ -23,7 +23,8 @@ from pydantic import (
 
 from memory_admin import scoring
 from memory_admin.inputs import implausible_time_reason
-from memory_admin.models import Fact
+from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact
+from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
 # --- Field types shared by every route (SPEC §11): one definition of what a hostile value is --------
@@ -338,22 +339,33 @@ class SettingsOut(Schema):
     episode_idle_minutes: int
 
 
-Unit = number(ge=0, le=1)
+def setting(name: str) -> Any:
+    """A numeric setting's type, from the one table of limits (services.settings.LIMITS), so that
+    OpenAPI states its range and the API refuses what the service would refuse."""
+    limit = LIMITS[name]
+    low = {"gt" if limit.above_minimum else "ge": limit.minimum}
+    if limit.type is int:
+        return Annotated[StrictInt, Field(**low, le=limit.maximum, description=limit.help)]
+    return number(**low, le=limit.maximum, description=limit.help)
+
+
+PiiKind = Literal[PII_KINDS]
+PiiAction = Literal[PII_ACTIONS]
+SearchWeightName = Literal[SEARCH_WEIGHT_NAMES]
 
 
 class SettingsPatch(StrictIn):
-    confidence_threshold: Unit | None = None
-    dedup_similarity: number(gt=0, le=1) | None = None
-    contradiction_similarity: number(gt=0, le=1) | None = None
-    auto_resolve_gap: Unit | None = None
-    fact_cap: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
-    pii_policy: dict[Literal["email", "phone", "national_id"], Literal["block", "redact", "flag"]] | None = None
-    search_weights: dict[Literal["vector", "keyword", "recency", "importance"],
-                         number(ge=0, le=10)] | None = None
-    debounce_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] | None = None
-    min_message_chars: Annotated[StrictInt, Field(ge=0, le=65536)] | None = None
+    confidence_threshold: setting("confidence_threshold") | None = None
+    dedup_similarity: setting("dedup_similarity") | None = None
+    contradiction_similarity: setting("contradiction_similarity") | None = None
+    auto_resolve_gap: setting("auto_resolve_gap") | None = None
+    fact_cap: setting("fact_cap") | None = None
+    pii_policy: dict[PiiKind, PiiAction] | None = None
+    search_weights: dict[SearchWeightName, number(ge=0, le=SEARCH_WEIGHT_MAX)] | None = None
+    debounce_seconds: setting("debounce_seconds") | None = None
+    min_message_chars: setting("min_message_chars") | None = None
     extraction_enabled: StrictBool | None = None
-    episode_idle_minutes: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
+    episode_idle_minutes: setting("episode_idle_minutes") | None = None
 
 
 class ErrorOut(Schema):

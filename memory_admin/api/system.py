@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from django.db import transaction
 from ninja import Router
 
 from memory_admin.api import api
 from memory_admin.api.schemas import SettingsOut, SettingsPatch
-from memory_admin.errors import Invalid
-from memory_admin.selectors.access import ADMIN, require_tenant_wide
+from memory_admin.selectors.access import ADMIN
 from memory_admin.selectors.health import background_status, database_reachable
-from memory_admin.services.audit import audit
-from memory_admin.services.settings import tenant_settings
+from memory_admin.services.settings import settings_snapshot, tenant_settings, tenant_settings_update
 
 router = Router(tags=["system"])
-SETTING_FIELDS = list(SettingsOut.model_fields)
 
 
 def _readiness(request):
@@ -54,36 +50,16 @@ def health_live(request):
     return {"status": "alive"}
 
 
-def _settings_dict(obj) -> dict:
-    return {name: getattr(obj, name) for name in SETTING_FIELDS}
-
-
 @router.get("/settings", response=SettingsOut)
 def get_settings(request):
     request.principal.require(ADMIN)
-    return _settings_dict(tenant_settings(request.principal.tenant_id))
+    return settings_snapshot(tenant_settings(request.principal.tenant_id))
 
 
 @router.patch("/settings", response=SettingsOut)
 def patch_settings(request, payload: SettingsPatch):
-    principal = request.principal
-    require_tenant_wide(principal, ADMIN)
-    changes = payload.dict(exclude_none=True)
-    with transaction.atomic():
-        obj = tenant_settings(principal.tenant_id)
-        before = _settings_dict(obj)
-        if "pii_policy" in changes:
-            changes["pii_policy"] = {**obj.pii_policy, **changes["pii_policy"]}
-        if "search_weights" in changes:
-            changes["search_weights"] = {**obj.search_weights, **changes["search_weights"]}
-            if not any(changes["search_weights"].values()):
-                # Every hit would score 0: ranking would be arbitrary. Refuse rather than store it.
-                raise Invalid("search_weights: at least one weight must be above 0.", field="search_weights")
-        for name, value in changes.items():
-            setattr(obj, name, value)
-        obj.save()
-        audit(principal, "settings.update", outcome="updated", target=obj, before=before, after=_settings_dict(obj))
-    return _settings_dict(obj)
+    obj = tenant_settings_update(principal=request.principal, changes=payload.dict(exclude_none=True))
+    return settings_snapshot(obj)
 
 
 api.add_router("", router)
