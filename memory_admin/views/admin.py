@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from django.contrib import messages
@@ -15,23 +14,10 @@ from memory_admin.errors import DomainError, NotFound
 from memory_admin.inputs import form_number
 from memory_admin.models import PII_ACTIONS, PII_KINDS, Agent, ApiKey, ExtractionBatch
 from memory_admin.selectors.access import ADMIN, CURATE, get_visible, visible
+from memory_admin.services.extraction import batch_retry
 from memory_admin.services.settings import LIMITS, tenant_settings, tenant_settings_update
 from memory_admin.services.tenant_admin import dashboard_key_create, dashboard_key_revoke
 from memory_admin.views.base import paginate, tenant_view
-
-# Where the extraction engineer's `batch_retry` may live; the retry button appears once it exists.
-_RETRY_MODULES = ("memory_admin.services.extraction", "extraction.pipeline")
-
-
-def batch_retry_fn():
-    for name in _RETRY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "batch_retry"):
-            return module.batch_retry
-    return None
 
 
 @tenant_view(staff_only=True)
@@ -43,7 +29,7 @@ def batches(request: HttpRequest) -> HttpResponse:
     qs = qs.select_related("memory_user", "thread").order_by("-created_at", "-pk")
     return render(request, "dashboard/batches.html", {
         "page": paginate(request, qs), "status": status, "statuses": ExtractionBatch.Status.values,
-        "can_retry": batch_retry_fn() is not None and request.principal.can(CURATE),
+        "can_retry": request.principal.can(CURATE),
     })
 
 
@@ -51,11 +37,8 @@ def batches(request: HttpRequest) -> HttpResponse:
 @tenant_view(ability=CURATE)
 def batch_retry_view(request: HttpRequest, batch_id: int) -> HttpResponse:
     batch = get_visible(request.principal, ExtractionBatch.objects.all(), pk=batch_id)
-    retry = batch_retry_fn()
-    if retry is None:
-        raise Http404("Retry is not available in this installation.")
     try:
-        retry(principal=request.principal, batch_id=batch.pk)
+        batch_retry(request.principal, batch.pk)
         messages.success(request, f"Batch {batch.pk} queued for another attempt.")
     except DomainError as exc:
         messages.error(request, exc.detail)
