@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from ninja import Router
 
-from memory_admin.api import api
 from memory_admin.api.schemas import SettingsOut, SettingsPatch
+from memory_admin.errors import Unavailable
 from memory_admin.selectors.access import ADMIN
 from memory_admin.selectors.health import background_status, database_reachable
 from memory_admin.services.settings import settings_snapshot, tenant_settings, tenant_settings_update
@@ -13,19 +13,15 @@ from memory_admin.services.settings import settings_snapshot, tenant_settings, t
 router = Router(tags=["system"])
 
 
-def _readiness(request):
+def _readiness() -> dict:
     """Ready: the database answers and beat's sweep and a worker ran recently (selectors.health)."""
     if not database_reachable():
-        return api.create_response(
-            request, {"status": "unavailable", "database": "unreachable", "code": "database_unavailable",
-                      "detail": "The database cannot be reached.", "reasons": ["database unreachable"]}, status=503,
-        )
+        raise Unavailable("The database cannot be reached.", code="database_unavailable", database="unreachable",
+                          reasons=["database unreachable"])
     background, reasons = background_status()
     if reasons:
-        return api.create_response(
-            request, {"status": "unavailable", "database": "ok", "code": "background_stale",
-                      "detail": "; ".join(reasons), "reasons": reasons, "background": background}, status=503,
-        )
+        raise Unavailable("; ".join(reasons), code="background_stale", database="ok", reasons=reasons,
+                          background=background)
     starting = any(part["status"] == "starting" for part in background.values())
     return {"status": "starting" if starting else "ok", "database": "ok", "background": background}
 
@@ -34,13 +30,13 @@ def _readiness(request):
 def health(request):
     """Readiness with details (same answer as /health/ready): 200 `ok` or `starting`, 503 with
     `reasons` when the database is unreachable or the sweep or worker heartbeat is stale."""
-    return _readiness(request)
+    return _readiness()
 
 
 @router.get("/health/ready", auth=None)
 def health_ready(request):
     """Readiness, for load balancers: take this instance out of rotation on 503."""
-    return _readiness(request)
+    return _readiness()
 
 
 @router.get("/health/live", auth=None)
@@ -61,5 +57,3 @@ def patch_settings(request, payload: SettingsPatch):
     obj = tenant_settings_update(principal=request.principal, changes=payload.dict(exclude_none=True))
     return settings_snapshot(obj)
 
-
-api.add_router("", router)
