@@ -99,7 +99,8 @@ def notebook_save(
     return notebook
 
 
-def _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors) -> None:
+def _overrule_contradicting_facts(principal: Principal, memory_user: MemoryUser, revision: NotebookRevision,
+                                  statements: list[str], vectors: list[list[float]]) -> None:
     threshold = tenant_settings(principal.tenant_id).contradiction_similarity
     active = Fact.objects.filter(memory_user=memory_user, status=Fact.Status.ACTIVE, pinned=False)
     for text, vector in zip(statements, vectors, strict=True):
