@@ -6,6 +6,7 @@
   than "now + n years", so a value accepted today is still accepted when replayed later; nothing a
   person or an agent records lies outside it, and every time inside it keeps the scores finite.
 - Whole numbers typed into a form: digits only, within the range of the column they end up in.
+- Sizes: a text over its limit in bytes of UTF-8 is refused whole, naming the limit (`check_size`).
 - Other numbers typed into a form: ASCII decimal notation, finite (`form_number`); their ranges are the
   service's (e.g. `services.settings.LIMITS`).
 """
@@ -17,7 +18,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from memory_admin.errors import Invalid
+from memory_admin.errors import Invalid, TooLarge
 from memory_admin.textnorm import unreadable_reason
 
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
@@ -77,3 +78,12 @@ def form_number(raw: str, *, field: str, whole: bool) -> int | float:
     if not math.isfinite(value):
         raise Invalid(f"{words} must be a number.", field=field)
     return value
+
+
+def check_size(content: str, *, limit: int, what: str) -> None:
+    """Raise TooLarge (413 `content_too_large`, with the limit) when `content` is over `limit` bytes;
+    `what` names the thing in the sentence ("A notebook")."""
+    size = len(content.encode())
+    if size > limit:
+        raise TooLarge(f"{what} may hold at most {limit} bytes; this one has {size}.", code="content_too_large",
+                       limit=limit)

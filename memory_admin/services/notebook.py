@@ -10,7 +10,8 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory_admin.embeddings import embed
-from memory_admin.errors import Conflict, TooLarge
+from memory_admin.errors import Conflict
+from memory_admin.inputs import check_size
 from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
 from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
 from memory_admin.services.audit import audit, fact_snapshot
@@ -36,14 +37,6 @@ def notebook_for(tenant_id: int, memory_user: MemoryUser | None) -> Notebook | N
     return Notebook.objects.filter(tenant_id=tenant_id, memory_user=memory_user).first()
 
 
-def check_notebook_size(content: str) -> None:
-    """Raise TooLarge for a notebook over the limit."""
-    size = len(content.encode())
-    if size > settings.MAX_NOTEBOOK_BYTES:
-        raise TooLarge(f"A notebook may hold at most {settings.MAX_NOTEBOOK_BYTES} bytes; this one has {size}.",
-                       code="content_too_large", limit=settings.MAX_NOTEBOOK_BYTES)
-
-
 def notebook_save(
     *, principal: Principal, memory_user: MemoryUser | None = None, user_id: str | None = None, content: str,
     base_version: int, note: str = "",
@@ -60,7 +53,7 @@ def notebook_save(
     An agent names the user by its own id (`user_id`): the first save creates that memory user, after
     the size and instruction checks, so a refused save leaves nothing behind. Without either, the
     tenant's notebook."""
-    check_notebook_size(content)
+    check_size(content, limit=settings.MAX_NOTEBOOK_BYTES, what="A notebook")
     refuse_instructions(principal, content, what="notebook")
     if user_id is not None:
         memory_user = memory_user_for(principal, user_id, create=True)

@@ -7,7 +7,8 @@ import re
 from django.conf import settings
 from django.db import transaction
 
-from memory_admin.errors import Conflict, Invalid, TooLarge
+from memory_admin.errors import Conflict, Invalid
+from memory_admin.inputs import check_size
 from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
 from memory_admin.services.audit import audit
@@ -25,14 +26,6 @@ def check_skill_path(path: str) -> str:
     return path
 
 
-def check_skill_size(content: str) -> None:
-    """Raise TooLarge for a skill over the limit."""
-    size = len(content.encode())
-    if size > settings.MAX_SKILL_BYTES:
-        raise TooLarge(f"A skill may hold at most {settings.MAX_SKILL_BYTES} bytes; this one has {size}.",
-                       code="content_too_large", limit=settings.MAX_SKILL_BYTES)
-
-
 def skill_save(
     *, principal: Principal, path: str, content: str, base_version: int | None,
     memory_user: MemoryUser | None = None, user_id: str | None = None,
@@ -46,7 +39,7 @@ def skill_save(
     that memory user is created after the path, size and instruction checks, so a refusal leaves nothing."""
     raw_path = path
     path = check_skill_path(path)
-    check_skill_size(content)
+    check_size(content, limit=settings.MAX_SKILL_BYTES, what="A skill")
     refuse_instructions(principal, content, what="skill")
     if user_id is not None:
         memory_user = memory_user_for(principal, user_id, create=True)
