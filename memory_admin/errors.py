@@ -73,7 +73,7 @@ class RateLimited(DomainError):
 class Unavailable(DomainError):
     """Not ready to serve (503): the answer says which part is down (`database`, `reasons`...)."""
 
-    code = "unavailable"
+    code = "database_unavailable"
     status = 503
 
     def as_dict(self) -> dict[str, Any]:
