@@ -22,7 +22,7 @@ from pydantic import (
 )
 
 from memory_admin import scoring
-from memory_admin.inputs import implausible_time_reason
+from memory_admin.inputs import INT4_MAX, implausible_time_reason
 from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
@@ -307,13 +307,13 @@ class NotebookOut(Schema):
 
 class NotebookIn(StrictIn):
     content: Text
-    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
+    version: Annotated[StrictInt, Field(ge=0, le=INT4_MAX)]
     note: text(max_length=500) = ""
 
 
 class SkillIn(StrictIn):
     content: Text
-    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
+    version: Annotated[StrictInt, Field(ge=0, le=INT4_MAX)] | None = None
     user_id: UserId | None = None
 
 
