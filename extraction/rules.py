@@ -123,30 +123,37 @@ def extract(messages: list[tuple[int, str, str]]) -> list[RuleFact]:
         for clause in statements(text):
             if clause.endswith("?") or _HEDGE.search(clause) or "[REDACTED:" in clause:
                 continue
-            for pattern, category, kind, key, template in _RULES:
-                m = pattern.match(clause)
-                if not m:
-                    continue
-                groups = [g for g in m.groups() if g is not None]
-                if not groups:
-                    break
-                if template.startswith("The user {0}s"):
-                    groups[0] = _VERB_S.get(groups[0].lower(), groups[0].lower())[:-1]
-                values = [_third_person(g) for g in groups]
-                if template == "The user switched to {1}." and len(values) == 1:
-                    values = ["", values[0]]
-                if any(len(v) < 2 for v in values if v is not None) and template.count("{") == 1:
-                    break
-                content = template.format(*values)
-                content = re.sub(r"\s+", " ", content).strip()
-                slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
-                norm = content.lower()
-                if norm not in seen:
-                    seen.add(norm)
-                    found.append(RuleFact(content=content, category=category, kind=kind, confidence=0.9,
-                                          key=slot, message_index=index))
-                break
+            fact = _clause_fact(clause)
+            if fact is None or fact[0].lower() in seen:
+                continue
+            content, category, kind, slot = fact
+            seen.add(content.lower())
+            found.append(RuleFact(content=content, category=category, kind=kind, confidence=0.9, key=slot,
+                                  message_index=index))
     return found
+
+
+def _clause_fact(clause: str) -> tuple[str, str, str, str | None] | None:
+    """(content, category, kind, key) of the first rule that matches `clause`; None when none matches
+    or the words it captured are too thin to state a fact."""
+    for pattern, category, kind, key, template in _RULES:
+        m = pattern.match(clause)
+        if not m:
+            continue
+        groups = [g for g in m.groups() if g is not None]
+        if not groups:
+            return None
+        if template.startswith("The user {0}s"):
+            groups[0] = _VERB_S.get(groups[0].lower(), groups[0].lower())[:-1]
+        values = [_third_person(g) for g in groups]
+        if template == "The user switched to {1}." and len(values) == 1:
+            values = ["", values[0]]
+        if any(len(v) < 2 for v in values if v is not None) and template.count("{") == 1:
+            return None
+        content = re.sub(r"\s+", " ", template.format(*values)).strip()
+        slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
+        return content, category, kind, slot
+    return None
 
 
 _SUCCESS = re.compile(r"\b(thanks?|thank you|that worked|it works|works now|worked|fixed|solved|perfect|great|"

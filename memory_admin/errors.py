@@ -68,3 +68,13 @@ class RateLimited(DomainError):
 
     code = "rate_limited"
     status = 429
+
+
+class Unavailable(DomainError):
+    """Not ready to serve (503): the answer says which part is down (`database`, `reasons`...)."""
+
+    code = "database_unavailable"
+    status = 503
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"status": "unavailable", **super().as_dict()}

@@ -6,19 +6,25 @@
   than "now + n years", so a value accepted today is still accepted when replayed later; nothing a
   person or an agent records lies outside it, and every time inside it keeps the scores finite.
 - Whole numbers typed into a form: digits only, within the range of the column they end up in.
+- Sizes: a text over its limit in bytes of UTF-8 is refused whole, naming the limit (`check_size`).
+- Other numbers typed into a form: ASCII decimal notation, finite (`form_number`); their ranges are the
+  service's (e.g. `services.settings.LIMITS`).
 """
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from memory_admin.errors import Invalid
+from memory_admin.errors import Invalid, TooLarge
 from memory_admin.textnorm import unreadable_reason
 
 EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
 LATEST = datetime(2200, 1, 1, tzinfo=UTC)
 INT4_MAX = 2**31 - 1
+_SIGNED_DIGITS = re.compile(r"[+-]?[0-9]{1,18}")
 
 
 def implausible_time_reason(value: datetime) -> str | None:
@@ -54,3 +60,30 @@ def whole_number(raw: str | None, *, field: str, default: int | None = None, min
     if not (raw.isascii() and raw.isdigit()) or not minimum <= int(raw) <= maximum:
         raise Invalid(f"{field} must be a whole number from {minimum} to {maximum}.", field=field)
     return int(raw)
+
+
+def form_number(raw: str, *, field: str, whole: bool) -> int | float:
+    """A number typed into a form: a signed whole number when `whole`, else any finite decimal
+    ("0.75", "1e-3"); anything else raises Invalid naming the field. The range is the caller's."""
+    raw = raw.strip()
+    words = field.replace("_", " ")
+    if whole:
+        if not _SIGNED_DIGITS.fullmatch(raw):
+            raise Invalid(f"{words} must be a whole number.", field=field)
+        return int(raw)
+    try:
+        value = float(raw) if raw.isascii() else math.nan
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise Invalid(f"{words} must be a number.", field=field)
+    return value
+
+
+def check_size(content: str, *, limit: int, what: str) -> None:
+    """Raise TooLarge (413 `content_too_large`, with the limit) when `content` is over `limit` bytes;
+    `what` names the thing in the sentence ("A notebook")."""
+    size = len(content.encode())
+    if size > limit:
+        raise TooLarge(f"{what} may hold at most {limit} bytes; this one has {size}.", code="content_too_large",
+                       limit=limit)

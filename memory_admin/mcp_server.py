@@ -34,18 +34,21 @@ from pydantic import ValidationError as SchemaError
 
 from memory_admin.api import invalid_body
 from memory_admin.api.facts import STORED_OUTCOMES, _write_out
-from memory_admin.api.memory import _notebook_out, _skill_out
-from memory_admin.api.messages import MessagesIn
-from memory_admin.api.retrieval import MAX_K, MAX_QUERY_CHARS
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
+    MAX_K,
+    MAX_QUERY_CHARS,
     AuditOut,
     CorrectIn,
     FactBatchIn,
     FactIn,
     FactOut,
     ForgetIn,
+    MessagesIn,
     NotebookIn,
+    NotebookOut,
+    SkillOut,
+    SkillSummary,
 )
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.selectors.access import Principal, memory_user_for
@@ -57,7 +60,7 @@ from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, 
 from memory_admin.services.extraction import MessageIn, message_post, thread_close
 from memory_admin.services.facts import check_fact_size, fact_correct, fact_forget, fact_write, fact_write_many
 from memory_admin.services.keys import principal_for_key
-from memory_admin.services.notebook import check_notebook_size, notebook_save
+from memory_admin.services.notebook import notebook_save
 from memory_admin.services.skills import check_skill_path
 from memory_admin.services.throttle import api_key_hit
 
@@ -318,7 +321,7 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
         """The user's notebook (markdown curated by people; it wins over facts) and its version."""
         with _door() as principal:
             user = memory_user_for(principal, _user_id(principal, user_id))
-            return _json(_notebook_out(user, notebook_of(principal, user)))
+            return _json(NotebookOut.of(user, notebook_of(principal, user)))
 
     @server.tool()
     def update_notebook(content: str, version: int, user_id: UserId = None, note: str = "") -> dict[str, Any]:
@@ -326,11 +329,9 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
         since, nothing is overwritten and the error carries the current version: read it again, merge."""
         with _door() as principal:
             payload = NotebookIn(content=content, version=version, note=note)
-            check_notebook_size(payload.content)
-            user = memory_user_for(principal, _user_id(principal, user_id), create=True)
-            notebook = notebook_save(principal=principal, memory_user=user, content=payload.content,
-                                     base_version=payload.version, note=payload.note)
-            return _json(_notebook_out(user, notebook))
+            notebook = notebook_save(principal=principal, user_id=_user_id(principal, user_id),
+                                     content=payload.content, base_version=payload.version, note=payload.note)
+            return _json(NotebookOut.of(notebook.memory_user, notebook))
 
     @server.tool()
     def get_skill(path: str, user_id: str | None = None) -> dict[str, Any]:
@@ -338,24 +339,24 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
         user's own when user_id is given."""
         with _door() as principal:
             user = memory_user_for(principal, user_id) if user_id else None
-            return _json(_skill_out(skill_at(principal, check_skill_path(path), memory_user=user)))
+            return _json(SkillOut.of(skill_at(principal, check_skill_path(path), memory_user=user)))
 
     @server.tool()
     def list_skills(prefix: str = "", user_id: str | None = None) -> dict[str, Any]:
         """The skills under a path prefix (the tenant's, plus the user's own when user_id is given)."""
         with _door() as principal:
             user = memory_user_for(principal, user_id) if user_id else None
-            return _json({"skills": [_skill_out(s, full=False) for s in skills_listed(principal, prefix=prefix,
+            return _json({"skills": [SkillSummary.of(s) for s in skills_listed(principal, prefix=prefix,
                                                                                     memory_user=user)]})
 
     @server.resource("memory://users/{user_id}/notebook", mime_type="text/markdown",
                      description="The user's notebook (markdown).")
     def notebook_resource(user_id: str) -> str:
-        return _read(lambda p: _notebook_out(*_with_notebook(p, user_id))["content"])
+        return _read(lambda p: NotebookOut.of(*_with_notebook(p, user_id))["content"])
 
     @server.resource("memory://skills", mime_type="application/json", description="The tenant's skills.")
     def skills_resource() -> str:
-        return _read(lambda p: json.dumps(_json([_skill_out(s, full=False) for s in skills_listed(p)])))
+        return _read(lambda p: json.dumps(_json([SkillSummary.of(s) for s in skills_listed(p)])))
 
     @server.resource("memory://skills/{+path}", mime_type="text/markdown", description="One tenant skill.")
     def skill_resource(path: str) -> str:

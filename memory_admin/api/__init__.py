@@ -14,6 +14,8 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
+from memory_admin.api import facts, memory, messages, retrieval, system
+from memory_admin.api.schemas import ErrorOut
 from memory_admin.errors import DomainError, RateLimited
 from memory_admin.services.keys import principal_for_key
 from memory_admin.services.throttle import api_key_hit
@@ -49,8 +51,6 @@ class AgentApi(NinjaAPI):
         return operation.view_func.__name__
 
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
-        from memory_admin.api.schemas import ErrorOut
-
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -215,5 +215,6 @@ def _db_down(request, exc: DatabaseError):
     )
 
 
-# Routers register themselves on import.
-from memory_admin.api import facts, memory, messages, retrieval, system  # noqa: E402, F401
+# Every router, registered here and nowhere else (the router modules do not know the API object).
+for _router in (facts.router, memory.router, messages.router, retrieval.router, system.router):
+    api.add_router("", _router)

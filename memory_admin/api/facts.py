@@ -2,27 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Literal
 from uuid import UUID
 
-from ninja import Query, Router, Schema
+from ninja import Query, Router
 
-from memory_admin.api import api
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
     CorrectIn,
-    Cursor,
     FactBatchIn,
     FactBatchOut,
+    FactFilters,
     FactIn,
     FactOut,
     FactPage,
     ForgetIn,
     HistoryOut,
     PinIn,
+    PromoteIn,
     UserId,
     WriteOut,
-    text,
 )
 from memory_admin.errors import TooLarge
 from memory_admin.selectors.access import memory_user_for
@@ -40,20 +38,6 @@ from memory_admin.services.facts import (
 )
 
 router = Router(tags=["facts"])
-
-
-KeyFilter = text(max_length=200)
-TextFilter = text(max_length=2000)
-
-
-class FactFilters(Schema):
-    status: Literal["active", "superseded", "stale", "evicted", "quarantined", "any"] = "active"
-    category: Literal["preference", "project", "technical", "personal", "other"] | None = None
-    kind: Literal["fact", "decision", "inference", "correction", "preference", "skill"] | None = None
-    key: KeyFilter | None = None
-    text: TextFilter | None = None
-    cursor: Cursor | None = None
-    limit: int = 50
 
 
 @router.get("/users/{user_id}/facts", response=FactPage)
@@ -147,14 +131,8 @@ def pin_fact(request, fact_id: UUID, payload: PinIn):
     return FactOut.of(fact_get_for(request.principal, fact.pk))
 
 
-class PromoteIn(Schema):
-    to: Literal["user", "org"]
-
-
 @router.post("/facts/{fact_id}/promote", response={201: FactOut})
 def promote_fact(request, fact_id: UUID, payload: PromoteIn):
     new = fact_promote(principal=request.principal, fact_id=fact_id, to=payload.to)
     return 201, FactOut.of(fact_get_for(request.principal, new.pk))
 
-
-api.add_router("", router)

@@ -2,126 +2,29 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Annotated, Literal
 from uuid import UUID
 
-from ninja import Field, Query, Router, Schema
+from ninja import Query, Router
 
-from memory_admin.api import api
-from memory_admin.api.schemas import Identifier, StrictIn, Text, Timestamp, UserId, text
+from memory_admin.api.schemas import (
+    BatchId,
+    BatchOut,
+    BatchStatus,
+    CloseIn,
+    CloseOut,
+    EpisodeDetailOut,
+    EpisodeFilters,
+    EpisodePage,
+    Identifier,
+    MessagesIn,
+    MessagesOut,
+    UserId,
+)
 from memory_admin.models import Episode, ExtractionBatch, Message
 from memory_admin.selectors.access import get_visible, memory_user_for, visible
 from memory_admin.services.extraction import MessageIn, batch_retry, message_post, thread_close, thread_for
 
 router = Router(tags=["messages and episodes"])
-
-Role = Literal["user", "assistant", "system", "tool"]
-Outcome = Literal["success", "failure", "unknown"]
-
-
-class MessageItemIn(StrictIn):
-    role: Role
-    content: Text
-    created_at: Timestamp | None = None
-
-
-class MessagesIn(StrictIn):
-    thread_id: Identifier
-    messages: Annotated[list[MessageItemIn], Field(min_length=1)]
-
-
-class MessagesOut(Schema):
-    thread_id: str
-    accepted: int
-    message_ids: list[int]
-    pending: int
-    skipped: list[dict]
-    redacted: list[dict]
-    extraction: str
-    extract_due_at: datetime | None
-
-
-class CloseIn(StrictIn):
-    outcome: Outcome | None = None
-
-
-class CloseOut(Schema):
-    thread_id: str
-    closed_at: datetime
-    extraction: str
-    episode: str
-
-
-class EpisodeFactOut(Schema):
-    id: UUID
-    content: str
-    category: str
-    status: str
-
-
-class EpisodeOut(Schema):
-    id: UUID
-    user_id: str
-    thread_id: str | None
-    started_at: datetime
-    ended_at: datetime
-    summary: str
-    outcome: str
-    summarizer: str
-    message_count: int
-    fact_count: int
-    created_at: datetime
-
-
-class EpisodeMessageOut(Schema):
-    id: int
-    role: str
-    content: str
-    created_at: datetime
-    status: str
-
-
-class EpisodeDetailOut(EpisodeOut):
-    facts: list[EpisodeFactOut]
-    messages: list[EpisodeMessageOut]
-
-
-class EpisodePage(Schema):
-    items: list[EpisodeOut]
-    next_cursor: str | None
-
-
-# An offset this API returned (digits); bounded so that it stays a valid SQL OFFSET.
-EpisodeCursor = text(max_length=9, pattern=r"^[0-9]+$")
-
-
-class EpisodeFilters(Schema):
-    since: Timestamp | None = None  # episodes that ended at or after
-    until: Timestamp | None = None  # episodes that started before
-    thread_id: Identifier | None = None
-    outcome: Outcome | None = None
-    cursor: EpisodeCursor | None = None
-    limit: int = 50
-
-
-class BatchOut(Schema):
-    id: int
-    user_id: str
-    thread_id: str
-    status: str
-    attempts: int
-    error: str
-    extractor: str
-    model: str
-    message_count: int
-    fact_count: int
-    prompt_tokens: int
-    completion_tokens: int
-    cost_usd: float
-    created_at: datetime
-    finished_at: datetime | None
-
 
 def _episode_out(e: Episode) -> dict:
     return {
@@ -204,15 +107,12 @@ def get_episode(request, episode_id: UUID):
 
 
 @router.get("/batches", response=list[BatchOut])
-def list_batches(request, status: Literal["pending", "running", "done", "failed"] | None = None,
+def list_batches(request, status: BatchStatus | None = None,
                  limit: int = 50):
     qs = visible(request.principal, ExtractionBatch.objects.select_related("memory_user", "thread"))
     if status:
         qs = qs.filter(status=status)
     return [_batch_out(b) for b in qs.order_by("-created_at")[: max(1, min(limit, 200))]]
-
-
-BatchId = Annotated[int, Field(ge=1, le=2**63 - 1)]
 
 
 @router.post("/batches/{batch_id}/retry", response={202: BatchOut})
@@ -221,5 +121,3 @@ def retry_batch(request, batch_id: BatchId):
     batch = ExtractionBatch.objects.select_related("memory_user", "thread").get(pk=batch.pk)
     return 202, _batch_out(batch)
 
-
-api.add_router("", router)

@@ -5,73 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpResponse
-from ninja import Router, Schema
+from ninja import Router
 
-from memory_admin.api import api
-from memory_admin.api.schemas import FactOut, Text, UserId
+from memory_admin.api.schemas import MAX_K, MAX_QUERY_CHARS, ContextOut, FactOut, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.search import INCLUDABLE, fact_search, parse_include
 from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 
 router = Router(tags=["retrieval"])
-MAX_K = 100
-MAX_QUERY_CHARS = 2000
-
-
-class ScoreOut(Schema):
-    vector: float
-    cosine: float
-    keyword: float
-    recency: float
-    importance: float
-    relevance: float
-    neighbour: float
-    effective_confidence: float
-    staleness: float
-    stale: bool
-    final: float
-
-
-class HitOut(Schema):
-    fact: FactOut
-    score: ScoreOut
-
-
-class SearchOut(Schema):
-    user_id: str
-    query: str
-    k: int
-    include: list[str]
-    weights: dict[str, float]
-    candidates: int
-    hits: list[HitOut]
-    timings: dict[str, float]
-
-
-class DroppedOut(Schema):
-    id: str
-    reason: str
-
-
-class SectionOut(Schema):
-    name: str
-    tokens: int
-    included: list[str]
-    truncated: list[str]
-    dropped: list[DroppedOut]
-
-
-class ContextOut(Schema):
-    user_id: str
-    task: str
-    budget_tokens: int
-    tokens: int
-    text: str
-    notebook_truncated: bool
-    warnings: list[str]
-    sections: list[SectionOut]
-    timings: dict[str, float]
 
 
 def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
@@ -115,5 +57,3 @@ def context(request, response: HttpResponse, user_id: UserId, task: Text = "", b
     _server_timing(response, block["timings"])
     return block
 
-
-api.add_router("", router)

@@ -22,8 +22,9 @@ from pydantic import (
 )
 
 from memory_admin import scoring
-from memory_admin.inputs import implausible_time_reason
-from memory_admin.models import Fact
+from memory_admin.inputs import INT4_MAX, implausible_time_reason
+from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill
+from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
 # --- Field types shared by every route (SPEC §11): one definition of what a hostile value is --------
@@ -293,17 +294,45 @@ class NotebookOut(Schema):
     updated_at: datetime | None
     updated_by: str
 
+    @staticmethod
+    def of(user: MemoryUser, notebook: Notebook | None) -> dict[str, Any]:
+        return {
+            "user_id": user.external_id,
+            "content": notebook.content if notebook else "",
+            "version": notebook.version if notebook else 0,
+            "updated_at": notebook.updated_at if notebook else None,
+            "updated_by": notebook.updated_by if notebook else "",
+        }
+
 
 class NotebookIn(StrictIn):
     content: Text
-    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
+    version: Annotated[StrictInt, Field(ge=0, le=INT4_MAX)]
     note: text(max_length=500) = ""
 
 
 class SkillIn(StrictIn):
     content: Text
-    version: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] | None = None
+    version: Annotated[StrictInt, Field(ge=0, le=INT4_MAX)] | None = None
     user_id: UserId | None = None
+
+
+class SkillSummary(Schema):
+    path: str
+    scope: str
+    user_id: str | None
+    version: int
+    updated_at: datetime
+
+    @staticmethod
+    def of(skill: Skill) -> dict[str, Any]:
+        return {
+            "path": skill.path,
+            "scope": "user" if skill.memory_user_id else "tenant",
+            "user_id": skill.memory_user.external_id if skill.memory_user_id else None,
+            "version": skill.version,
+            "updated_at": skill.updated_at,
+        }
 
 
 class SkillOut(Schema):
@@ -315,13 +344,9 @@ class SkillOut(Schema):
     updated_at: datetime
     updated_by: str
 
-
-class SkillSummary(Schema):
-    path: str
-    scope: str
-    user_id: str | None
-    version: int
-    updated_at: datetime
+    @staticmethod
+    def of(skill: Skill) -> dict[str, Any]:
+        return {**SkillSummary.of(skill), "content": skill.content, "updated_by": skill.updated_by}
 
 
 class SettingsOut(Schema):
@@ -338,22 +363,246 @@ class SettingsOut(Schema):
     episode_idle_minutes: int
 
 
-Unit = number(ge=0, le=1)
+def setting(name: str) -> Any:
+    """A numeric setting's type, from the one table of limits (services.settings.LIMITS), so that
+    OpenAPI states its range and the API refuses what the service would refuse."""
+    limit = LIMITS[name]
+    low = {"gt" if limit.above_minimum else "ge": limit.minimum}
+    if limit.type is int:
+        return Annotated[StrictInt, Field(**low, le=limit.maximum, description=limit.help)]
+    return number(**low, le=limit.maximum, description=limit.help)
+
+
+PiiKind = Literal[PII_KINDS]
+PiiAction = Literal[PII_ACTIONS]
+SearchWeightName = Literal[SEARCH_WEIGHT_NAMES]
 
 
 class SettingsPatch(StrictIn):
-    confidence_threshold: Unit | None = None
-    dedup_similarity: number(gt=0, le=1) | None = None
-    contradiction_similarity: number(gt=0, le=1) | None = None
-    auto_resolve_gap: Unit | None = None
-    fact_cap: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
-    pii_policy: dict[Literal["email", "phone", "national_id"], Literal["block", "redact", "flag"]] | None = None
-    search_weights: dict[Literal["vector", "keyword", "recency", "importance"],
-                         number(ge=0, le=10)] | None = None
-    debounce_seconds: Annotated[StrictInt, Field(ge=0, le=86400)] | None = None
-    min_message_chars: Annotated[StrictInt, Field(ge=0, le=65536)] | None = None
+    confidence_threshold: setting("confidence_threshold") | None = None
+    dedup_similarity: setting("dedup_similarity") | None = None
+    contradiction_similarity: setting("contradiction_similarity") | None = None
+    auto_resolve_gap: setting("auto_resolve_gap") | None = None
+    fact_cap: setting("fact_cap") | None = None
+    pii_policy: dict[PiiKind, PiiAction] | None = None
+    search_weights: dict[SearchWeightName, number(ge=0, le=SEARCH_WEIGHT_MAX)] | None = None
+    debounce_seconds: setting("debounce_seconds") | None = None
+    min_message_chars: setting("min_message_chars") | None = None
     extraction_enabled: StrictBool | None = None
-    episode_idle_minutes: Annotated[StrictInt, Field(ge=1, le=100000)] | None = None
+    episode_idle_minutes: setting("episode_idle_minutes") | None = None
+
+
+# --- Facts: list filters, promote -----------------------------------------------------------------
+
+KeyFilter = text(max_length=200)
+TextFilter = text(max_length=2000)
+
+
+class FactFilters(Schema):
+    status: Literal[Status, "any"] = "active"
+    category: Category | None = None
+    kind: Kind | None = None
+    key: KeyFilter | None = None
+    text: TextFilter | None = None
+    cursor: Cursor | None = None
+    limit: int = 50
+
+
+class PromoteIn(Schema):
+    to: Literal["user", "org"]
+
+
+# --- Memory users, notebooks, skills --------------------------------------------------------------
+
+# Checked (and normalised) by check_skill_path; the type bounds what reaches it.
+SkillPath = text(min_length=1, max_length=300)
+SkillPrefix = text(max_length=300)
+UserPrefix = text(max_length=200)
+
+
+class UserOut(Schema):
+    user_id: str
+    task_ids: list[str]
+    created_at: datetime
+
+
+class UserPage(Schema):
+    items: list[UserOut]
+    next_cursor: str | None
+
+
+# --- Messages, threads, episodes, extraction batches -----------------------------------------------
+
+Role = Literal["user", "assistant", "system", "tool"]
+Outcome = Literal["success", "failure", "unknown"]
+
+
+class MessageItemIn(StrictIn):
+    role: Role
+    content: Text
+    created_at: Timestamp | None = None
+
+
+class MessagesIn(StrictIn):
+    thread_id: Identifier
+    messages: Annotated[list[MessageItemIn], Field(min_length=1)]
+
+
+class MessagesOut(Schema):
+    thread_id: str
+    accepted: int
+    message_ids: list[int]
+    pending: int
+    skipped: list[dict]
+    redacted: list[dict]
+    extraction: str
+    extract_due_at: datetime | None
+
+
+class CloseIn(StrictIn):
+    outcome: Outcome | None = None
+
+
+class CloseOut(Schema):
+    thread_id: str
+    closed_at: datetime
+    extraction: str
+    episode: str
+
+
+class EpisodeFactOut(Schema):
+    id: UUID
+    content: str
+    category: str
+    status: str
+
+
+class EpisodeOut(Schema):
+    id: UUID
+    user_id: str
+    thread_id: str | None
+    started_at: datetime
+    ended_at: datetime
+    summary: str
+    outcome: str
+    summarizer: str
+    message_count: int
+    fact_count: int
+    created_at: datetime
+
+
+class EpisodeMessageOut(Schema):
+    id: int
+    role: str
+    content: str
+    created_at: datetime
+    status: str
+
+
+class EpisodeDetailOut(EpisodeOut):
+    facts: list[EpisodeFactOut]
+    messages: list[EpisodeMessageOut]
+
+
+class EpisodePage(Schema):
+    items: list[EpisodeOut]
+    next_cursor: str | None
+
+
+# An offset this API returned (digits); bounded so that it stays a valid SQL OFFSET.
+EpisodeCursor = text(max_length=9, pattern=r"^[0-9]+$")
+
+
+class EpisodeFilters(Schema):
+    since: Timestamp | None = None  # episodes that ended at or after
+    until: Timestamp | None = None  # episodes that started before
+    thread_id: Identifier | None = None
+    outcome: Outcome | None = None
+    cursor: EpisodeCursor | None = None
+    limit: int = 50
+
+
+class BatchOut(Schema):
+    id: int
+    user_id: str
+    thread_id: str
+    status: str
+    attempts: int
+    error: str
+    extractor: str
+    model: str
+    message_count: int
+    fact_count: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    created_at: datetime
+    finished_at: datetime | None
+
+
+BatchId = Annotated[int, Field(ge=1, le=2**63 - 1)]
+BatchStatus = Literal["pending", "running", "done", "failed"]
+
+
+# --- Retrieval: search and the context block --------------------------------------------------------
+
+MAX_K = 100
+MAX_QUERY_CHARS = 2000
+
+
+class ScoreOut(Schema):
+    vector: float
+    cosine: float
+    keyword: float
+    recency: float
+    importance: float
+    relevance: float
+    neighbour: float
+    effective_confidence: float
+    staleness: float
+    stale: bool
+    final: float
+
+
+class HitOut(Schema):
+    fact: FactOut
+    score: ScoreOut
+
+
+class SearchOut(Schema):
+    user_id: str
+    query: str
+    k: int
+    include: list[str]
+    weights: dict[str, float]
+    candidates: int
+    hits: list[HitOut]
+    timings: dict[str, float]
+
+
+class DroppedOut(Schema):
+    id: str
+    reason: str
+
+
+class SectionOut(Schema):
+    name: str
+    tokens: int
+    included: list[str]
+    truncated: list[str]
+    dropped: list[DroppedOut]
+
+
+class ContextOut(Schema):
+    user_id: str
+    task: str
+    budget_tokens: int
+    tokens: int
+    text: str
+    notebook_truncated: bool
+    warnings: list[str]
+    sections: list[SectionOut]
+    timings: dict[str, float]
 
 
 class ErrorOut(Schema):

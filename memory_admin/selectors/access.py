@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TypeVar
+from uuid import UUID
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -201,7 +202,7 @@ def require_write_to(principal: Principal, memory_user: MemoryUser | None) -> No
         principal.require(WRITE_MEMORY)
 
 
-def writable_fact(principal: Principal, fact_id) -> Fact:
+def writable_fact(principal: Principal, fact_id: UUID | str) -> Fact:
     """A fact the principal may change: visible, and in a user scope it reaches (not org/global)."""
     fact = get_visible(principal, Fact.objects.select_related("memory_user"), pk=fact_id)
     if fact.memory_user_id is None:

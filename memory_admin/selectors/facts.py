@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from datetime import datetime
+from uuid import UUID
 
 from django.db.models import Q, QuerySet
 
@@ -56,7 +57,7 @@ def fact_list(
     return rows[:limit], next_cursor
 
 
-def fact_get_for(principal: Principal, fact_id) -> Fact:
+def fact_get_for(principal: Principal, fact_id: UUID | str) -> Fact:
     return get_visible(principal, Fact.objects.select_related("memory_user", "superseded_by_notebook"), pk=fact_id)
 
 

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from memory_admin.errors import NotFound
-from memory_admin.models import Membership, Tenant
+from memory_admin.models import Membership
 from memory_admin.selectors.access import Principal
 
 
@@ -32,11 +31,3 @@ def principal_from_membership(membership: Membership, username: str) -> Principa
         member_user_id=membership.memory_user_id if membership.role == Membership.Role.MEMBER else None,
     )
 
-
-def principal_for_staff(user: AbstractBaseUser | AnonymousUser, tenant: Tenant | str) -> Principal:
-    """The principal of a dashboard account in one tenant (by object or slug); NotFound without a membership."""
-    slug = tenant if isinstance(tenant, str) else tenant.slug
-    for membership in memberships_of(user):
-        if membership.tenant.slug == slug:
-            return principal_from_membership(membership, user.get_username())
-    raise NotFound("No tenant with that name is visible to you.")

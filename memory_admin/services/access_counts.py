@@ -21,13 +21,19 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Iterable
 from datetime import date, datetime
+from typing import TYPE_CHECKING
+from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import BigIntegerField, F, Value
 from django.db.models.functions import Cast, Least
 from django.utils import timezone
+
+if TYPE_CHECKING:
+    from django.db.backends.utils import CursorWrapper
 
 log = logging.getLogger(__name__)
 MAX_ACCESS_COUNT = 2**31 - 1  # the column is an int4
@@ -42,7 +48,7 @@ def _interval() -> float:
     return float(getattr(settings, "ACCESS_COUNT_FLUSH_SECONDS", 1.0))
 
 
-def record_access(fact_ids) -> None:
+def record_access(fact_ids: Iterable[UUID]) -> None:
     """Count one read of each fact: at once when the interval is 0, else at the next flush."""
     ids = list(fact_ids)
     if not ids:
@@ -76,7 +82,7 @@ def record_usage(tenant_id: int, kind: str) -> None:
     _ensure_flusher()
 
 
-def _upsert_usage(cursor, rows: list[tuple[tuple[int, date, str], int]]) -> None:
+def _upsert_usage(cursor: CursorWrapper, rows: list[tuple[tuple[int, date, str], int]]) -> None:
     # Joined to the tenant so that a tenant deleted since the request drops its counts instead of
     # failing the flush (and with it the facts' access counts) for good.
     values = ", ".join(["(%s::int8, %s::date, %s::varchar, %s::int8)"] * len(rows))

@@ -3,6 +3,8 @@ candidates (evict, keep). Each is locked, idempotent-safe for two reviewers, and
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from django.db import transaction
 from django.utils import timezone
 
@@ -14,7 +16,7 @@ from memory_admin.services.facts import _supersede
 from memory_admin.services.screening import screens
 
 
-def _locked(principal: Principal, fact_id, expected: str) -> Fact:
+def _locked(principal: Principal, fact_id: UUID | str, expected: str) -> Fact:
     fact = get_visible(principal, Fact.objects.select_for_update(of=("self",)), pk=fact_id)
     if fact.status != expected:
         raise AlreadyResolved(
@@ -26,7 +28,7 @@ def _locked(principal: Principal, fact_id, expected: str) -> Fact:
 
 @screens("note", route="review")
 @transaction.atomic
-def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact:
+def quarantine_release(*, principal: Principal, fact_id: UUID | str, note: str = "") -> Fact:
     """A reviewer vouches for a quarantined write: it becomes active. If its key already has an active
     value, the released fact is the newer version of that slot (the old one is superseded)."""
     principal.require(CURATE)
@@ -58,7 +60,7 @@ def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact
 
 @screens("note", route="review")
 @transaction.atomic
-def quarantine_discard(*, principal: Principal, fact_id, note: str = "") -> Fact:
+def quarantine_discard(*, principal: Principal, fact_id: UUID | str, note: str = "") -> Fact:
     principal.require(CURATE)
     fact = _locked(principal, fact_id, Fact.Status.QUARANTINED)
     before = fact_snapshot(fact)
@@ -72,7 +74,7 @@ def quarantine_discard(*, principal: Principal, fact_id, note: str = "") -> Fact
 
 @screens("note", route="review")
 @transaction.atomic
-def eviction_evict(*, principal: Principal, fact_id, note: str = "") -> Fact:
+def eviction_evict(*, principal: Principal, fact_id: UUID | str, note: str = "") -> Fact:
     principal.require(CURATE)
     fact = _locked(principal, fact_id, Fact.Status.ACTIVE)
     before = fact_snapshot(fact)
@@ -86,7 +88,7 @@ def eviction_evict(*, principal: Principal, fact_id, note: str = "") -> Fact:
 
 @screens("note", route="review")
 @transaction.atomic
-def eviction_keep(*, principal: Principal, fact_id, note: str = "") -> Fact:
+def eviction_keep(*, principal: Principal, fact_id: UUID | str, note: str = "") -> Fact:
     """Keep a stale fact: count it as just read, which resets its access decay (and so its staleness)."""
     principal.require(CURATE)
     fact = _locked(principal, fact_id, Fact.Status.ACTIVE)
@@ -107,7 +109,7 @@ UNDOABLE = {
 
 
 @transaction.atomic
-def queue_action_undo(*, principal: Principal, fact_id, action: str, note: str = "") -> Fact:
+def queue_action_undo(*, principal: Principal, fact_id: UUID | str, action: str, note: str = "") -> Fact:
     """Reopen a review-queue decision: an evicted fact is served again, a discarded or released write
     is back in quarantine. Refused (AlreadyResolved) when the fact has moved on since, or when a
     release replaced an older value of its key (undoing that needs a correction, not a status flip)."""

@@ -25,12 +25,17 @@ import re
 import threading
 import unicodedata
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from memory_admin.errors import Invalid
 from memory_admin.textnorm import base64_text, fold, strip_invisible
+
+if TYPE_CHECKING:
+    from memory_admin.selectors.access import Principal
 
 THRESHOLD = 1.0
 BORDERLINE = 0.5
@@ -63,51 +68,66 @@ def _rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags | re.M)
 
 
-def _first_chars(items) -> tuple[set[str] | None, bool]:
+def _first_chars(items: Iterable[tuple[Any, Any]]) -> tuple[set[str] | None, bool]:
     """(the characters a match of the parsed pattern `items` can start with, or None if any; whether it can
     match the empty string). Reads the parse tree of `re._parser` (stable since 3.11): when the tree has an
     unknown shape, the answer is None and the pattern is compiled as written."""
-    from re import _constants as c  # noqa: PLC0415
-
     chars: set[str] = set()
     for op, av in items:
-        if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
-            continue
-        if op is c.LITERAL:
-            return chars | {chr(av)}, False
-        if op is c.IN:
-            for kind, value in av:
-                if kind is c.LITERAL:
-                    chars.add(chr(value))
-                elif kind is c.RANGE and value[1] - value[0] < 64:
-                    chars.update(chr(x) for x in range(value[0], value[1] + 1))
-                else:
-                    return None, False
-            return chars, False
-        if op is c.BRANCH:
-            nullable = False
-            for alternative in av[1]:
-                sub, sub_nullable = _first_chars(alternative)
-                if sub is None:
-                    return None, False
-                chars |= sub
-                nullable |= sub_nullable
-            if not nullable:
-                return chars, False
-            continue
-        if op is c.SUBPATTERN:
-            sub, sub_nullable = _first_chars(av[3])
-        elif op in (c.MAX_REPEAT, c.MIN_REPEAT):
-            sub, sub_nullable = _first_chars(av[2])
-            sub_nullable = sub_nullable or av[0] == 0
-        else:
-            return None, False
+        sub, nullable = _item_first_chars(op, av)
         if sub is None:
             return None, False
         chars |= sub
-        if not sub_nullable:
+        if not nullable:
             return chars, False
     return chars, True
+
+
+def _item_first_chars(op: Any, av: Any) -> tuple[set[str] | None, bool]:
+    """`_first_chars` of one node of the parse tree (an assertion matches empty and consumes nothing)."""
+    from re import _constants as c  # noqa: PLC0415
+
+    if op in (c.AT, c.ASSERT, c.ASSERT_NOT):
+        return set(), True
+    if op is c.LITERAL:
+        return {chr(av)}, False
+    if op is c.IN:
+        return _class_chars(av), False
+    if op is c.BRANCH:
+        return _branch_chars(av[1])
+    if op is c.SUBPATTERN:
+        return _first_chars(av[3])
+    if op in (c.MAX_REPEAT, c.MIN_REPEAT):
+        sub, nullable = _first_chars(av[2])
+        return sub, nullable or av[0] == 0
+    return None, False
+
+
+def _class_chars(members: Any) -> set[str] | None:
+    """The characters of a character class: literals and short ranges only, else None (any)."""
+    from re import _constants as c  # noqa: PLC0415
+
+    chars: set[str] = set()
+    for kind, value in members:
+        if kind is c.LITERAL:
+            chars.add(chr(value))
+        elif kind is c.RANGE and value[1] - value[0] < 64:
+            chars.update(chr(x) for x in range(value[0], value[1] + 1))
+        else:
+            return None
+    return chars
+
+
+def _branch_chars(alternatives: Iterable[Any]) -> tuple[set[str] | None, bool]:
+    chars: set[str] = set()
+    nullable = False
+    for alternative in alternatives:
+        sub, sub_nullable = _first_chars(alternative)
+        if sub is None:
+            return None, False
+        chars |= sub
+        nullable |= sub_nullable
+    return chars, nullable
 
 
 _VERB = (r"(?:ignore|disregard|forget|override|overrule|bypass|circumvent|skip|discard|drop|abandon|neglect|"
@@ -486,19 +506,9 @@ def assess(text: str) -> Verdict:
     fired: dict[str, Feature] = {}
     imperative = False
     for feature in FEATURES:
-        for view in views[feature.view]:
-            if feature.distinct > 1:
-                kinds = {_ROLE_KIND.get(k, k) for k in _kinds(feature.pattern, view)}
-                if len(kinds) >= feature.distinct:
-                    fired[feature.name] = feature
-                continue
-            for n, match in enumerate(feature.pattern.finditer(view)):
-                fired[feature.name] = feature
-                if not feature.directive or imperative or n >= 5:
-                    break
-                imperative = _imperative(view, match.start())
-            if feature.name in fired and (not feature.directive or imperative):
-                break
+        hit, imperative = _fires(feature, views[feature.view], imperative)
+        if hit:
+            fired[feature.name] = feature
     if not fired:
         return Verdict(0.0)
     score = sum(f.weight for f in fired.values()) + (IMPERATIVE_BONUS if imperative else 0.0)
@@ -509,6 +519,25 @@ def assess(text: str) -> Verdict:
     score = round(score, 3)
     return Verdict(score, tuple(f.name for f in ordered), tuple(f.label for f in ordered),
                    flagged=score >= THRESHOLD)
+
+
+def _fires(feature: Feature, views: list[str], imperative: bool) -> tuple[bool, bool]:
+    """Whether `feature` fires on any of `views`, and whether an imperative form was seen (so far, this
+    one included: a directive feature looks for one near its first few matches)."""
+    hit = False
+    for view in views:
+        if feature.distinct > 1:
+            kinds = {_ROLE_KIND.get(k, k) for k in _kinds(feature.pattern, view)}
+            hit = hit or len(kinds) >= feature.distinct
+            continue
+        for n, match in enumerate(feature.pattern.finditer(view)):
+            hit = True
+            if not feature.directive or imperative or n >= 5:
+                break
+            imperative = _imperative(view, match.start())
+        if hit and (not feature.directive or imperative):
+            break
+    return hit, imperative
 
 
 def _squashed_only(text: str) -> Verdict:
@@ -581,7 +610,7 @@ def injection_reason(text: str, *, tenant_id: int | None = None) -> str | None:
     return result.reason() if result.flagged else None
 
 
-def refuse_instructions(principal, text: str, *, what: str) -> None:
+def refuse_instructions(principal: Principal, text: str, *, what: str) -> None:
     """Raise Invalid (422, code `instruction_like`) when an agent or the system writes `text` (a notebook or
     a skill) that reads as instructions to a model. People writing in the dashboard are trusted: a person
     may keep "ignore the old style guide" in a notebook; the context block's fence keeps any content,

@@ -10,9 +10,10 @@ from django.utils import timezone
 from pgvector.django import CosineDistance
 
 from memory_admin.embeddings import embed
-from memory_admin.errors import Conflict, TooLarge
+from memory_admin.errors import Conflict
+from memory_admin.inputs import check_size
 from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
-from memory_admin.selectors.access import Principal, require_write_to
+from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.judge import judge
@@ -36,16 +37,9 @@ def notebook_for(tenant_id: int, memory_user: MemoryUser | None) -> Notebook | N
     return Notebook.objects.filter(tenant_id=tenant_id, memory_user=memory_user).first()
 
 
-def check_notebook_size(content: str) -> None:
-    """Raise TooLarge for a notebook over the limit (callers check before creating anything)."""
-    size = len(content.encode())
-    if size > settings.MAX_NOTEBOOK_BYTES:
-        raise TooLarge(f"A notebook may hold at most {settings.MAX_NOTEBOOK_BYTES} bytes; this one has {size}.",
-                       code="content_too_large", limit=settings.MAX_NOTEBOOK_BYTES)
-
-
 def notebook_save(
-    *, principal: Principal, memory_user: MemoryUser | None, content: str, base_version: int, note: str = ""
+    *, principal: Principal, memory_user: MemoryUser | None = None, user_id: str | None = None, content: str,
+    base_version: int, note: str = "",
 ) -> Notebook:
     """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
     current version and overwrite nothing. Facts that contradict the new text are overruled.
@@ -54,13 +48,19 @@ def notebook_save(
     quarantined: a notebook is one sovereign document served whole in every context block, and there is no
     "held for review" version of it; the agent learns at once and nothing half-applied is left behind.
     A person writing in the dashboard is trusted (the fence still keeps their text from passing for the
-    block's structure)."""
-    require_write_to(principal, memory_user)
-    check_notebook_size(content)
-    user_id = memory_user.pk if memory_user else None
-    content = screen_text(principal, content, route="notebook", memory_user_id=user_id).content
-    note = screen_text(principal, note, route="notebook", memory_user_id=user_id, what="note").content
+    block's structure).
+
+    An agent names the user by its own id (`user_id`): the first save creates that memory user, after
+    the size and instruction checks, so a refused save leaves nothing behind. Without either, the
+    tenant's notebook."""
+    check_size(content, limit=settings.MAX_NOTEBOOK_BYTES, what="A notebook")
     refuse_instructions(principal, content, what="notebook")
+    if user_id is not None:
+        memory_user = memory_user_for(principal, user_id, create=True)
+    require_write_to(principal, memory_user)
+    user_pk = memory_user.pk if memory_user else None
+    content = screen_text(principal, content, route="notebook", memory_user_id=user_pk).content
+    note = screen_text(principal, note, route="notebook", memory_user_id=user_pk, what="note").content
     statements = notebook_statements(content)
     vectors = embed(statements)
     with transaction.atomic():
@@ -85,14 +85,15 @@ def notebook_save(
             NotebookChunk(notebook=notebook, revision=revision, text=text, embedding=vector)
             for text, vector in zip(statements, vectors, strict=True)
         )
-        audit(principal, "notebook.save", outcome="saved", target=notebook, memory_user_id=user_id,
+        audit(principal, "notebook.save", outcome="saved", target=notebook, memory_user_id=user_pk,
               before=before, after={"version": notebook.version, "content": content[:2000]}, reason=note)
         if memory_user is not None:
             _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors)
     return notebook
 
 
-def _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors) -> None:
+def _overrule_contradicting_facts(principal: Principal, memory_user: MemoryUser, revision: NotebookRevision,
+                                  statements: list[str], vectors: list[list[float]]) -> None:
     threshold = tenant_settings(principal.tenant_id).contradiction_similarity
     active = Fact.objects.filter(memory_user=memory_user, status=Fact.Status.ACTIVE, pinned=False)
     for text, vector in zip(statements, vectors, strict=True):

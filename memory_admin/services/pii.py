@@ -303,21 +303,26 @@ def _scan_prefixed(col: _Collector, form: Mapped, compact: tuple[Mapped, list[in
     on_form = list(_prefixed_matches(form.text, False))
     on_compact = list(_prefixed_matches(compact[0].text, True, compact[1])) if compact else []
     for mode in ("strict", "lenient"):
-        for verdict, spec, m in on_form:
-            if verdict == mode:
-                col.add(spec.kind, form, m.start(), m.end())
-        if mode == "strict" and "BEGIN" in form.text.upper():
-            for m in _PRIVATE_KEY.finditer(form.text):
-                col.add("private_key", form, m.start(), m.end())
+        _add_prefixed(col, form, on_form, mode)
+        if mode == "strict":
+            _add_private_keys(col, form, _PRIVATE_KEY)
         if compact is None:
             continue
-        squashed = compact[0]
-        for verdict, spec, m in on_compact:
-            if verdict == mode:
-                col.add(spec.kind, squashed, m.start(), m.end(), widen=True)
-        if mode == "strict" and "BEGIN" in squashed.text.upper():
-            for m in _PRIVATE_KEY_COMPACT.finditer(squashed.text):
-                col.add("private_key", squashed, m.start(), m.end(), widen=True)
+        _add_prefixed(col, compact[0], on_compact, mode, widen=True)
+        if mode == "strict":
+            _add_private_keys(col, compact[0], _PRIVATE_KEY_COMPACT, widen=True)
+
+
+def _add_prefixed(col: _Collector, mapped: Mapped, matches: list, mode: str, *, widen: bool = False) -> None:
+    for verdict, spec, m in matches:
+        if verdict == mode:
+            col.add(spec.kind, mapped, m.start(), m.end(), widen=widen)
+
+
+def _add_private_keys(col: _Collector, mapped: Mapped, pattern: re.Pattern[str], *, widen: bool = False) -> None:
+    if "BEGIN" in mapped.text.upper():
+        for m in pattern.finditer(mapped.text):
+            col.add("private_key", mapped, m.start(), m.end(), widen=widen)
 
 
 def _aws_candidates(text: str):
@@ -419,21 +424,27 @@ def _find_contact(col: _Collector, form: Mapped, regions: list[tuple[int, int]])
         for m in _EMAIL.finditer(norm, max(0, at.start() - 80), min(len(norm), at.end() + 260)):
             col.add("email", form, m.start(), m.end())
     for pos, endpos in regions:
-        for m in _SSN.finditer(norm, pos, endpos):
-            if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
-                col.add("national_id", form, m.start(), m.end())
-        for m in _PHONE.finditer(norm, pos, endpos):
-            value = m.group().strip()
-            digits = re.sub(r"\D", "", value)
-            if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value):
-                col.add("phone", form, m.start(), m.end())
-        for m in _E164.finditer(norm, pos, endpos):
-            col.add("phone", form, m.start(), m.end())
-        for m in _BARE_PHONE.finditer(norm, pos, endpos):
-            if _PHONE_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
-                col.add("phone", form, m.start(), m.end())
+        _find_numeric_contact(col, form, pos, endpos)
     for m in _NINO.finditer(norm):
         col.add("national_id", form, m.start(), m.end())
+
+
+def _find_numeric_contact(col: _Collector, form: Mapped, pos: int, endpos: int) -> None:
+    """National ids and phone numbers in one numeric region of the form."""
+    norm = form.text
+    for m in _SSN.finditer(norm, pos, endpos):
+        if m.group("sep") or _SSN_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+            col.add("national_id", form, m.start(), m.end())
+    for m in _PHONE.finditer(norm, pos, endpos):
+        value = m.group().strip()
+        digits = re.sub(r"\D", "", value)
+        if 9 <= len(digits) <= 15 and not _DATE_LIKE.match(value):
+            col.add("phone", form, m.start(), m.end())
+    for m in _E164.finditer(norm, pos, endpos):
+        col.add("phone", form, m.start(), m.end())
+    for m in _BARE_PHONE.finditer(norm, pos, endpos):
+        if _PHONE_CONTEXT.search(norm, max(0, m.start() - 40), m.start()):
+            col.add("phone", form, m.start(), m.end())
 
 
 def _replace(text: str, findings: list[Finding]) -> str:

@@ -16,6 +16,9 @@ Every string an agent or a person can make us store goes through here (SPEC §11
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from django.db import transaction
 
 from memory_admin import metrics
@@ -25,6 +28,8 @@ from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit
 from memory_admin.services.pii import ScanResult, find, scan
 from memory_admin.services.settings import tenant_settings
+
+T = TypeVar("T")
 
 
 def screen_text(principal: Principal, text: str, *, route: str, memory_user_id: int | None,
@@ -89,7 +94,7 @@ def screens(field_name: str, *, route: str):
     service receives the safe form."""
     import functools
 
-    def decorate(fn):
+    def decorate(fn: Callable[..., T]) -> Callable[..., T]:
         @functools.wraps(fn)
         def wrapper(*args, principal: Principal, **kwargs):
             if kwargs.get(field_name):

@@ -2,39 +2,22 @@
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
 
 from django.contrib import messages
 from django.db.models import Prefetch
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from memory_admin.errors import DomainError, NotFound
+from memory_admin.inputs import form_number
 from memory_admin.models import PII_ACTIONS, PII_KINDS, Agent, ApiKey, ExtractionBatch
 from memory_admin.selectors.access import ADMIN, CURATE, get_visible, visible
-from memory_admin.services.settings import tenant_settings
-from memory_admin.services.tenant_admin import (
-    EDITABLE,
-    dashboard_key_create,
-    dashboard_key_revoke,
-    tenant_settings_update,
-)
+from memory_admin.services.extraction import batch_retry
+from memory_admin.services.settings import LIMITS, tenant_settings, tenant_settings_update
+from memory_admin.services.tenant_admin import dashboard_key_create, dashboard_key_revoke
 from memory_admin.views.base import paginate, tenant_view
-
-# Where the extraction engineer's `batch_retry` may live; the retry button appears once it exists.
-_RETRY_MODULES = ("memory_admin.services.extraction", "extraction.pipeline")
-
-
-def batch_retry_fn():
-    for name in _RETRY_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ImportError:
-            continue
-        if hasattr(module, "batch_retry"):
-            return module.batch_retry
-    return None
 
 
 @tenant_view(staff_only=True)
@@ -46,7 +29,7 @@ def batches(request: HttpRequest) -> HttpResponse:
     qs = qs.select_related("memory_user", "thread").order_by("-created_at", "-pk")
     return render(request, "dashboard/batches.html", {
         "page": paginate(request, qs), "status": status, "statuses": ExtractionBatch.Status.values,
-        "can_retry": batch_retry_fn() is not None and request.principal.can(CURATE),
+        "can_retry": request.principal.can(CURATE),
     })
 
 
@@ -54,11 +37,8 @@ def batches(request: HttpRequest) -> HttpResponse:
 @tenant_view(ability=CURATE)
 def batch_retry_view(request: HttpRequest, batch_id: int) -> HttpResponse:
     batch = get_visible(request.principal, ExtractionBatch.objects.all(), pk=batch_id)
-    retry = batch_retry_fn()
-    if retry is None:
-        raise Http404("Retry is not available in this installation.")
     try:
-        retry(principal=request.principal, batch_id=batch.pk)
+        batch_retry(request.principal, batch.pk)
         messages.success(request, f"Batch {batch.pk} queued for another attempt.")
     except DomainError as exc:
         messages.error(request, exc.detail)
@@ -114,28 +94,6 @@ def key_revoke(request: HttpRequest, key_id: int) -> HttpResponse:
     return redirect("keys", request.tenant.slug)
 
 
-# What each setting means, in words and units, shown beside its field (ranges come from EDITABLE).
-SETTING_HELP = {
-    "confidence_threshold": ("Minimum confidence", "score 0–1",
-                             "Writes claiming less confidence than this are refused (rejected: low confidence)."),
-    "dedup_similarity": ("Duplicate similarity", "cosine 0–1",
-                         "A new fact at least this similar to an existing one is merged into it instead of stored."),
-    "contradiction_similarity": ("Contradiction similarity", "cosine 0–1",
-                                 "Facts this similar but saying different things are checked for a contradiction."),
-    "auto_resolve_gap": ("Auto-resolve gap", "confidence points 0–1",
-                         "A contradiction resolves itself when one side is this much more confident; "
-                         "below, it goes to the review queue."),
-    "fact_cap": ("Fact cap per user", "facts",
-                 "Above this many active facts, the least useful unpinned ones are evicted."),
-    "debounce_seconds": ("Extraction delay", "seconds",
-                         "How long a conversation must be quiet before its new messages are extracted."),
-    "min_message_chars": ("Shortest message extracted", "characters",
-                          "Shorter messages (greetings, \"ok\") are logged but not sent to extraction."),
-    "episode_idle_minutes": ("Episode break", "minutes",
-                             "A pause this long in a conversation starts a new episode."),
-}
-
-
 @tenant_view(staff_only=True)
 def settings_page(request: HttpRequest) -> HttpResponse:
     error = None
@@ -143,22 +101,27 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         if not request.principal.can(ADMIN):
             return render(request, "dashboard/error.html", {"title": "Not allowed",
                                                             "detail": "Only admins change settings."}, status=403)
-        values = {name: request.POST.get(name) for name in EDITABLE if request.POST.get(name) not in (None, "")}
-        values["pii_policy"] = {kind: request.POST.get(f"pii_{kind}", "block") for kind in PII_KINDS}
-        values["extraction_enabled"] = request.POST.get("extraction_enabled") == "on"
         try:
-            tenant_settings_update(principal=request.principal, values=values)
+            tenant_settings_update(principal=request.principal, changes=_settings_form(request.POST))
             messages.success(request, "Settings saved.")
             return redirect("settings", request.tenant.slug)
         except DomainError as exc:
             error = exc.detail
     obj = tenant_settings(request.principal.tenant_id)
-    fields = [{"name": name, "value": getattr(obj, name), "step": "0.01" if cast is float else "1",
-               "min": low, "max": high,
-               "label": SETTING_HELP.get(name, (name.replace("_", " ").capitalize(), "", ""))[0],
-               "unit": SETTING_HELP.get(name, ("", "", ""))[1], "help": SETTING_HELP.get(name, ("", "", ""))[2]}
-              for name, (cast, low, high) in EDITABLE.items()]
+    fields = [{"limit": limit, "value": getattr(obj, name), "step": "1" if limit.type is int else "0.01"}
+              for name, limit in LIMITS.items()]
     return render(request, "dashboard/settings.html", {
         "obj": obj, "fields": fields, "error": error, "pii_kinds": PII_KINDS, "pii_actions": PII_ACTIONS,
         "can_edit": request.principal.can(ADMIN),
     }, status=422 if error else 200)
+
+
+def _settings_form(post: QueryDict) -> dict[str, Any]:
+    """The settings form as typed values (a blank number field leaves that setting as it is)."""
+    changes: dict[str, Any] = {
+        name: form_number(post[name], field=name, whole=limit.type is int)
+        for name, limit in LIMITS.items() if post.get(name, "").strip()
+    }
+    changes["pii_policy"] = {kind: post.get(f"pii_{kind}", "block") for kind in PII_KINDS}
+    changes["extraction_enabled"] = post.get("extraction_enabled") == "on"
+    return changes

@@ -10,8 +10,8 @@ from memory_admin.errors import DomainError
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import visible
-from memory_admin.views.base import paginate_ids, tenant_view
-from memory_admin.views.users import _context_block
+from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
+from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate_ids, tenant_view
 
 
 @tenant_view(staff_only=True)
@@ -40,31 +40,21 @@ def search(request: HttpRequest) -> HttpResponse:
     })
 
 
-BUDGET_MIN, BUDGET_MAX = 50, 32000
-
-
-def _budget(raw: str, default: int) -> int:
-    try:
-        return max(BUDGET_MIN, min(BUDGET_MAX, int(raw)))
-    except (TypeError, ValueError):
-        return default
-
-
 @tenant_view(staff_only=True)
 def playground(request: HttpRequest) -> HttpResponse:
     """The context block for a task and a user at two budgets, side by side: a token bar per section,
     what was dropped and why (the same `context_block` the API serves; reads are not counted)."""
     user_ref = request.GET.get("user", "").strip()
     task = request.GET.get("task", "").strip()[:2000]
-    budgets = (_budget(request.GET.get("budget_a"), 500), _budget(request.GET.get("budget_b"), 2000))
-    block_fn = _context_block()
+    budgets = (context_budget(request.GET.get("budget_a"), 500), context_budget(request.GET.get("budget_b"), 2000))
     users = visible(request.principal, MemoryUser.objects.filter(erased_at__isnull=True))
     memory_user = users.filter(external_id=user_ref).first() if user_ref else None
     columns, error = [], None
-    if block_fn is not None and memory_user is not None and "budget_a" in request.GET:
+    if memory_user is not None and "budget_a" in request.GET:
         try:
             for budget in budgets:
-                block = block_fn(principal=request.principal, memory_user=memory_user, task=task, budget_tokens=budget)
+                block = context_block(principal=request.principal, memory_user=memory_user, task=task,
+                                      budget_tokens=budget)
                 columns.append(sel.context_layout(request.principal, block, budget))
         except DomainError as exc:
             error = exc.detail
@@ -72,7 +62,7 @@ def playground(request: HttpRequest) -> HttpResponse:
         error = f"No memory user “{user_ref}” in this tenant."
     return render(request, "dashboard/playground.html", {
         "user_ref": user_ref, "task": task, "budgets": budgets, "columns": columns, "error": error,
-        "available": block_fn is not None, "memory_user": memory_user,
+        "memory_user": memory_user,
         "user_choices": list(users.order_by("external_id").values_list("external_id", flat=True)[:200]),
-        "budget_min": BUDGET_MIN, "budget_max": BUDGET_MAX,
+        "budget_min": CONTEXT_BUDGET_MIN, "budget_max": MAX_BUDGET_TOKENS,
     })

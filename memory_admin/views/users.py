@@ -16,7 +16,8 @@ from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import Episode, Fact, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
-from memory_admin.views.base import paginate, tenant_view
+from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
+from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate, tenant_view
 from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post
 
 # Tabs of a user's page; members see only the first two (their own notebook and facts).
@@ -114,34 +115,21 @@ def user_episodes(request: HttpRequest, user_id: int) -> HttpResponse:
     return render(request, "dashboard/user_episodes.html", ctx)
 
 
-def _context_block():
-    """The retrieval engineer's `context_block`; None until that module exists."""
-    try:
-        from memory_admin.services.context import context_block
-    except ImportError:
-        return None
-    return context_block
-
-
 @tenant_view(staff_only=True)
 def user_context(request: HttpRequest, user_id: int) -> HttpResponse:
     ctx = _user_context(request, user_id, "context")
     task = request.GET.get("task", "")
-    try:
-        budget = max(50, min(32000, int(request.GET.get("budget", "2000"))))
-    except ValueError:
-        budget = 2000
-    block_fn = _context_block()
+    budget = context_budget(request.GET.get("budget"), 2000)
     block = None
     error = None
-    if block_fn is not None and "budget" in request.GET:
+    if "budget" in request.GET:
         try:
-            block = block_fn(principal=request.principal, memory_user=ctx["memory_user"], task=task,
-                             budget_tokens=budget)
+            block = context_block(principal=request.principal, memory_user=ctx["memory_user"], task=task,
+                                  budget_tokens=budget)
         except DomainError as exc:
             error = exc.detail
-    ctx.update({"task": task, "budget": budget, "available": block_fn is not None, "context_block": block,
-                "error": error})
+    ctx.update({"task": task, "budget": budget, "context_block": block, "error": error,
+                "budget_min": CONTEXT_BUDGET_MIN, "budget_max": MAX_BUDGET_TOKENS})
     return render(request, "dashboard/user_context.html", ctx)
 
 

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from memory_admin.models import Fact, Membership
 from memory_admin.selectors.access import Principal
-from memory_admin.selectors.staff import principal_for_staff
+from memory_admin.selectors.staff import memberships_of, principal_from_membership
 
 
 def test_signed_out_visitors_are_sent_to_sign_in(client, tenant):
@@ -34,9 +34,11 @@ def test_a_wrong_password_is_refused(client, tenant, make_staff):
 
 
 def test_principal_for_staff_carries_role_and_member_user(tenant, make_staff, memory_user):
+    # What tenant_view does for every page: the account's membership of this tenant, as a Principal.
     member = make_staff(tenant, "member", memory_user, username="mia")
     user = Membership.objects.get(user__username=member.username).user
-    principal = principal_for_staff(user, tenant)
+    membership, = (m for m in memberships_of(user) if m.tenant.slug == tenant.slug)
+    principal = principal_from_membership(membership, user.get_username())
     assert principal == Principal(tenant_id=tenant.pk, role="member", actor="staff:mia", actor_type="staff",
                                   member_user_id=memory_user.pk)
 

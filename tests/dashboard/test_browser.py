@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook
+from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, TenantSettings
 from memory_admin.services.facts import content_hash
 from memory_admin.services.staff import staff_create
 from memory_admin.services.tenants import tenant_create
@@ -208,4 +208,24 @@ def test_screenshots_of_the_main_pages(browser, demo):
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(demo["url"] + "/t/acme/review/")
     shot(page, "review-mobile")
+    page.context.close()
+
+
+def test_the_settings_page_shows_and_keeps_the_agreed_limits(browser, demo):
+    """The form's ranges come from the one table of limits: the browser refuses one past the top (the
+    server refuses it too, see test_settings_limits), the top itself is saved."""
+    page = sign_in(browser, demo, "ada")
+    page.goto(demo["url"] + "/t/acme/settings/")
+    field = page.locator("#set-min_message_chars")
+    assert field.get_attribute("max") == "65536"
+    assert "Allowed: 0 to 65536." in page.inner_text("#help-min_message_chars")
+    assert "Allowed: 1 to 10080." in page.inner_text("#help-episode_idle_minutes")
+    field.fill("65537")
+    assert field.evaluate("el => el.validity.rangeOverflow")
+    field.fill("65536")
+    page.fill("#set-episode_idle_minutes", "10080")
+    page.click("button:has-text('Save settings')")
+    page.wait_for_selector("text=Settings saved.")
+    saved = TenantSettings.objects.get(tenant=demo["tenant"])
+    assert (saved.min_message_chars, saved.episode_idle_minutes) == (65536, 10080)
     page.context.close()
