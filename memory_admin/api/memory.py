@@ -1,4 +1,4 @@
-"""Notebooks, skills, export and erase."""
+"""Notebooks, skills, export, import and erase."""
 
 from __future__ import annotations
 
@@ -7,11 +7,22 @@ from datetime import datetime
 from ninja import Router, Schema
 
 from memory_admin.api import api
-from memory_admin.api.schemas import NotebookIn, NotebookOut, SkillIn, SkillOut, SkillSummary, UserId, text
+from memory_admin.api.schemas import (
+    ExportIn,
+    ImportOut,
+    NotebookIn,
+    NotebookOut,
+    SkillIn,
+    SkillOut,
+    SkillSummary,
+    UserId,
+    text,
+)
 from memory_admin.models import Notebook, Skill
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
 from memory_admin.services.guard import refuse_instructions
+from memory_admin.services.imports import check_import, user_import
 from memory_admin.services.notebook import check_notebook_size, notebook_save
 from memory_admin.services.skills import check_skill_path, check_skill_size, skill_save
 from memory_admin.services.users import user_erase, user_export
@@ -109,6 +120,17 @@ def put_skill(request, path: SkillPath, payload: SkillIn):
 def export_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return user_export(principal=request.principal, memory_user=user)
+
+
+@router.post("/users/{user_id}/import", response=ImportOut)
+def import_user(request, user_id: UserId, payload: ExportIn):
+    """Replay an export (`GET /users/{id}/export`, from this install or another) into this user through
+    the write path: secrets blocked, dedup, the notebook wins, history kept. Idempotent: items already
+    imported are skipped. Needs write access to the user, like any write."""
+    data = payload.model_dump()
+    check_import(data)  # before the first write creates the user: a refused export writes nothing
+    user = memory_user_for(request.principal, user_id, create=True)
+    return user_import(principal=request.principal, memory_user=user, data=data).as_dict()
 
 
 @router.delete("/users/{user_id}")

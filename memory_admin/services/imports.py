@@ -1,0 +1,379 @@
+"""Import of an export (`GET /users/{id}/export`) into a memory user, through the write path.
+
+The export is replayed, not copied: every fact goes through `fact_write` (or `fact_correct` for a
+correction of a fact this import wrote), notebook revisions through `notebook_save`, skill revisions
+through `skill_save`, messages through `message_post`. So secrets are still blocked, the poisoning
+guard, the confidence gate, dedup and the cap apply, and every write is audited as this principal's.
+Facts and notebook revisions are replayed in the order they were created, so a correction chain, a
+key's versions and a fact the notebook overruled come out as they went in.
+
+History the write path cannot re-decide is restored after the replay, only in the direction of
+serving less: a fact the export has as superseded (by a fact or notebook revision this import wrote),
+stale, evicted or quarantined gets that status here, with an audit event. A fact the write path now
+refuses or holds back (a secret, the tenant's threshold, the guard) stays refused: the report lists
+it under `refused` or `diverged`. When-it-became-true times (valid_from, valid_to) and expiries are
+kept from the export; ids and created/updated times are this install's own.
+
+Idempotent: each replayed item is recorded (`ImportedItem`, by exported id or a digest, never text)
+and an item found there is skipped, so importing the same export twice writes nothing the second
+time, and an export that grew since imports only what is new. Imported messages are history: they
+are stored as not to be extracted (their facts come with the export). The whole import is one
+transaction: a failure midway leaves nothing behind. Checks that need no database (sizes, counts,
+ids) run first, so bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from memory_admin.embeddings import embed
+from memory_admin.errors import Blocked, Conflict, Invalid, TooLarge
+from memory_admin.models import Episode, Fact, ImportedItem, MemoryUser, Message, NotebookRevision, Thread
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
+from memory_admin.services.facts import (
+    _close_contradictions_of,
+    _supersede,
+    check_fact_size,
+    fact_correct,
+    fact_forget,
+    fact_write,
+)
+from memory_admin.services.guard import injection_reason
+from memory_admin.services.notebook import check_notebook_size, notebook_for, notebook_save
+from memory_admin.services.pii import find as find_pii
+from memory_admin.services.screening import screen_text
+from memory_admin.services.skills import check_skill_path, check_skill_size, skill_save
+
+# Outcomes after which the import's fact is a row of its own (not an existing fact it was folded into).
+NEW_ROW = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
+                     "overruled", "capped", "corrected"})
+# Statuses the import restores from the export: each serves less than `active`.
+RESTORABLE = frozenset({Fact.Status.SUPERSEDED, Fact.Status.STALE, Fact.Status.QUARANTINED, Fact.Status.EVICTED})
+
+
+@dataclass
+class ImportReport:
+    user_id: str
+    imported: Counter = field(default_factory=Counter)
+    already_imported: Counter = field(default_factory=Counter)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    fact_outcomes: Counter = field(default_factory=Counter)
+    diverged: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"user_id": self.user_id, "imported": dict(self.imported),
+                "already_imported": dict(self.already_imported), "refused": self.refused,
+                "fact_outcomes": dict(self.fact_outcomes), "diverged": self.diverged}
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:40]
+
+
+def _count_items(data: dict[str, Any]) -> int:
+    return (len(data["facts"]) + len(data["messages"]) + len(data["episodes"])
+            + len(data["notebook"]["revisions"])
+            + sum(1 + len(s["revisions"]) for s in data["skills"]))
+
+
+def check_import(data: dict[str, Any]) -> None:
+    """Refuse, before anything is written, an export this install would not take whole: too many
+    items, an item over its size limit, a fact id twice, an unusable skill path."""
+    items = _count_items(data)
+    if items > settings.IMPORT_MAX_ITEMS:
+        raise TooLarge(f"An import may hold at most {settings.IMPORT_MAX_ITEMS} items; this one has {items}. "
+                       "Nothing was imported.", code="too_many_items", limit=settings.IMPORT_MAX_ITEMS)
+    ids = [str(f["id"]) for f in data["facts"]]
+    if len(set(ids)) != len(ids):
+        raise Invalid("Each fact id may appear once in an export.", field="facts.id")
+    for fact in data["facts"]:
+        check_fact_size(fact["content"], fact["metadata"])
+    for revision in data["notebook"]["revisions"]:
+        check_notebook_size(revision["content"])
+    for skill in data["skills"]:
+        check_skill_path(skill["path"])
+        for revision in _skill_revisions(skill):
+            check_skill_size(revision["content"])
+    if data["messages"]:
+        check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in data["messages"]])
+
+
+def _skill_revisions(skill: dict[str, Any]) -> list[dict[str, Any]]:
+    """A skill's revisions, oldest first; an export without them carries the current text only."""
+    revisions = sorted(skill["revisions"], key=lambda r: r["version"])
+    return revisions or [{"version": skill["version"], "content": skill["content"]}]
+
+
+class _Replay:
+    """One import: what was done before (ImportedItem rows), the id map, the report."""
+
+    def __init__(self, principal: Principal, memory_user: MemoryUser, data: dict[str, Any]) -> None:
+        self.principal, self.user, self.data = principal, memory_user, data
+        self.report = ImportReport(user_id=memory_user.external_id)
+        self.done = dict(ImportedItem.objects.filter(memory_user=memory_user).values_list("source", "target"))
+        self.fact_ids = {source[5:]: target for source, target in self.done.items()
+                         if source.startswith("fact:") and target}
+        self.notebook_versions = {int(source[9:]): int(target) for source, target in self.done.items()
+                                  if source.startswith("notebook:") and target}
+        self.written: list[tuple[dict[str, Any], str]] = []  # facts written as rows of their own, this run
+        self.vectors: dict[str, list[float]] = {}
+        self.exported = {str(f["id"]): f for f in data["facts"]}
+
+    def seen(self, kind: str, source: str) -> bool:
+        if source in self.done:
+            self.report.already_imported[kind] += 1
+            return True
+        return False
+
+    def record(self, kind: str, source: str, target: str) -> None:
+        ImportedItem.objects.create(memory_user=self.user, source=source, target=target)
+        self.done[source] = target
+        if target:
+            self.report.imported[kind] += 1
+
+    def refuse(self, kind: str, index: int, source: str, exc: Blocked | Invalid) -> None:
+        self.report.refused.append({"kind": kind, "index": index, "code": exc.code,
+                                    **({"block_id": exc.extra["block_id"]} if "block_id" in exc.extra else {})})
+        self.record(kind, source, "")
+
+
+# --- facts and notebook revisions, in the order they were created -------------------------------
+
+
+def _embed_facts(replay: _Replay) -> None:
+    """One embedding call for the facts to write (not those with PII: the write path may redact them,
+    and their vector must be of the stored text)."""
+    todo = [f for f in replay.data["facts"] if f"fact:{f['id']}" not in replay.done and not find_pii(f["content"])]
+    if todo:
+        replay.vectors = dict(zip((str(f["id"]) for f in todo), embed([f["content"] for f in todo]), strict=True))
+
+
+def _write_fact(replay: _Replay, item: dict[str, Any]) -> tuple[Fact | None, str]:
+    predecessor = replay.fact_ids.get(str(item["supersedes"])) if item["supersedes"] else None
+    if item["source"] == Fact.Source.USER_CORRECTION and predecessor:
+        reason = replay.exported.get(str(item["supersedes"]), {}).get("status_reason", "")
+        try:
+            fact = fact_correct(principal=replay.principal, fact_id=predecessor, content=item["content"],
+                                confidence=item["confidence"], category=item["category"], reason=reason)
+            return fact, "corrected"
+        except Conflict:
+            pass  # the predecessor was superseded here by something else: written as a fact of its own
+    result = fact_write(
+        principal=replay.principal, memory_user=replay.user, content=item["content"], key=item["key"],
+        category=item["category"], kind=item["kind"], confidence=item["confidence"], source=item["source"],
+        observed_at=item["valid_from"], pinned=item["pinned"], importance=item["importance"],
+        metadata=item["metadata"] or None, task_ref=item["task_id"] or "", route="import",
+        embedding=replay.vectors.get(str(item["id"])),
+    )
+    return result.fact, result.outcome
+
+
+def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
+    source = f"fact:{item['id']}"
+    if replay.seen("facts", source):
+        return
+    try:
+        fact, outcome = _write_fact(replay, item)
+    except (Blocked, Invalid) as exc:
+        replay.refuse("facts", index, source, exc)
+        replay.report.fact_outcomes[exc.code] += 1
+        return
+    replay.report.fact_outcomes[outcome] += 1
+    replay.record("facts", source, str(fact.pk) if fact else "")
+    if fact is None:
+        return
+    replay.fact_ids[str(item["id"])] = str(fact.pk)
+    if outcome in NEW_ROW:
+        replay.written.append((item, str(fact.pk)))
+        if item["status"] == Fact.Status.EVICTED and fact.status != Fact.Status.EVICTED:
+            # At once: while active it would take part in the dedup of the facts that follow.
+            fact_forget(principal=replay.principal, fact_id=fact.pk,
+                        reason=item["status_reason"] or "evicted before the export")
+
+
+def _replay_revision(replay: _Replay, index: int, revision: dict[str, Any]) -> None:
+    source = f"notebook:{revision['version']}"
+    if replay.seen("notebook_revisions", source):
+        return
+    notebook = notebook_for(replay.principal.tenant_id, replay.user)
+    try:
+        saved = notebook_save(principal=replay.principal, memory_user=replay.user, content=revision["content"],
+                              base_version=notebook.version if notebook else 0, note=revision["note"])
+    except (Blocked, Invalid) as exc:
+        replay.refuse("notebook_revisions", index, source, exc)
+        return
+    replay.notebook_versions[revision["version"]] = saved.version
+    replay.record("notebook_revisions", source, str(saved.version))
+
+
+def _replay_timeline(replay: _Replay) -> None:
+    events = [(f["created_at"], 1, i, f) for i, f in enumerate(replay.data["facts"])]
+    events += [(r["created_at"], 0, i, r) for i, r in enumerate(replay.data["notebook"]["revisions"])]
+    for _, kind, index, item in sorted(events, key=lambda e: e[:3]):
+        if kind == 0:
+            _replay_revision(replay, index, item)
+        else:
+            _replay_fact(replay, index, item)
+
+
+# --- history the write path does not re-decide ----------------------------------------------------
+
+
+def _restore_times(fact_id: str, item: dict[str, Any]) -> None:
+    Fact.objects.filter(pk=fact_id).update(
+        valid_from=item["valid_from"], valid_to=item["valid_to"], soft_expires_at=item["soft_expires_at"],
+        hard_expires_at=item["hard_expires_at"])
+
+
+def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bool:
+    reason = item["status_reason"] or "superseded before the export"
+    successor = replay.fact_ids.get(str(item["superseded_by"])) if item["superseded_by"] else None
+    if successor and successor != str(fact.pk):
+        _supersede(fact, by=Fact(pk=successor), reason=reason)
+    else:
+        version = replay.notebook_versions.get(item["superseded_by_notebook_version"] or -1)
+        revision = NotebookRevision.objects.filter(notebook__memory_user=replay.user, version=version).first()
+        if revision is None:
+            return False
+        Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
+                                               status_reason=reason[:300], contested=False,
+                                               updated_at=timezone.now())
+    _close_contradictions_of(replay.principal, fact, note="settled by an import")
+    return True
+
+
+def _restore_status(replay: _Replay, item: dict[str, Any], fact_id: str) -> None:
+    fact = Fact.objects.get(pk=fact_id)
+    want = item["status"]
+    if fact.status == want:
+        return
+    before = fact_snapshot(fact)
+    restored = False
+    if want in RESTORABLE and fact.status == Fact.Status.ACTIVE:
+        if want == Fact.Status.SUPERSEDED:
+            restored = _restore_superseded(replay, fact, item)
+        else:
+            Fact.objects.filter(pk=fact.pk).update(status=want, status_reason=item["status_reason"][:300],
+                                                   updated_at=timezone.now())
+            restored = True
+    if not restored:
+        replay.report.diverged.append({"id": str(item["id"]), "fact_id": fact_id, "exported_status": want,
+                                       "status": fact.status})
+        return
+    fact.refresh_from_db()
+    audit(replay.principal, "fact.import_status", outcome=want, target=fact, before=before,
+          after=fact_snapshot(fact), reason="status as in the imported export")
+
+
+def _restore_history(replay: _Replay) -> None:
+    for item, fact_id in replay.written:
+        _restore_times(fact_id, item)
+    for item, fact_id in replay.written:
+        _restore_status(replay, item, fact_id)
+
+
+# --- skills, messages, episodes ---------------------------------------------------------------------
+
+
+def _replay_skills(replay: _Replay) -> None:
+    for index, skill in enumerate(replay.data["skills"]):
+        path = check_skill_path(skill["path"])
+        for revision in _skill_revisions(skill):
+            source = f"skill:{_digest(path, revision['version'])}"
+            if replay.seen("skill_revisions", source):
+                continue
+            current = (replay.user.skills.filter(path=path).values_list("version", flat=True).first() or 0)
+            try:
+                saved = skill_save(principal=replay.principal, path=path, content=revision["content"],
+                                   base_version=current, memory_user=replay.user)
+            except (Blocked, Invalid) as exc:
+                replay.refuse("skill_revisions", index, source, exc)
+                continue
+            replay.record("skill_revisions", source, str(saved.version))
+
+
+def _message_sources(messages: list[dict[str, Any]]) -> list[str]:
+    """A message's identity: a digest of its thread, role, time and text, and which repeat it is."""
+    seen: Counter = Counter()
+    sources = []
+    for m in messages:
+        key = _digest(m["thread_id"], m["role"], m["created_at"].isoformat(), m["content"])
+        seen[key] += 1
+        sources.append(f"message:{_digest(key, seen[key])}")
+    return sources
+
+
+def _replay_messages(replay: _Replay) -> None:
+    todo = [(m, s) for m, s in zip(replay.data["messages"], _message_sources(replay.data["messages"]), strict=True)
+            if not replay.seen("messages", s)]
+    runs: list[list[tuple[dict[str, Any], str]]] = []
+    for message, source in todo:  # consecutive messages of one thread: one post
+        if runs and runs[-1][0][0]["thread_id"] == message["thread_id"] and len(runs[-1]) < MAX_MESSAGES_PER_REQUEST:
+            runs[-1].append((message, source))
+        else:
+            runs.append([(message, source)])
+    for run in runs:
+        posted = message_post(principal=replay.principal, memory_user=replay.user, thread_id=run[0][0]["thread_id"],
+                              messages=[MessageIn(m["role"], m["content"], m["created_at"]) for m, _ in run])
+        Message.objects.filter(pk__in=[m.pk for m in posted.messages]).update(
+            status=Message.Status.SKIPPED, skip_reason="imported")
+        if not posted.thread.messages.filter(status=Message.Status.PENDING).exists():
+            Thread.objects.filter(pk=posted.thread.pk).update(extract_due_at=None)
+        for (_, source), message in zip(run, posted.messages, strict=True):
+            replay.record("messages", source, str(message.pk))
+
+
+def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:
+    source = f"episode:{item['id']}"
+    if replay.seen("episodes", source):
+        return
+    try:
+        summary = screen_text(replay.principal, item["summary"], route="episode",
+                              memory_user_id=replay.user.pk).content
+        if injection_reason(summary, tenant_id=replay.principal.tenant_id):
+            raise Invalid("The episode summary reads as instructions to a model.", code="instruction_like")
+    except (Blocked, Invalid) as exc:
+        replay.refuse("episodes", index, source, exc)
+        return
+    thread = (replay.user.threads.filter(external_id=item["thread_id"]).first() if item["thread_id"] else None)
+    episode = Episode.objects.create(
+        tenant_id=replay.principal.tenant_id, memory_user=replay.user, thread=thread,
+        started_at=item["started_at"], ended_at=max(item["ended_at"], item["started_at"]), summary=summary,
+        outcome=item["outcome"], summarizer="import")
+    fact_ids = [replay.fact_ids[str(i)] for i in item["fact_ids"] if str(i) in replay.fact_ids]
+    episode.facts.set(Fact.objects.filter(pk__in=fact_ids, memory_user=replay.user))
+    audit(replay.principal, "episode.import", outcome="created", target=episode, memory_user_id=replay.user.pk)
+    replay.record("episodes", source, str(episode.pk))
+
+
+def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any]) -> ImportReport:
+    """Replay an export (validated by the API's `ExportIn`, as a dict) into `memory_user`; see the
+    module docstring. Raises TooLarge/Invalid for an export refused whole (nothing written)."""
+    principal.require(WRITE_MEMORY)
+    check_import(data)
+    with transaction.atomic():
+        # One import of a user at a time: the second waits, then finds the first's items done.
+        MemoryUser.objects.select_for_update().filter(pk=memory_user.pk).first()
+        replay = _Replay(principal, memory_user, data)
+        _embed_facts(replay)
+        _replay_timeline(replay)
+        _restore_history(replay)
+        _replay_skills(replay)
+        _replay_messages(replay)
+        for index, item in enumerate(data["episodes"]):
+            _replay_episode(replay, index, item)
+        report = replay.report
+        audit(principal, "user.import", outcome="imported", target=memory_user, memory_user_id=memory_user.pk,
+              after={"imported": dict(report.imported), "already_imported": dict(report.already_imported),
+                     "refused": len(report.refused), "diverged": len(report.diverged)})
+    return report
+
