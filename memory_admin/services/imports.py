@@ -25,6 +25,7 @@ ids) run first, so bad input is refused before anything is written.
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,9 +93,11 @@ def check_import(data: dict[str, Any]) -> None:
     if items > settings.IMPORT_MAX_ITEMS:
         raise TooLarge(f"An import may hold at most {settings.IMPORT_MAX_ITEMS} items; this one has {items}. "
                        "Nothing was imported.", code="too_many_items", limit=settings.IMPORT_MAX_ITEMS)
-    ids = [str(f["id"]) for f in data["facts"]]
-    if len(set(ids)) != len(ids):
-        raise Invalid("Each fact id may appear once in an export.", field="facts.id")
+    ids = Counter(str(f["id"]) for f in data["facts"])
+    twice = [fact_id for fact_id, n in ids.items() if n > 1]
+    if twice:
+        raise Invalid(f"facts.id: {twice[0]} appears {ids[twice[0]]} times; each fact id may appear once in "
+                      "an export.", field="facts.id")
     for fact in data["facts"]:
         check_fact_size(fact["content"], fact["metadata"])
     for revision in data["notebook"]["revisions"]:
@@ -127,6 +130,7 @@ class _Replay:
         self.written: list[tuple[dict[str, Any], str]] = []  # facts written as rows of their own, this run
         self.vectors: dict[str, list[float]] = {}
         self.exported = {str(f["id"]): f for f in data["facts"]}
+        self.recorded: list[ImportedItem] = []  # inserted together at the end of the import
 
     def seen(self, kind: str, source: str) -> bool:
         if source in self.done:
@@ -135,7 +139,7 @@ class _Replay:
         return False
 
     def record(self, kind: str, source: str, target: str) -> None:
-        ImportedItem.objects.create(memory_user=self.user, source=source, target=target)
+        self.recorded.append(ImportedItem(memory_user=self.user, source=source, target=target))
         self.done[source] = target
         if target:
             self.report.imported[kind] += 1
@@ -228,10 +232,13 @@ def _replay_timeline(replay: _Replay) -> None:
 # --- history the write path does not re-decide ----------------------------------------------------
 
 
-def _restore_times(fact_id: str, item: dict[str, Any]) -> None:
-    Fact.objects.filter(pk=fact_id).update(
-        valid_from=item["valid_from"], valid_to=item["valid_to"], soft_expires_at=item["soft_expires_at"],
-        hard_expires_at=item["hard_expires_at"])
+TIMES = ("valid_from", "valid_to", "soft_expires_at", "hard_expires_at")
+
+
+def _restore_times(fact: Fact, item: dict[str, Any]) -> None:
+    """When the fact became true and when it expires, as exported (a correction starts `now` here)."""
+    if any(getattr(fact, name) != item[name] for name in TIMES):
+        Fact.objects.filter(pk=fact.pk).update(**{name: item[name] for name in TIMES})
 
 
 def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bool:
@@ -251,8 +258,7 @@ def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bo
     return True
 
 
-def _restore_status(replay: _Replay, item: dict[str, Any], fact_id: str) -> None:
-    fact = Fact.objects.get(pk=fact_id)
+def _restore_status(replay: _Replay, item: dict[str, Any], fact: Fact) -> None:
     want = item["status"]
     if fact.status == want:
         return
@@ -266,7 +272,7 @@ def _restore_status(replay: _Replay, item: dict[str, Any], fact_id: str) -> None
                                                    updated_at=timezone.now())
             restored = True
     if not restored:
-        replay.report.diverged.append({"id": str(item["id"]), "fact_id": fact_id, "exported_status": want,
+        replay.report.diverged.append({"id": str(item["id"]), "fact_id": str(fact.pk), "exported_status": want,
                                        "status": fact.status})
         return
     fact.refresh_from_db()
@@ -275,10 +281,11 @@ def _restore_status(replay: _Replay, item: dict[str, Any], fact_id: str) -> None
 
 
 def _restore_history(replay: _Replay) -> None:
+    facts = Fact.objects.defer("embedding", "embedding_next").in_bulk([fact_id for _, fact_id in replay.written])
     for item, fact_id in replay.written:
-        _restore_times(fact_id, item)
+        _restore_times(facts[uuid.UUID(fact_id)], item)
     for item, fact_id in replay.written:
-        _restore_status(replay, item, fact_id)
+        _restore_status(replay, item, facts[uuid.UUID(fact_id)])
 
 
 # --- skills, messages, episodes ---------------------------------------------------------------------
@@ -371,6 +378,7 @@ def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str
         _replay_messages(replay)
         for index, item in enumerate(data["episodes"]):
             _replay_episode(replay, index, item)
+        ImportedItem.objects.bulk_create(replay.recorded, batch_size=1000)
         report = replay.report
         audit(principal, "user.import", outcome="imported", target=memory_user, memory_user_id=memory_user.pk,
               after={"imported": dict(report.imported), "already_imported": dict(report.already_imported),

@@ -195,6 +195,10 @@ def test_importing_twice_writes_nothing_the_second_time(tenant, admin_api, dana_
     assert grown["imported"] == {"facts": 1}
     copy = MemoryUser.objects.get(tenant=tenant, external_id="dana-copy")
     assert Fact.objects.filter(memory_user=copy, content="Dana learns Rust this winter").count() == 1
+    # Erasing the user forgets what was imported into it: the same export imported again is new data.
+    ok(admin_api.delete("users/dana-copy"))
+    assert not ImportedItem.objects.filter(memory_user=copy).exists()
+    assert ok(admin_api.post(IMPORT.format(u="dana-copy"), export))["imported"]["facts"] == 15
 
 
 def test_a_user_moves_to_another_tenant_with_new_ids(tenant, other_tenant, admin_api, make_api, dana_history):
