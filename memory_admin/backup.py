@@ -336,15 +336,24 @@ def _other_sessions(admin: psycopg.Connection, name: str) -> int:
     return row[0]
 
 
+def _exists(admin: psycopg.Connection, name: str) -> bool:
+    return admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
+
+
 def swap_databases(db: Db, restored: Db, *, terminate: bool) -> str:
     """Put `restored` in the place of `db` (both renamed in one transaction); returns the name the
-    previous database is kept under. Refuses while other sessions use `db`, unless `terminate`."""
+    previous database is kept under ("" when there was none). Refuses while other sessions use `db`,
+    unless `terminate`."""
     keep_as = f"{db.name}_pre_restore_{_stamp()}"[:63]
+    current = sql.Identifier(db.name)
     with db.named("postgres").connect(autocommit=True) as admin:
-        if _other_sessions(admin, db.name) and not terminate:
-            raise BackupError(f"{_other_sessions(admin, db.name)} other session(s) use {db.name}: stop the web "
-                              "server, worker and beat (or pass --terminate). Nothing was changed.")
-        current = sql.Identifier(db.name)
+        if not _exists(admin, db.name):  # a new install: nothing to keep
+            admin.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(restored.name), current))
+            return ""
+        sessions = _other_sessions(admin, db.name)
+        if sessions and not terminate:
+            raise BackupError(f"{sessions} other session(s) use {db.name}: stop the web server, worker and beat "
+                              "(or pass --terminate). Nothing was changed.")
         admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(current))
         try:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
@@ -371,17 +380,20 @@ class Restored:
 def restore(path: Path, db: Db, *, terminate: bool = False) -> Restored:
     """Restore the backup at `path` in place of `db`. The secrets are the caller's to install
     (`install_backup_secrets`)."""
-    with opened_backup(path) as backup:
-        restored = restore_into_new_database(backup, db, f"{db.name}_restoring_{_stamp()}"[:63])
-        try:
-            missing = verify_restored(backup, restored)
-            if missing:
-                migrate_database(restored)
-            kept_as = swap_databases(db, restored, terminate=terminate)
-        except BaseException:
-            drop_database(db, restored.name)
-            raise
-        return Restored(kept_as, backup.manifest, backup.secrets, missing)
+    try:
+        with opened_backup(path) as backup:
+            restored = restore_into_new_database(backup, db, f"{db.name}_restoring_{_stamp()}"[:63])
+            try:
+                missing = verify_restored(backup, restored)
+                if missing:
+                    migrate_database(restored)
+                kept_as = swap_databases(db, restored, terminate=terminate)
+            except BaseException:
+                drop_database(db, restored.name)
+                raise
+            return Restored(kept_as, backup.manifest, backup.secrets, missing)
+    except psycopg.Error as exc:  # e.g. no right to create or rename databases
+        raise BackupError(f"the database server refused: {str(exc).strip()}. Nothing was changed.") from exc
 
 
 def install_backup_secrets(secrets: dict[str, str], data_dir: Path) -> list[str]:

@@ -33,6 +33,8 @@ from memory_admin.services.facts import fact_write
 from memory_admin.services.notebook import notebook_save
 from memory_admin.services.tenants import tenant_create
 
+pytestmark = pytest.mark.slow  # each test runs manage.py as processes (about 20 s each)
+
 ROOT = Path(__file__).resolve().parents[2]
 ORIGINAL = "Dana keeps the spare keys under the red flowerpot"
 
@@ -173,3 +175,29 @@ def test_restore_refuses_while_the_database_is_in_use_and_changes_nothing(scratc
     finally:
         busy.close()
     assert ORIGINAL in fact_contents(scratch)
+
+
+def test_an_older_backup_restored_on_a_new_install_is_migrated_before_it_is_swapped_in(scratch, tmp_path):
+    """A backup made before the newest migration, restored where no database exists yet: the restored copy
+    is brought up to this code's migrations, then takes the database's name."""
+    with scratch.connect() as conn:  # what the database looked like one migration ago
+        newest = conn.execute("SELECT name FROM django_migrations WHERE app = 'memory_admin' "
+                              "ORDER BY name DESC LIMIT 1").fetchone()[0]
+        assert newest == "0010_imported_item", "update this test to undo the newest migration"
+        conn.execute("DROP TABLE memory_admin_importeditem")
+        conn.execute("DELETE FROM django_migrations WHERE app = 'memory_admin' AND name = %s", [newest])
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    file = tmp_path / "older.backup"
+    assert manage(scratch, data_dir, "backup", "--no-secrets", str(file)).returncode == 0
+    with tarfile.open(file) as archive:
+        assert not [n for n in archive.getnames() if n.startswith("install/")]
+    fresh = scratch.named(f"{scratch.name}_fresh")
+    restored = manage(fresh, data_dir, "restore", str(file))
+    assert restored.returncode == 0, restored.stderr
+    assert "1 migrations applied" in restored.stdout and "kept as" not in restored.stdout
+    assert ORIGINAL in fact_contents(fresh)
+    with fresh.connect() as conn:
+        assert conn.execute("SELECT count(*) FROM django_migrations WHERE name = %s", [newest]).fetchone()[0] == 1
+        assert conn.execute("SELECT count(*) FROM memory_admin_importeditem").fetchone()[0] == 0
+    assert databases_like(scratch, f"{fresh.name}_") == []

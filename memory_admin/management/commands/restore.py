@@ -36,7 +36,8 @@ class Command(BaseCommand):
         rows = sum(result.manifest["row_counts"].values())
         self.stdout.write(f"restored {file} (made {result.manifest['created_at']}): {rows} rows verified"
                           + (f", {len(result.migrated)} migrations applied" if result.migrated else ""))
-        self.stdout.write(f"the previous database is kept as {result.kept_as}; drop it once satisfied.")
+        if result.kept_as:
+            self.stdout.write(f"the previous database is kept as {result.kept_as}; drop it once satisfied.")
         if written:
             self.stdout.write(f"install keys restored into {settings.DATA_DIR}: {', '.join(written)} "
                               "(previous files kept as *.pre-restore); restart the services.")
