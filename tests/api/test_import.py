@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -302,3 +303,39 @@ def test_the_command_imports_a_file_idempotently(tenant, admin_api, dana_history
     with pytest.raises(CommandError, match=re.escape("not an export")):
         call_command("import_memory", tenant.slug, "dana-3", str(bad))
     assert not MemoryUser.objects.filter(external_id="dana-3").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_planted_secret_in_an_export_reaches_the_database(api):
+    """Every kind of secret, in every part of an export (fact text, key, metadata, notebook, skill,
+    message, episode summary): a full pg_dump afterwards holds none of them."""
+    from tests.services.test_planted_secrets import NEEDLES, SECRETS, pg_dump_text
+
+    stamp = "2025-01-02T03:04:05Z"
+    facts, messages, revisions, skills, episodes = [], [], [], [], []
+    for i, (kind, secret) in enumerate(SECRETS.items()):
+        text = f"Remember this for Hana ({kind}): {secret} thanks"
+        base = {"confidence": 1.0, "source": "user_stated", "valid_from": stamp, "created_at": stamp}
+        facts += [{**base, "id": f"00000000-0000-4000-8000-{i:06d}000001", "content": text},
+                  {**base, "id": f"00000000-0000-4000-8000-{i:06d}000002", "content": f"Hana's note {i}",
+                   "metadata": {"note": text}}]
+        messages.append({"thread_id": "t1", "role": "user", "content": text, "created_at": stamp})
+        revisions.append({"version": i + 1, "content": f"# Hana\n- {text}", "created_at": stamp})
+        skills.append({"path": f"hana/s{i}.md", "content": text})
+        episodes.append({"id": f"00000000-0000-4000-9000-{i:012d}", "started_at": stamp, "ended_at": stamp,
+                         "summary": text})
+    facts.append({"id": "00000000-0000-4000-8000-999999999999", "content": "Hana keeps her notes in Obsidian",
+                  "confidence": 1.0, "source": "user_stated", "valid_from": stamp, "created_at": stamp})
+    export = {"format": "memory-admin/export-v1", "facts": facts, "messages": messages, "episodes": episodes,
+              "notebook": {"revisions": revisions}, "skills": skills}
+    response = api.post(IMPORT.format(u="hana"), export)
+    report = ok(response)
+    for needles in NEEDLES.values():
+        assert not any(n in response.content.decode() for n in needles)
+    refused = Counter(r["kind"] for r in report["refused"])
+    assert refused["facts"] >= len(SECRETS) and refused["skill_revisions"] == len(SECRETS), report["refused"]
+    dump = pg_dump_text()
+    assert "Hana keeps her notes in Obsidian" in dump
+    for kind, needles in NEEDLES.items():
+        for needle in needles:
+            assert needle not in dump, f"{kind} leaked into the database through an import"
