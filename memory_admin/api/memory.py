@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
 from ninja import Router, Schema
 
 from memory_admin.api import api
@@ -128,9 +129,10 @@ def import_user(request, user_id: UserId, payload: ExportIn):
     the write path: secrets blocked, dedup, the notebook wins, history kept. Idempotent: items already
     imported are skipped. Needs write access to the user, like any write."""
     data = payload.model_dump()
-    check_import(data)  # before the first write creates the user: a refused export writes nothing
+    limit = settings.IMPORT_MAX_ITEMS  # what one request replays well within the web server's timeout
+    check_import(data, max_items=limit)  # before the first write creates the user: a refused export writes nothing
     user = memory_user_for(request.principal, user_id, create=True)
-    return user_import(principal=request.principal, memory_user=user, data=data).as_dict()
+    return user_import(principal=request.principal, memory_user=user, data=data, max_items=limit).as_dict()
 
 
 @router.delete("/users/{user_id}")

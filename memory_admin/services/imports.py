@@ -30,7 +30,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -47,6 +46,7 @@ from memory_admin.services.facts import (
     fact_correct,
     fact_forget,
     fact_write,
+    fact_write_many,
 )
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.notebook import check_notebook_size, notebook_for, notebook_save
@@ -57,6 +57,8 @@ from memory_admin.services.skills import check_skill_path, check_skill_size, ski
 # Outcomes after which the import's fact is a row of its own (not an existing fact it was folded into).
 NEW_ROW = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
                      "overruled", "capped", "corrected"})
+# Facts written by one `fact_write_many` call at most (one lock and one embedding call each).
+RUN = 200
 # Statuses the import restores from the export: each serves less than `active`.
 RESTORABLE = frozenset({Fact.Status.SUPERSEDED, Fact.Status.STALE, Fact.Status.QUARANTINED, Fact.Status.EVICTED})
 
@@ -86,13 +88,14 @@ def _count_items(data: dict[str, Any]) -> int:
             + sum(1 + len(s["revisions"]) for s in data["skills"]))
 
 
-def check_import(data: dict[str, Any]) -> None:
-    """Refuse, before anything is written, an export this install would not take whole: too many
-    items, an item over its size limit, a fact id twice, an unusable skill path."""
+def check_import(data: dict[str, Any], *, max_items: int) -> None:
+    """Refuse, before anything is written, an export this install would not take whole: more than
+    `max_items` items, an item over its size limit, a fact id twice, an unusable skill path."""
     items = _count_items(data)
-    if items > settings.IMPORT_MAX_ITEMS:
-        raise TooLarge(f"An import may hold at most {settings.IMPORT_MAX_ITEMS} items; this one has {items}. "
-                       "Nothing was imported.", code="too_many_items", limit=settings.IMPORT_MAX_ITEMS)
+    if items > max_items:
+        raise TooLarge(f"An import may hold at most {max_items} items; this one has {items}. Nothing was "
+                       "imported (import larger exports with manage.py import_memory).", code="too_many_items",
+                       limit=max_items)
     ids = Counter(str(f["id"]) for f in data["facts"])
     twice = [fact_id for fact_id, n in ids.items() if n > 1]
     if twice:
@@ -161,9 +164,24 @@ def _embed_facts(replay: _Replay) -> None:
         replay.vectors = dict(zip((str(f["id"]) for f in todo), embed([f["content"] for f in todo]), strict=True))
 
 
+def _write_kwargs(replay: _Replay, item: dict[str, Any]) -> dict[str, Any]:
+    """`fact_write`'s arguments for an exported fact."""
+    return {"content": item["content"], "key": item["key"], "category": item["category"], "kind": item["kind"],
+            "confidence": item["confidence"], "source": item["source"], "observed_at": item["valid_from"],
+            "pinned": item["pinned"], "importance": item["importance"], "metadata": item["metadata"] or None,
+            "task_ref": item["task_id"] or "", "embedding": replay.vectors.get(str(item["id"]))}
+
+
+def _correction_of(replay: _Replay, item: dict[str, Any]) -> str | None:
+    """The fact (here) that an exported correction corrects, when this import wrote it."""
+    if item["source"] != Fact.Source.USER_CORRECTION or not item["supersedes"]:
+        return None
+    return replay.fact_ids.get(str(item["supersedes"]))
+
+
 def _write_fact(replay: _Replay, item: dict[str, Any]) -> tuple[Fact | None, str]:
-    predecessor = replay.fact_ids.get(str(item["supersedes"])) if item["supersedes"] else None
-    if item["source"] == Fact.Source.USER_CORRECTION and predecessor:
+    predecessor = _correction_of(replay, item)
+    if predecessor:
         reason = replay.exported.get(str(item["supersedes"]), {}).get("status_reason", "")
         try:
             fact = fact_correct(principal=replay.principal, fact_id=predecessor, content=item["content"],
@@ -171,28 +189,15 @@ def _write_fact(replay: _Replay, item: dict[str, Any]) -> tuple[Fact | None, str
             return fact, "corrected"
         except Conflict:
             pass  # the predecessor was superseded here by something else: written as a fact of its own
-    result = fact_write(
-        principal=replay.principal, memory_user=replay.user, content=item["content"], key=item["key"],
-        category=item["category"], kind=item["kind"], confidence=item["confidence"], source=item["source"],
-        observed_at=item["valid_from"], pinned=item["pinned"], importance=item["importance"],
-        metadata=item["metadata"] or None, task_ref=item["task_id"] or "", route="import",
-        embedding=replay.vectors.get(str(item["id"])),
-    )
+    result = fact_write(principal=replay.principal, memory_user=replay.user, route="import",
+                        **_write_kwargs(replay, item))
     return result.fact, result.outcome
 
 
-def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
-    source = f"fact:{item['id']}"
-    if replay.seen("facts", source):
-        return
-    try:
-        fact, outcome = _write_fact(replay, item)
-    except (Blocked, Invalid) as exc:
-        replay.refuse("facts", index, source, exc)
-        replay.report.fact_outcomes[exc.code] += 1
-        return
+def _stored(replay: _Replay, item: dict[str, Any], fact: Fact | None, outcome: str) -> None:
+    """Bookkeeping after the write path answered for an exported fact."""
     replay.report.fact_outcomes[outcome] += 1
-    replay.record("facts", source, str(fact.pk) if fact else "")
+    replay.record("facts", f"fact:{item['id']}", str(fact.pk) if fact else "")
     if fact is None:
         return
     replay.fact_ids[str(item["id"])] = str(fact.pk)
@@ -202,6 +207,31 @@ def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
             # At once: while active it would take part in the dedup of the facts that follow.
             fact_forget(principal=replay.principal, fact_id=fact.pk,
                         reason=item["status_reason"] or "evicted before the export")
+
+
+def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
+    try:
+        fact, outcome = _write_fact(replay, item)
+    except (Blocked, Invalid) as exc:
+        replay.refuse("facts", index, f"fact:{item['id']}", exc)
+        replay.report.fact_outcomes[exc.code] += 1
+        return
+    _stored(replay, item, fact, outcome)
+
+
+def _replay_run(replay: _Replay, run: list[tuple[int, dict[str, Any]]]) -> None:
+    """Consecutive plain facts through `fact_write_many`: one lock, one embedding call, the same
+    outcomes as one `fact_write` after the other."""
+    results = fact_write_many(principal=replay.principal, memory_user=replay.user, route="import",
+                              facts=[_write_kwargs(replay, item) for _, item in run])
+    for (index, item), result in zip(run, results, strict=True):
+        if result.outcome == "blocked":
+            replay.refuse("facts", index, f"fact:{item['id']}", Blocked("", block_id=result.block_id))
+            replay.report.fact_outcomes["blocked"] += 1
+        elif result.outcome == "error":  # not recorded: a later import tries it again
+            replay.report.refused.append({"kind": "facts", "index": index, "code": "error"})
+        else:
+            _stored(replay, item, result.fact, result.outcome)
 
 
 def _replay_revision(replay: _Replay, index: int, revision: dict[str, Any]) -> None:
@@ -219,14 +249,34 @@ def _replay_revision(replay: _Replay, index: int, revision: dict[str, Any]) -> N
     replay.record("notebook_revisions", source, str(saved.version))
 
 
+def _plain(replay: _Replay, item: dict[str, Any]) -> bool:
+    """A fact that can share a `fact_write_many` run: neither a correction of a fact of the export (its
+    predecessor may be in the run, not written yet) nor one to forget at once."""
+    correction = item["source"] == Fact.Source.USER_CORRECTION and str(item["supersedes"]) in replay.exported
+    return not correction and item["status"] != Fact.Status.EVICTED
+
+
 def _replay_timeline(replay: _Replay) -> None:
     events = [(f["created_at"], 1, i, f) for i, f in enumerate(replay.data["facts"])]
     events += [(r["created_at"], 0, i, r) for i, r in enumerate(replay.data["notebook"]["revisions"])]
+    run: list[tuple[int, dict[str, Any]]] = []
     for _, kind, index, item in sorted(events, key=lambda e: e[:3]):
+        if kind == 1 and replay.seen("facts", f"fact:{item['id']}"):
+            continue
+        if kind == 1 and _plain(replay, item) and len(run) < RUN:
+            run.append((index, item))
+            continue
+        if run:
+            _replay_run(replay, run)
+            run = []
         if kind == 0:
             _replay_revision(replay, index, item)
+        elif _plain(replay, item):
+            run.append((index, item))
         else:
             _replay_fact(replay, index, item)
+    if run:
+        _replay_run(replay, run)
 
 
 # --- history the write path does not re-decide ----------------------------------------------------
@@ -362,11 +412,12 @@ def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:
     replay.record("episodes", source, str(episode.pk))
 
 
-def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any]) -> ImportReport:
+def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any],
+                max_items: int) -> ImportReport:
     """Replay an export (validated by the API's `ExportIn`, as a dict) into `memory_user`; see the
     module docstring. Raises TooLarge/Invalid for an export refused whole (nothing written)."""
     principal.require(WRITE_MEMORY)
-    check_import(data)
+    check_import(data, max_items=max_items)
     with transaction.atomic():
         # One import of a user at a time: the second waits, then finds the first's items done.
         MemoryUser.objects.select_for_update().filter(pk=memory_user.pk).first()

@@ -2,7 +2,7 @@
 
 The same validation (`ExportIn`) and service (`services.imports.user_import`) as
 `POST /api/v1/users/{id}/import`, for exports larger than an API request may be
-(up to IMPORT_MAX_FILE_BYTES). The writes are audited as `system:import`.
+(up to IMPORT_MAX_FILE_BYTES and IMPORT_MAX_FILE_ITEMS). The writes are audited as `system:import`.
 """
 
 from __future__ import annotations
@@ -52,9 +52,10 @@ class Command(BaseCommand):
         data = _read_export(file)
         principal = Principal.system(owner.pk, actor="system:import")
         try:
-            check_import(data)
+            check_import(data, max_items=settings.IMPORT_MAX_FILE_ITEMS)
             memory_user = memory_user_for(principal, user, create=True)
-            report = user_import(principal=principal, memory_user=memory_user, data=data)
+            report = user_import(principal=principal, memory_user=memory_user, data=data,
+                                 max_items=settings.IMPORT_MAX_FILE_ITEMS)
         except DomainError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from exc
         self.stdout.write(json.dumps(report.as_dict(), indent=1))
