@@ -84,7 +84,7 @@ def _digest(*parts: Any) -> str:
 
 def _count_items(data: dict[str, Any]) -> int:
     return (len(data["facts"]) + len(data["messages"]) + len(data["episodes"])
-            + len(data["notebook"]["revisions"])
+            + len(_notebook_revisions(data))
             + sum(1 + len(s["revisions"]) for s in data["skills"]))
 
 
@@ -103,14 +103,27 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
                       "an export.", field="facts.id")
     for fact in data["facts"]:
         check_fact_size(fact["content"], fact["metadata"])
-    for revision in data["notebook"]["revisions"]:
+    for revision in _notebook_revisions(data):
         check_notebook_size(revision["content"])
-    for skill in data["skills"]:
-        check_skill_path(skill["path"])
+    for index, skill in enumerate(data["skills"]):
+        try:
+            check_skill_path(skill["path"])
+        except Invalid as exc:
+            raise Invalid(f"skills.{index}.path: {exc.detail}", field=f"skills.{index}.path") from exc
         for revision in _skill_revisions(skill):
             check_skill_size(revision["content"])
     if data["messages"]:
         check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in data["messages"]])
+
+
+def _notebook_revisions(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The notebook's revisions; an export that carries only the current text is one revision, made when
+    the export was (so it overrules, as the notebook does, the facts that disagree with it)."""
+    notebook = data["notebook"]
+    if notebook["revisions"] or not notebook["content"]:
+        return notebook["revisions"]
+    return [{"version": notebook["version"] or 1, "content": notebook["content"], "note": "",
+             "created_at": data["exported_at"] or timezone.now()}]
 
 
 def _skill_revisions(skill: dict[str, Any]) -> list[dict[str, Any]]:
@@ -205,8 +218,11 @@ def _stored(replay: _Replay, item: dict[str, Any], fact: Fact | None, outcome: s
         replay.written.append((item, str(fact.pk)))
         if item["status"] == Fact.Status.EVICTED and fact.status != Fact.Status.EVICTED:
             # At once: while active it would take part in the dedup of the facts that follow.
-            fact_forget(principal=replay.principal, fact_id=fact.pk,
-                        reason=item["status_reason"] or "evicted before the export")
+            try:
+                fact_forget(principal=replay.principal, fact_id=fact.pk,
+                            reason=item["status_reason"] or "evicted before the export")
+            except Blocked:  # the recorded reason itself held a secret: forgotten without it
+                fact_forget(principal=replay.principal, fact_id=fact.pk, reason="evicted before the export")
 
 
 def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
@@ -258,7 +274,7 @@ def _plain(replay: _Replay, item: dict[str, Any]) -> bool:
 
 def _replay_timeline(replay: _Replay) -> None:
     events = [(f["created_at"], 1, i, f) for i, f in enumerate(replay.data["facts"])]
-    events += [(r["created_at"], 0, i, r) for i, r in enumerate(replay.data["notebook"]["revisions"])]
+    events += [(r["created_at"], 0, i, r) for i, r in enumerate(_notebook_revisions(replay.data))]
     run: list[tuple[int, dict[str, Any]]] = []
     for _, kind, index, item in sorted(events, key=lambda e: e[:3]):
         if kind == 1 and replay.seen("facts", f"fact:{item['id']}"):
@@ -370,23 +386,35 @@ def _message_sources(messages: list[dict[str, Any]]) -> list[str]:
 
 
 def _replay_messages(replay: _Replay) -> None:
-    todo = [(m, s) for m, s in zip(replay.data["messages"], _message_sources(replay.data["messages"]), strict=True)
-            if not replay.seen("messages", s)]
-    runs: list[list[tuple[dict[str, Any], str]]] = []
-    for message, source in todo:  # consecutive messages of one thread: one post
-        if runs and runs[-1][0][0]["thread_id"] == message["thread_id"] and len(runs[-1]) < MAX_MESSAGES_PER_REQUEST:
-            runs[-1].append((message, source))
+    sources = _message_sources(replay.data["messages"])
+    todo = [(i, m, sources[i]) for i, m in enumerate(replay.data["messages"])
+            if not replay.seen("messages", sources[i])]
+    runs: list[list[tuple[int, dict[str, Any], str]]] = []
+    for entry in todo:  # consecutive messages of one thread: one post
+        if runs and runs[-1][0][1]["thread_id"] == entry[1]["thread_id"] and len(runs[-1]) < MAX_MESSAGES_PER_REQUEST:
+            runs[-1].append(entry)
         else:
-            runs.append([(message, source)])
+            runs.append([entry])
     for run in runs:
-        posted = message_post(principal=replay.principal, memory_user=replay.user, thread_id=run[0][0]["thread_id"],
-                              messages=[MessageIn(m["role"], m["content"], m["created_at"]) for m, _ in run])
-        Message.objects.filter(pk__in=[m.pk for m in posted.messages]).update(
-            status=Message.Status.SKIPPED, skip_reason="imported")
-        if not posted.thread.messages.filter(status=Message.Status.PENDING).exists():
-            Thread.objects.filter(pk=posted.thread.pk).update(extract_due_at=None)
-        for (_, source), message in zip(run, posted.messages, strict=True):
-            replay.record("messages", source, str(message.pk))
+        _post_messages(replay, run)
+
+
+def _post_messages(replay: _Replay, run: list[tuple[int, dict[str, Any], str]]) -> None:
+    """One thread's consecutive messages; secrets in them are redacted by `message_post` (a thread id
+    that is itself a secret refuses the run)."""
+    try:
+        posted = message_post(principal=replay.principal, memory_user=replay.user, thread_id=run[0][1]["thread_id"],
+                              messages=[MessageIn(m["role"], m["content"], m["created_at"]) for _, m, _ in run])
+    except Blocked as exc:
+        for index, _, source in run:
+            replay.refuse("messages", index, source, exc)
+        return
+    Message.objects.filter(pk__in=[m.pk for m in posted.messages]).update(
+        status=Message.Status.SKIPPED, skip_reason="imported")
+    if not posted.thread.messages.filter(status=Message.Status.PENDING).exists():
+        Thread.objects.filter(pk=posted.thread.pk).update(extract_due_at=None)
+    for (_, _, source), message in zip(run, posted.messages, strict=True):
+        replay.record("messages", source, str(message.pk))
 
 
 def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:

@@ -271,6 +271,8 @@ def test_an_export_over_the_item_limit_is_413_and_nothing_is_written(tenant, api
                  None, id="fact over 8 KB"),
     pytest.param({"facts": [{**_valid_export()["facts"][0], "created_at": "2025-01-02T03:04:05"}]}, 422,
                  "invalid", "facts.0.created_at", id="naive time"),
+    pytest.param({"skills": [{"path": "../etc/passwd", "content": "x"}]}, 422, "invalid", "skills.0.path",
+                 id="bad skill path"),
     pytest.param({"messages": [{"thread_id": "t/1", "role": "user", "content": "hi",
                                 "created_at": "2025-01-02T03:04:05Z"}]}, 422, "invalid", "messages.0.thread_id",
                  id="bad thread id"),
@@ -286,6 +288,31 @@ def test_a_bad_export_is_refused_whole(tenant, api, change, status, code, field)
         assert out["field"] == field
     assert _row_counts() == before
     assert not MemoryUser.objects.filter(external_id="gus").exists()
+
+
+def test_a_hand_made_export_with_only_the_current_notebook_imports_it_as_one_revision(tenant, api):
+    export = {"format": "memory-admin/export-v1", "exported_at": "2025-02-01T00:00:00Z",
+              "notebook": {"version": 7, "content": "# Ivo\n- Ivo lives in Porto"}}
+    report = ok(api.post(IMPORT.format(u="ivo"), export))
+    assert report["imported"] == {"notebook_revisions": 1}
+    notebook = ok(api.get("users/ivo/notebook"))
+    assert (notebook["version"], notebook["content"]) == (1, "# Ivo\n- Ivo lives in Porto")
+
+
+def test_a_thread_id_that_is_a_secret_refuses_its_messages_and_keeps_the_rest(tenant, api):
+    stamp = "2025-01-02T03:04:05Z"
+    export = {"format": "memory-admin/export-v1", "messages": [
+        {"thread_id": "ok-thread", "role": "user", "content": "Jo says hello", "created_at": stamp},
+        {"thread_id": SECRET, "role": "user", "content": "Jo pasted a key as a thread id", "created_at": stamp}],
+        "facts": _valid_export()["facts"]}
+    blocks = PiiBlock.objects.count()
+    report = ok(api.post(IMPORT.format(u="jo"), export))
+    assert [(r["kind"], r["index"], r["code"]) for r in report["refused"]] == [("messages", 1, "blocked")]
+    assert report["imported"] == {"messages": 1, "facts": 1}
+    assert PiiBlock.objects.count() == blocks + 1, "the refusal is recorded, and kept"
+    jo = MemoryUser.objects.get(tenant=tenant, external_id="jo")
+    assert list(Message.objects.filter(memory_user=jo).values_list("content", flat=True)) == ["Jo says hello"]
+    assert SECRET not in json.dumps(list(Thread.objects.values_list("external_id", flat=True)))
 
 
 def test_the_command_imports_a_file_idempotently(tenant, admin_api, dana_history, tmp_path, capsys):
