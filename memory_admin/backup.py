@@ -166,7 +166,8 @@ def backup_create(target: Path, db: Db, *, secrets: dict[str, str] | None = None
     """Write a backup of `db` to `target` (0600); returns its manifest. `secrets` (name → value) are
     the install keys to include; None includes none."""
     target = Path(target)
-    with tempfile.TemporaryDirectory(prefix="ma-backup-") as work:
+    # Beside the target: the dump is as large as the backup, and /tmp may be small.
+    with tempfile.TemporaryDirectory(prefix=".ma-backup-", dir=target.parent) as work:
         dump = Path(work) / DUMP_MEMBER
         with db.connect() as conn, conn.cursor() as cursor:
             # The snapshot pg_dump reads is the one the counts were read in: the manifest describes
@@ -225,7 +226,7 @@ def opened_backup(path: Path) -> Iterator[Backup]:
                 members = {m.name: m for m in archive.getmembers()}
                 manifest = json.loads(_member(archive, members, MANIFEST_MEMBER))
                 dump = Path(work) / DUMP_MEMBER
-                dump.write_bytes(_member(archive, members, DUMP_MEMBER))
+                _copy_member(archive, members, DUMP_MEMBER, dump)
                 secrets = {name: _member(archive, members, f"install/{name}").decode().strip()
                            for name in SECRET_NAMES if f"install/{name}" in members}
         except (tarfile.TarError, EOFError, OSError, ValueError, KeyError) as exc:
@@ -243,6 +244,19 @@ def _member(archive: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name:
     if len(data) != members[name].size:
         raise EOFError(f"{name} is cut short")
     return data
+
+
+def _copy_member(archive: tarfile.TarFile, members: dict[str, tarfile.TarInfo], name: str, target: Path) -> None:
+    """Stream a member to a file (a dump can be larger than memory), checking it is whole."""
+    if name not in members:
+        raise KeyError(f"{name} missing")
+    handle = archive.extractfile(members[name])
+    if handle is None:
+        raise KeyError(f"{name} is not a file")
+    with open(target, "wb") as out:
+        shutil.copyfileobj(handle, out, 1 << 20)
+    if target.stat().st_size != members[name].size:
+        raise EOFError(f"{name} is cut short")
 
 
 def _check_manifest(path: Path, manifest: dict[str, Any], dump: Path) -> None:
