@@ -25,6 +25,7 @@ ids) run first, so bad input is refused before anything is written.
 from __future__ import annotations
 
 import hashlib
+import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -112,8 +113,28 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
             raise Invalid(f"skills.{index}.path: {exc.detail}", field=f"skills.{index}.path") from exc
         for revision in _skill_revisions(skill):
             check_skill_size(revision["content"])
-    if data["messages"]:
-        check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in data["messages"]])
+    _check_messages(data["messages"])
+
+
+def _renumbered(exc: Invalid | TooLarge, offset: int) -> Invalid | TooLarge:
+    """The error of a post's worth of messages, naming the message by its place in the whole export."""
+    def shift(match: re.Match) -> str:
+        return f"messages{match.group(1)}{int(match.group(2)) + offset}"
+
+    exc.detail = re.sub(r"messages(\[|\.)(\d+)", shift, exc.detail)
+    if "field" in exc.extra:
+        exc.extra["field"] = re.sub(r"messages(\.)(\d+)", shift, exc.extra["field"])
+    return exc
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """`check_messages` (the rules of a message post) over any number of messages, a post's worth at a time."""
+    for start in range(0, len(messages), MAX_MESSAGES_PER_REQUEST):
+        chunk = messages[start:start + MAX_MESSAGES_PER_REQUEST]
+        try:
+            check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in chunk])
+        except (Invalid, TooLarge) as exc:
+            raise _renumbered(exc, start) from None
 
 
 def _notebook_revisions(data: dict[str, Any]) -> list[dict[str, Any]]:

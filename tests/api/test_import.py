@@ -315,6 +315,20 @@ def test_a_thread_id_that_is_a_secret_refuses_its_messages_and_keeps_the_rest(te
     assert SECRET not in json.dumps(list(Thread.objects.values_list("external_id", flat=True)))
 
 
+def test_more_messages_than_one_post_takes_are_imported_and_checked_by_their_place(tenant, api):
+    stamp = "2025-01-02T03:04:05Z"
+    messages = [{"thread_id": f"t{i // 300}", "role": "user", "content": f"Kim's message {i}", "created_at": stamp}
+                for i in range(700)]
+    export = {"format": "memory-admin/export-v1", "messages": messages}
+    assert ok(api.post(IMPORT.format(u="kim"), export))["imported"] == {"messages": 700}
+    assert Message.objects.filter(memory_user__external_id="kim", skip_reason="imported").count() == 700
+    messages[650] = {**messages[650], "content": "x" * (64 * 1024 + 1)}
+    response = api.post(IMPORT.format(u="kim-2"), export)
+    assert response.status_code == 413, response.content
+    assert response.json()["field"] == "messages.650.content"
+    assert "messages[650]" in response.json()["detail"]
+
+
 def test_the_command_imports_a_file_idempotently(tenant, admin_api, dana_history, tmp_path, capsys):
     path = tmp_path / "dana.json"
     path.write_text(json.dumps(ok(admin_api.get("users/dana/export"))))
