@@ -12,7 +12,10 @@ serving less: a fact the export has as superseded (by a fact or notebook revisio
 stale, evicted or quarantined gets that status here, with an audit event. A fact the write path now
 refuses or holds back (a secret, the tenant's threshold, the guard) stays refused: the report lists
 it under `refused` or `diverged`. When-it-became-true times (valid_from, valid_to) and expiries are
-kept from the export; ids and created/updated times are this install's own.
+kept from the export; ids and created/updated times are this install's own. Not replayed as such: a
+promotion (its copy in the parent scope comes back as a new fact, version 1, and the task fact as
+superseded by it) and a reviewer's decision (the outcome is restored, the contradiction row is closed
+as settled by the import, not by the reviewer).
 
 Idempotent: each replayed item is recorded (`ImportedItem`, by exported id or a digest, never text)
 and an item found there is skipped, so importing the same export twice writes nothing the second
