@@ -128,6 +128,12 @@ MAX_MESSAGE_BYTES = int(os.environ.get("MAX_MESSAGE_BYTES", 64 * 1024))
 MAX_NOTEBOOK_BYTES = int(os.environ.get("MAX_NOTEBOOK_BYTES", 1024 * 1024))
 MAX_SKILL_BYTES = int(os.environ.get("MAX_SKILL_BYTES", 256 * 1024))
 MAX_METADATA_BYTES = int(os.environ.get("MAX_METADATA_BYTES", 4 * 1024))
+# Import of an export (services/imports.py): items (facts, messages, revisions, episodes) per API request
+# (replayed well within gunicorn's 60 s timeout: ~30 ms a fact on a loaded 2-core machine), and the
+# largest file and item count `manage.py import_memory` takes (no request timeout there).
+IMPORT_MAX_ITEMS = int(os.environ.get("IMPORT_MAX_ITEMS", 1000))
+IMPORT_MAX_FILE_ITEMS = int(os.environ.get("IMPORT_MAX_FILE_ITEMS", 100_000))
+IMPORT_MAX_FILE_BYTES = int(os.environ.get("IMPORT_MAX_FILE_BYTES", 64 * 1024 * 1024))
 # Rate limits (429 with Retry-After), counted in Postgres so they hold across server processes.
 # A limit of 0 turns that throttle off.
 API_RATE_LIMIT = int(os.environ.get("API_RATE_LIMIT", 600))  # requests per key per window

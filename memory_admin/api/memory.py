@@ -1,10 +1,13 @@
-"""Notebooks, skills, export and erase."""
+"""Notebooks, skills, export, import and erase."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from ninja import Router
 
 from memory_admin.api.schemas import (
+    ExportIn,
+    ImportOut,
     NotebookIn,
     NotebookOut,
     SkillIn,
@@ -18,6 +21,7 @@ from memory_admin.api.schemas import (
 )
 from memory_admin.selectors.access import memory_user_for
 from memory_admin.selectors.memory import memory_users_listed, notebook_of, skill_at, skills_listed
+from memory_admin.services.imports import check_import, user_import
 from memory_admin.services.notebook import notebook_save
 from memory_admin.services.skills import check_skill_path, skill_save
 from memory_admin.services.users import user_erase, user_export
@@ -70,6 +74,18 @@ def put_skill(request, path: SkillPath, payload: SkillIn):
 def export_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     return user_export(principal=request.principal, memory_user=user)
+
+
+@router.post("/users/{user_id}/import", response=ImportOut)
+def import_user(request, user_id: UserId, payload: ExportIn):
+    """Replay an export (`GET /users/{id}/export`, from this install or another) into this user through
+    the write path: secrets blocked, dedup, the notebook wins, history kept. Idempotent: items already
+    imported are skipped. Needs write access to the user, like any write."""
+    data = payload.model_dump()
+    limit = settings.IMPORT_MAX_ITEMS  # what one request replays well within the web server's timeout
+    check_import(data, max_items=limit)  # before the first write creates the user: a refused export writes nothing
+    user = memory_user_for(request.principal, user_id, create=True)
+    return user_import(principal=request.principal, memory_user=user, data=data, max_items=limit).as_dict()
 
 
 @router.delete("/users/{user_id}")

@@ -613,3 +613,102 @@ class ErrorOut(Schema):
 
     code: str
     detail: str
+
+
+# --- Import of an export (`POST /users/{id}/import`, `manage.py import_memory`; services/imports.py) ---
+# The shape `GET /users/{id}/export` answers. Fields added to the export later are optional here, so
+# older exports import too; unknown fields are refused like everywhere else.
+
+Role = Literal["user", "assistant", "system", "tool"]
+AnySource = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external", "notebook",
+                    "user_correction"]
+Version = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
+ExportedKey = text(min_length=1, max_length=200)
+
+
+class ExportedFactIn(StrictIn):
+    id: UUID
+    key: ExportedKey | None = None
+    content: Text
+    category: Category = "other"
+    kind: Kind = "fact"
+    confidence: Confidence
+    source: AnySource
+    status: Status = "active"
+    version: Version = 1
+    supersedes: UUID | None = None
+    superseded_by: UUID | None = None
+    superseded_by_notebook_version: Version | None = None
+    pinned: StrictBool = False
+    valid_from: Timestamp
+    valid_to: Timestamp | None = None
+    soft_expires_at: Timestamp | None = None
+    hard_expires_at: Timestamp | None = None
+    created_at: Timestamp
+    metadata: Metadata = {}
+    task_id: Identifier | None = None
+    status_reason: text(max_length=300) = ""
+    importance: Confidence = 0.5
+
+
+class ExportedRevisionIn(StrictIn):
+    version: Version
+    content: Text
+    author: text(max_length=200) = ""
+    note: text(max_length=500) = ""
+    created_at: Timestamp
+
+
+class ExportedNotebookIn(StrictIn):
+    version: Version = 0
+    content: Text = ""
+    revisions: list[ExportedRevisionIn] = []
+
+
+class ExportedEpisodeIn(StrictIn):
+    id: UUID
+    started_at: Timestamp
+    ended_at: Timestamp
+    summary: Text = ""
+    outcome: Literal["success", "failure", "unknown"] = "unknown"
+    thread_id: Identifier | None = None
+    fact_ids: list[UUID] = []
+
+
+class ExportedMessageIn(StrictIn):
+    thread_id: Identifier
+    role: Role
+    content: Text
+    created_at: Timestamp
+
+
+class ExportedSkillIn(StrictIn):
+    path: text(min_length=1, max_length=300)
+    version: Version = 1
+    content: Text
+    revisions: list[ExportedRevisionIn] = []
+
+
+class ExportIn(StrictIn):
+    format: Literal["memory-admin/export-v1"]
+    exported_at: Timestamp | None = None
+    user_id: text(max_length=200) = ""  # the user it was exported from (informational)
+    notebook: ExportedNotebookIn = ExportedNotebookIn()
+    facts: list[ExportedFactIn] = []
+    episodes: list[ExportedEpisodeIn] = []
+    messages: list[ExportedMessageIn] = []
+    skills: list[ExportedSkillIn] = []
+
+
+class ImportOut(Schema):
+    """What an import did: per kind, how many items were written (`imported`), found already imported by
+    an earlier run (`already_imported`) or refused by the write path (`refused`, with each refusal's
+    index, code and block id); the write path's outcome per fact; and the facts whose status here
+    differs from the export's (the write path decided otherwise: a secret, the tenant's threshold...)."""
+
+    user_id: str
+    imported: dict[str, int]
+    already_imported: dict[str, int]
+    refused: list[dict[str, Any]]
+    fact_outcomes: dict[str, int]
+    diverged: list[dict[str, Any]]

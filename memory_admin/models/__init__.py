@@ -1,3 +1,4 @@
+from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
     Edge,
@@ -39,6 +40,7 @@ __all__ = [
     "ExtractionBatch",
     "Fact",
     "Heartbeat",
+    "ImportedItem",
     "LlmCall",
     "MemoryUser",
     "Membership",

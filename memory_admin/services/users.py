@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -19,6 +20,7 @@ from memory_admin.models import (
     Episode,
     ExtractionBatch,
     Fact,
+    ImportedItem,
     Membership,
     MemoryUser,
     Message,
@@ -36,46 +38,67 @@ from memory_admin.services.audit import audit
 ERASED = "[erased]"
 
 
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _export_fact(f: Fact) -> dict[str, Any]:
+    return {
+        "id": str(f.pk), "key": f.key, "content": f.content, "category": f.category, "kind": f.kind,
+        "confidence": f.confidence, "source": f.source, "status": f.status, "version": f.version,
+        "supersedes": str(f.supersedes_id) if f.supersedes_id else None, "pinned": f.pinned,
+        "valid_from": f.valid_from.isoformat(), "created_at": f.created_at.isoformat(),
+        "metadata": f.metadata,
+        # Added for import (services/imports.py); an export without them still imports.
+        "task_id": f.task_ref or None, "status_reason": f.status_reason, "importance": f.importance,
+        "superseded_by": str(f.superseded_by_id) if f.superseded_by_id else None,
+        "superseded_by_notebook_version": f.superseded_by_notebook.version if f.superseded_by_notebook_id else None,
+        "valid_to": _iso(f.valid_to), "soft_expires_at": _iso(f.soft_expires_at),
+        "hard_expires_at": _iso(f.hard_expires_at),
+    }
+
+
+def _export_notebook(notebook: Notebook | None) -> dict[str, Any]:
+    revisions = notebook.revisions.order_by("version") if notebook else []
+    return {
+        "version": notebook.version if notebook else 0,
+        "content": notebook.content if notebook else "",
+        "revisions": [{"version": r.version, "content": r.content, "author": r.author, "note": r.note,
+                       "created_at": r.created_at.isoformat()} for r in revisions],
+    }
+
+
+def _export_episode(e: Episode) -> dict[str, Any]:
+    return {"id": str(e.pk), "started_at": e.started_at.isoformat(), "ended_at": e.ended_at.isoformat(),
+            "summary": e.summary, "outcome": e.outcome, "thread_id": e.thread.external_id if e.thread_id else None,
+            "fact_ids": sorted(str(pk) for pk in e.facts.values_list("pk", flat=True))}
+
+
+def _export_skill(s: Skill) -> dict[str, Any]:
+    return {"path": s.path, "version": s.version, "content": s.content,
+            "revisions": [{"version": r.version, "content": r.content, "author": r.author,
+                           "created_at": r.created_at.isoformat()} for r in s.revisions.order_by("version")]}
+
+
 def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, Any]:
+    """Everything about one memory user, history included (`services.imports` replays it)."""
     principal.require(ADMIN)
     notebook = Notebook.objects.filter(memory_user=memory_user).first()
-    facts = Fact.objects.filter(memory_user=memory_user).order_by("created_at")
+    facts = Fact.objects.filter(memory_user=memory_user).select_related("superseded_by_notebook")
+    episodes = Episode.objects.filter(memory_user=memory_user).select_related("thread")
     data = {
         "format": "memory-admin/export-v1",
         "exported_at": timezone.now().isoformat(),
         "user_id": memory_user.external_id,
-        "notebook": {
-            "version": notebook.version if notebook else 0,
-            "content": notebook.content if notebook else "",
-            "revisions": [
-                {"version": r.version, "content": r.content, "author": r.author, "created_at": r.created_at.isoformat()}
-                for r in (notebook.revisions.order_by("version") if notebook else [])
-            ],
-        },
-        "facts": [
-            {
-                "id": str(f.pk), "key": f.key, "content": f.content, "category": f.category, "kind": f.kind,
-                "confidence": f.confidence, "source": f.source, "status": f.status, "version": f.version,
-                "supersedes": str(f.supersedes_id) if f.supersedes_id else None, "pinned": f.pinned,
-                "valid_from": f.valid_from.isoformat(), "created_at": f.created_at.isoformat(),
-                "metadata": f.metadata,
-            }
-            for f in facts
-        ],
-        "episodes": [
-            {"id": str(e.pk), "started_at": e.started_at.isoformat(), "ended_at": e.ended_at.isoformat(),
-             "summary": e.summary, "outcome": e.outcome}
-            for e in Episode.objects.filter(memory_user=memory_user).order_by("started_at")
-        ],
+        "notebook": _export_notebook(notebook),
+        "facts": [_export_fact(f) for f in facts.order_by("created_at", "id")],
+        "episodes": [_export_episode(e) for e in episodes.order_by("started_at", "id")],
         "messages": [
             {"thread_id": m.thread.external_id, "role": m.role, "content": m.content,
              "created_at": m.created_at.isoformat()}
             for m in Message.objects.filter(memory_user=memory_user).select_related("thread").order_by("id")
         ],
-        "skills": [
-            {"path": s.path, "version": s.version, "content": s.content}
-            for s in Skill.objects.filter(memory_user=memory_user).order_by("path")
-        ],
+        "skills": [_export_skill(s) for s in Skill.objects.filter(memory_user=memory_user).order_by("path")],
     }
     audit(principal, "user.export", outcome="exported", target=memory_user, memory_user_id=memory_user.pk)
     return data
@@ -149,6 +172,7 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     }
     SkillRevision.objects.filter(skill__memory_user=memory_user).update(content=ERASED)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
+    ImportedItem.objects.filter(memory_user=memory_user).delete()
     NotebookRevision.objects.filter(notebook__memory_user=memory_user).update(content=ERASED, note="")
     Notebook.objects.filter(memory_user=memory_user).update(content=ERASED)
     Contradiction.objects.filter(memory_user=memory_user).update(notebook_excerpt="", note="", reason="")

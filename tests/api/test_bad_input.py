@@ -78,6 +78,9 @@ def assert_refused(response, status: int, code: str) -> dict:
 # --- 422: malformed JSON, wrong types, unknown enums, out of range, unknown fields -----------------
 
 FACT = "users/{user}/facts"
+IMPORT = "users/{user}/import"
+EXPORTED_FACT = {"id": "3f6c2a1b-9d8e-4f70-a1b2-c3d4e5f60718", "content": "Alice likes tea", "confidence": 1.0,
+                 "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z", "created_at": "2025-01-02T03:04:05Z"}
 INVALID = [
     # (method, path, body, field)
     pytest.param("post", FACT, '{"content": ', "body", id="fact: truncated JSON"),
@@ -153,6 +156,25 @@ INVALID = [
     pytest.param("put", "skills/ops/deploy.md", {"content": "helm", "version": 1, "tags": []}, "tags",
                  id="skill: unknown field"),
     pytest.param("put", "skills/Ops/../../etc", {"content": "helm", "version": 1}, "path", id="skill: bad path"),
+    pytest.param("post", IMPORT, '{"format": ', "body", id="import: truncated JSON"),
+    pytest.param("post", IMPORT, {}, "format", id="import: no format"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v2"}, "format", id="import: unknown format"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": "many"}, "facts",
+                 id="import: facts not a list"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "colour": 1}, "colour",
+                 id="import: unknown field"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "confidence": "1"}]},
+                 "facts.0.confidence", id="import: confidence string"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "id": "7"}]},
+                 "facts.0.id", id="import: fact id not a uuid"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT,
+                                                                                 "status": "deleted"}]},
+                 "facts.0.status", id="import: unknown status"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT,
+                                                                                 "content": "tea\u0000"}]},
+                 "facts.0.content", id="import: NUL in content"),
+    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [EXPORTED_FACT, EXPORTED_FACT]},
+                 "facts.id", id="import: a fact id twice"),
 ]
 
 
@@ -257,6 +279,13 @@ def test_a_fact_of_exactly_the_limit_is_accepted(api, alice):
                      "content_too_large", 256 * 1024, id="skill over 256 KB"),
         pytest.param("put", "skills/ops/newbie.md", {"content": "s" * (256 * 1024 + 1), "user_id": "{user}"},
                      "content_too_large", 256 * 1024, id="user skill over 256 KB"),
+        pytest.param("post", IMPORT, {"format": "memory-admin/export-v1",
+                                      "facts": [EXPORTED_FACT, {**EXPORTED_FACT, "id": str(uuid.uuid4()),
+                                                                "content": "a" * (8 * 1024 + 1)}]},
+                     "content_too_large", 8 * 1024, id="import: a fact over 8 KB"),
+        pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "notebook": {"revisions": [
+            {"version": 1, "content": "n" * (1024 * 1024 + 1), "created_at": "2025-01-02T03:04:05Z"}]}},
+                     "content_too_large", 1024 * 1024, id="import: a notebook revision over 1 MB"),
     ], user_first=True),
 )
 def test_oversized_content_is_413_with_the_limit_and_nothing_is_written(

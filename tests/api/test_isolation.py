@@ -43,6 +43,13 @@ B_NOTEBOOK = "# Bob\n- Bob works nights at the observatory"
 B_SKILL = "Bob's tenant deploys with a blue-green switch"
 
 
+# A minimal export (the body of POST /users/{id}/import).
+IMPORT_BODY = {"format": "memory-admin/export-v1", "facts": [
+    {"id": "5d0c1f3e-7a2b-4c9d-8e6f-1a2b3c4d5e6f", "content": "bob hates the cello", "key": "hobby",
+     "confidence": 1.0, "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z",
+     "created_at": "2025-01-02T03:04:05Z"}]}
+
+
 def case(method: str, path: str, *rest):
     """A route to test, named by its method and path. A route renamed or removed fails its test."""
     return pytest.param(method, path, *rest, id=f"{method} {path}")
@@ -266,6 +273,9 @@ def test_another_tenants_episode_is_not_found(api, b_world, method, path):
     [
         case("post", "users/{u}/messages", {"thread_id": "t1", "messages": [
             {"role": "user", "content": "A's bob says hello to the service"}]}),
+        case("post", "users/{u}/import", {**IMPORT_BODY, "messages": [
+            {"thread_id": "t1", "role": "user", "content": "A's bob says hello to the service",
+             "created_at": "2025-01-02T03:04:05Z"}]}),
     ],
 )
 def test_message_writes_with_the_other_tenants_user_id_stay_in_ones_own_tenant(
@@ -278,6 +288,31 @@ def test_message_writes_with_the_other_tenants_user_id_stay_in_ones_own_tenant(
     assert Message.objects.filter(tenant=b_world["tenant"]).count() == b_messages
     assert Message.objects.filter(tenant=tenant, memory_user__external_id="bob").exists()
     assert b_snapshot(b_world) == before
+
+
+def test_an_import_naming_another_tenants_fact_ids_never_touches_them(tenant, api, b_world):
+    """An export is untrusted: ids in it name facts of the export, never rows of this install. A crafted
+    export whose correction `supersedes` B's fact, whose fact is `superseded_by` it and whose episode
+    links it writes only A's own rows."""
+    before = b_snapshot(b_world)
+    body = {"format": "memory-admin/export-v1", "facts": [
+        {"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "content": "Bob's launch codes moved to the shed",
+         "confidence": 1.0, "source": "user_correction", "supersedes": b_world["fact"],
+         "valid_from": "2025-01-02T03:04:05Z", "created_at": "2025-01-02T03:04:05Z"},
+        {"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5c", "content": "A's bob keeps bees", "confidence": 1.0,
+         "source": "user_stated", "status": "superseded", "superseded_by": b_world["old_fact"],
+         "valid_from": "2025-01-02T03:04:06Z", "created_at": "2025-01-02T03:04:06Z"}],
+        "episodes": [{"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5d", "started_at": "2025-01-02T03:00:00Z",
+                      "ended_at": "2025-01-02T04:00:00Z", "summary": "A's bob talked", "fact_ids": [b_world["fact"]]}]}
+    response = api.post("users/bob/import", body)
+    assert response.status_code == 200, response.content
+    assert "launch codes are hidden" not in response.content.decode()
+    assert b_snapshot(b_world) == before
+    a_bob = MemoryUser.objects.get(tenant=tenant, external_id="bob")
+    assert sorted(Fact.objects.filter(memory_user=a_bob).values_list("content", "version", "supersedes_id")) == [
+        ("A's bob keeps bees", 1, None), ("Bob's launch codes moved to the shed", 1, None)]
+    assert [d["exported_status"] for d in response.json()["diverged"]] == ["superseded"]
+    assert not Episode.objects.get(memory_user=a_bob).facts.exists()
 
 
 # --- keys restricted to some memory users ---------------------------------------------------------
@@ -338,6 +373,7 @@ def test_restricted_key_reaches_its_own_users(alice_only, two_users):
         case("get", "users/bob/context", {"task": "music"}),
         case("get", "users/bob/episodes", None),
         case("post", "users/bob/messages", {"thread_id": "t", "messages": [{"role": "user", "content": "hi"}]}),
+        case("post", "users/bob/import", IMPORT_BODY),
     ],
 )
 def test_restricted_key_cannot_reach_other_users(tenant, alice_only, two_users, method, path, body):
@@ -355,6 +391,7 @@ def test_restricted_key_cannot_reach_other_users(tenant, alice_only, two_users, 
         pytest.param("put", "users/carol/notebook", {"content": "# carol", "version": 0}, id="notebook"),
         pytest.param("put", "skills/carol/notes.md", {"content": "carol's notes", "user_id": "carol"}, id="skill"),
         case("post", "users/carol/messages", {"thread_id": "t", "messages": [{"role": "user", "content": "hi"}]}),
+        case("post", "users/carol/import", IMPORT_BODY),
     ],
 )
 def test_restricted_key_cannot_create_new_users_by_writing(tenant, alice_only, two_users, method, path, body):

@@ -157,6 +157,17 @@ def test_export_and_erase_need_an_admin_key(mem, admin):
         mem.facts.list("gus")
 
 
+def test_a_user_moves_between_users_by_export_and_import(mem, admin):
+    mem.facts.add("hal", "Hal plays the oboe", key="hobby", source="user_stated")
+    mem.facts.add("hal", "Hal plays the bassoon", key="hobby", source="user_stated")
+    exported = admin.export("hal")
+    report = mem.import_user("hal-2", exported)  # an ordinary key may import: it is a write
+    assert report["imported"] == {"facts": 2} and report["refused"] == []
+    assert mem.import_user("hal-2", exported)["imported"] == {}
+    moved = sorted((f.version, f.content, f.status) for f in mem.facts.list("hal-2", status="any").items)
+    assert moved == [(1, "Hal plays the oboe", "superseded"), (2, "Hal plays the bassoon", "active")]
+
+
 def test_every_error_code_is_its_exception(gunicorn_server, mem, tenant, other_tenant, make_key):
     with pytest.raises(Unauthorized) as bad_key:
         MemoryAdmin(gunicorn_server, "mem_not-a-real-key").facts.list("dana")

@@ -40,6 +40,7 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "get_skill": ("GET", "/skills/{path}"),
     "put_skill": ("PUT", "/skills/{path}"),
     "export_user": ("GET", "/users/{user_id}/export"),
+    "import_user": ("POST", "/users/{user_id}/import"),
     "erase_user": ("DELETE", "/users/{user_id}"),
 }
 
@@ -221,6 +222,10 @@ def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | 
 
 def export_call(user_id: str) -> Call:
     return Call("export_user", {"user_id": user_id}, _identity)
+
+
+def import_call(user_id: str, export: dict[str, Any]) -> Call:
+    return Call("import_user", {"user_id": user_id}, _identity, body=export)
 
 
 def erase_call(user_id: str) -> Call:

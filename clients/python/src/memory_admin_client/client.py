@@ -85,6 +85,11 @@ class _ClientBase:
         """Everything stored about the user, as the server's portable JSON export (admin keys)."""
         return self._run(_calls.export_call(user_id))  # type: ignore[attr-defined]
 
+    def import_user(self, user_id: str, export: dict[str, Any]):
+        """Replay an export (from `export`, this server or another) into the user through the write path;
+        answers what was imported, already imported, refused. Importing the same export again writes nothing."""
+        return self._run(_calls.import_call(user_id, export))  # type: ignore[attr-defined]
+
     def erase(self, user_id: str):
         """Scrub every piece of content about the user (admin keys); one audit event remains."""
         return self._run(_calls.erase_call(user_id))  # type: ignore[attr-defined]

@@ -1,0 +1,492 @@
+"""Import of an export (`GET /users/{id}/export`) into a memory user, through the write path.
+
+The export is replayed, not copied: every fact goes through `fact_write` (or `fact_correct` for a
+correction of a fact this import wrote), notebook revisions through `notebook_save`, skill revisions
+through `skill_save`, messages through `message_post`. So secrets are still blocked, the poisoning
+guard, the confidence gate, dedup and the cap apply, and every write is audited as this principal's.
+Facts and notebook revisions are replayed in the order they were created, so a correction chain, a
+key's versions and a fact the notebook overruled come out as they went in.
+
+History the write path cannot re-decide is restored after the replay, only in the direction of
+serving less: a fact the export has as superseded (by a fact or notebook revision this import wrote),
+stale, evicted or quarantined gets that status here, with an audit event. A fact the write path now
+refuses or holds back (a secret, the tenant's threshold, the guard) stays refused: the report lists
+it under `refused` or `diverged`. When-it-became-true times (valid_from, valid_to) and expiries are
+kept from the export; ids and created/updated times are this install's own. Not replayed as such: a
+promotion (its copy in the parent scope comes back as a new fact, version 1, and the task fact as
+superseded by it) and a reviewer's decision (the outcome is restored, the contradiction row is closed
+as settled by the import, not by the reviewer).
+
+Idempotent: each replayed item is recorded (`ImportedItem`, by exported id or a digest, never text)
+and an item found there is skipped, so importing the same export twice writes nothing the second
+time, and an export that grew since imports only what is new. Imported messages are history: they
+are stored as not to be extracted (their facts come with the export). The whole import is one
+transaction: a failure midway leaves nothing behind. Checks that need no database (sizes, counts,
+ids) run first, so bad input is refused before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from memory_admin.embeddings import embed
+from memory_admin.errors import Blocked, Conflict, Invalid, TooLarge
+from memory_admin.inputs import check_size
+from memory_admin.models import Episode, Fact, ImportedItem, MemoryUser, Message, NotebookRevision, Thread
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
+from memory_admin.services.facts import (
+    _close_contradictions_of,
+    _supersede,
+    check_fact_size,
+    fact_correct,
+    fact_forget,
+    fact_write,
+    fact_write_many,
+)
+from memory_admin.services.guard import injection_reason
+from memory_admin.services.notebook import notebook_for, notebook_save
+from memory_admin.services.pii import find as find_pii
+from memory_admin.services.screening import screen_text
+from memory_admin.services.skills import check_skill_path, skill_save
+
+# Outcomes after which the import's fact is a row of its own (not an existing fact it was folded into).
+NEW_ROW = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
+                     "overruled", "capped", "corrected"})
+# Facts written by one `fact_write_many` call at most (one lock and one embedding call each).
+RUN = 200
+# Statuses the import restores from the export: each serves less than `active`.
+RESTORABLE = frozenset({Fact.Status.SUPERSEDED, Fact.Status.STALE, Fact.Status.QUARANTINED, Fact.Status.EVICTED})
+
+
+@dataclass
+class ImportReport:
+    user_id: str
+    imported: Counter = field(default_factory=Counter)
+    already_imported: Counter = field(default_factory=Counter)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    fact_outcomes: Counter = field(default_factory=Counter)
+    diverged: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"user_id": self.user_id, "imported": dict(self.imported),
+                "already_imported": dict(self.already_imported), "refused": self.refused,
+                "fact_outcomes": dict(self.fact_outcomes), "diverged": self.diverged}
+
+
+def _digest(*parts: Any) -> str:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:40]
+
+
+def _count_items(data: dict[str, Any]) -> int:
+    return (len(data["facts"]) + len(data["messages"]) + len(data["episodes"])
+            + len(_notebook_revisions(data))
+            + sum(1 + len(s["revisions"]) for s in data["skills"]))
+
+
+def check_import(data: dict[str, Any], *, max_items: int) -> None:
+    """Refuse, before anything is written, an export this install would not take whole: more than
+    `max_items` items, an item over its size limit, a fact id twice, an unusable skill path."""
+    items = _count_items(data)
+    if items > max_items:
+        raise TooLarge(f"An import may hold at most {max_items} items; this one has {items}. Nothing was "
+                       "imported (import larger exports with manage.py import_memory).", code="too_many_items",
+                       limit=max_items)
+    ids = Counter(str(f["id"]) for f in data["facts"])
+    twice = [fact_id for fact_id, n in ids.items() if n > 1]
+    if twice:
+        raise Invalid(f"facts.id: {twice[0]} appears {ids[twice[0]]} times; each fact id may appear once in "
+                      "an export.", field="facts.id")
+    for fact in data["facts"]:
+        check_fact_size(fact["content"], fact["metadata"])
+    for revision in _notebook_revisions(data):
+        check_size(revision["content"], limit=settings.MAX_NOTEBOOK_BYTES, what="A notebook")
+    for index, skill in enumerate(data["skills"]):
+        try:
+            check_skill_path(skill["path"])
+        except Invalid as exc:
+            raise Invalid(f"skills.{index}.path: {exc.detail}", field=f"skills.{index}.path") from exc
+        for revision in _skill_revisions(skill):
+            check_size(revision["content"], limit=settings.MAX_SKILL_BYTES, what="A skill")
+    _check_messages(data["messages"])
+
+
+def _renumbered(exc: Invalid | TooLarge, offset: int) -> Invalid | TooLarge:
+    """The error of a post's worth of messages, naming the message by its place in the whole export."""
+    def shift(match: re.Match) -> str:
+        return f"messages{match.group(1)}{int(match.group(2)) + offset}"
+
+    exc.detail = re.sub(r"messages(\[|\.)(\d+)", shift, exc.detail)
+    if "field" in exc.extra:
+        exc.extra["field"] = re.sub(r"messages(\.)(\d+)", shift, exc.extra["field"])
+    return exc
+
+
+def _check_messages(messages: list[dict[str, Any]]) -> None:
+    """`check_messages` (the rules of a message post) over any number of messages, a post's worth at a time."""
+    for start in range(0, len(messages), MAX_MESSAGES_PER_REQUEST):
+        chunk = messages[start:start + MAX_MESSAGES_PER_REQUEST]
+        try:
+            check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in chunk])
+        except (Invalid, TooLarge) as exc:
+            raise _renumbered(exc, start) from None
+
+
+def _notebook_revisions(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The notebook's revisions; an export that carries only the current text is one revision, made when
+    the export was (so it overrules, as the notebook does, the facts that disagree with it)."""
+    notebook = data["notebook"]
+    if notebook["revisions"] or not notebook["content"]:
+        return notebook["revisions"]
+    return [{"version": notebook["version"] or 1, "content": notebook["content"], "note": "",
+             "created_at": data["exported_at"] or timezone.now()}]
+
+
+def _skill_revisions(skill: dict[str, Any]) -> list[dict[str, Any]]:
+    """A skill's revisions, oldest first; an export without them carries the current text only."""
+    revisions = sorted(skill["revisions"], key=lambda r: r["version"])
+    return revisions or [{"version": skill["version"], "content": skill["content"]}]
+
+
+class _Replay:
+    """One import: what was done before (ImportedItem rows), the id map, the report."""
+
+    def __init__(self, principal: Principal, memory_user: MemoryUser, data: dict[str, Any]) -> None:
+        self.principal, self.user, self.data = principal, memory_user, data
+        self.report = ImportReport(user_id=memory_user.external_id)
+        self.done = dict(ImportedItem.objects.filter(memory_user=memory_user).values_list("source", "target"))
+        self.fact_ids = {source[5:]: target for source, target in self.done.items()
+                         if source.startswith("fact:") and target}
+        self.notebook_versions = {int(source[9:]): int(target) for source, target in self.done.items()
+                                  if source.startswith("notebook:") and target}
+        self.written: list[tuple[dict[str, Any], str]] = []  # facts written as rows of their own, this run
+        self.vectors: dict[str, list[float]] = {}
+        self.exported = {str(f["id"]): f for f in data["facts"]}
+        self.recorded: list[ImportedItem] = []  # inserted together at the end of the import
+
+    def seen(self, kind: str, source: str) -> bool:
+        if source in self.done:
+            self.report.already_imported[kind] += 1
+            return True
+        return False
+
+    def record(self, kind: str, source: str, target: str) -> None:
+        self.recorded.append(ImportedItem(memory_user=self.user, source=source, target=target))
+        self.done[source] = target
+        if target:
+            self.report.imported[kind] += 1
+
+    def refuse(self, kind: str, index: int, source: str, exc: Blocked | Invalid) -> None:
+        self.report.refused.append({"kind": kind, "index": index, "code": exc.code,
+                                    **({"block_id": exc.extra["block_id"]} if "block_id" in exc.extra else {})})
+        self.record(kind, source, "")
+
+
+# --- facts and notebook revisions, in the order they were created -------------------------------
+
+
+def _embed_facts(replay: _Replay) -> None:
+    """One embedding call for the facts to write (not those with PII: the write path may redact them,
+    and their vector must be of the stored text)."""
+    todo = [f for f in replay.data["facts"] if f"fact:{f['id']}" not in replay.done and not find_pii(f["content"])]
+    if todo:
+        replay.vectors = dict(zip((str(f["id"]) for f in todo), embed([f["content"] for f in todo]), strict=True))
+
+
+def _write_kwargs(replay: _Replay, item: dict[str, Any]) -> dict[str, Any]:
+    """`fact_write`'s arguments for an exported fact."""
+    return {"content": item["content"], "key": item["key"], "category": item["category"], "kind": item["kind"],
+            "confidence": item["confidence"], "source": item["source"], "observed_at": item["valid_from"],
+            "pinned": item["pinned"], "importance": item["importance"], "metadata": item["metadata"] or None,
+            "task_ref": item["task_id"] or "", "embedding": replay.vectors.get(str(item["id"]))}
+
+
+def _correction_of(replay: _Replay, item: dict[str, Any]) -> str | None:
+    """The fact (here) that an exported correction corrects, when this import wrote it."""
+    if item["source"] != Fact.Source.USER_CORRECTION or not item["supersedes"]:
+        return None
+    return replay.fact_ids.get(str(item["supersedes"]))
+
+
+def _write_fact(replay: _Replay, item: dict[str, Any]) -> tuple[Fact | None, str]:
+    predecessor = _correction_of(replay, item)
+    if predecessor:
+        reason = replay.exported.get(str(item["supersedes"]), {}).get("status_reason", "")
+        try:
+            fact = fact_correct(principal=replay.principal, fact_id=predecessor, content=item["content"],
+                                confidence=item["confidence"], category=item["category"], reason=reason)
+            return fact, "corrected"
+        except Conflict:
+            pass  # the predecessor was superseded here by something else: written as a fact of its own
+    result = fact_write(principal=replay.principal, memory_user=replay.user, route="import",
+                        **_write_kwargs(replay, item))
+    return result.fact, result.outcome
+
+
+def _stored(replay: _Replay, item: dict[str, Any], fact: Fact | None, outcome: str) -> None:
+    """Bookkeeping after the write path answered for an exported fact."""
+    replay.report.fact_outcomes[outcome] += 1
+    replay.record("facts", f"fact:{item['id']}", str(fact.pk) if fact else "")
+    if fact is None:
+        return
+    replay.fact_ids[str(item["id"])] = str(fact.pk)
+    if outcome in NEW_ROW:
+        replay.written.append((item, str(fact.pk)))
+        if item["status"] == Fact.Status.EVICTED and fact.status != Fact.Status.EVICTED:
+            # At once: while active it would take part in the dedup of the facts that follow.
+            try:
+                fact_forget(principal=replay.principal, fact_id=fact.pk,
+                            reason=item["status_reason"] or "evicted before the export")
+            except Blocked:  # the recorded reason itself held a secret: forgotten without it
+                fact_forget(principal=replay.principal, fact_id=fact.pk, reason="evicted before the export")
+
+
+def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
+    try:
+        fact, outcome = _write_fact(replay, item)
+    except (Blocked, Invalid) as exc:
+        replay.refuse("facts", index, f"fact:{item['id']}", exc)
+        replay.report.fact_outcomes[exc.code] += 1
+        return
+    _stored(replay, item, fact, outcome)
+
+
+def _replay_run(replay: _Replay, run: list[tuple[int, dict[str, Any]]]) -> None:
+    """Consecutive plain facts through `fact_write_many`: one lock, one embedding call, the same
+    outcomes as one `fact_write` after the other."""
+    results = fact_write_many(principal=replay.principal, memory_user=replay.user, route="import",
+                              facts=[_write_kwargs(replay, item) for _, item in run])
+    for (index, item), result in zip(run, results, strict=True):
+        if result.outcome == "blocked":
+            replay.refuse("facts", index, f"fact:{item['id']}", Blocked("", block_id=result.block_id))
+            replay.report.fact_outcomes["blocked"] += 1
+        elif result.outcome == "error":  # not recorded: a later import tries it again
+            replay.report.refused.append({"kind": "facts", "index": index, "code": "error"})
+        else:
+            _stored(replay, item, result.fact, result.outcome)
+
+
+def _replay_revision(replay: _Replay, index: int, revision: dict[str, Any]) -> None:
+    source = f"notebook:{revision['version']}"
+    if replay.seen("notebook_revisions", source):
+        return
+    notebook = notebook_for(replay.principal.tenant_id, replay.user)
+    try:
+        saved = notebook_save(principal=replay.principal, memory_user=replay.user, content=revision["content"],
+                              base_version=notebook.version if notebook else 0, note=revision["note"])
+    except (Blocked, Invalid) as exc:
+        replay.refuse("notebook_revisions", index, source, exc)
+        return
+    replay.notebook_versions[revision["version"]] = saved.version
+    replay.record("notebook_revisions", source, str(saved.version))
+
+
+def _plain(replay: _Replay, item: dict[str, Any]) -> bool:
+    """A fact that can share a `fact_write_many` run: neither a correction of a fact of the export (its
+    predecessor may be in the run, not written yet) nor one to forget at once."""
+    correction = item["source"] == Fact.Source.USER_CORRECTION and str(item["supersedes"]) in replay.exported
+    return not correction and item["status"] != Fact.Status.EVICTED
+
+
+def _replay_timeline(replay: _Replay) -> None:
+    events = [(f["created_at"], 1, i, f) for i, f in enumerate(replay.data["facts"])]
+    events += [(r["created_at"], 0, i, r) for i, r in enumerate(_notebook_revisions(replay.data))]
+    run: list[tuple[int, dict[str, Any]]] = []
+    for _, kind, index, item in sorted(events, key=lambda e: e[:3]):
+        if kind == 1 and replay.seen("facts", f"fact:{item['id']}"):
+            continue
+        if kind == 1 and _plain(replay, item) and len(run) < RUN:
+            run.append((index, item))
+            continue
+        if run:
+            _replay_run(replay, run)
+            run = []
+        if kind == 0:
+            _replay_revision(replay, index, item)
+        elif _plain(replay, item):
+            run.append((index, item))
+        else:
+            _replay_fact(replay, index, item)
+    if run:
+        _replay_run(replay, run)
+
+
+# --- history the write path does not re-decide ----------------------------------------------------
+
+
+TIMES = ("valid_from", "valid_to", "soft_expires_at", "hard_expires_at")
+
+
+def _restore_times(fact: Fact, item: dict[str, Any]) -> None:
+    """When the fact became true and when it expires, as exported (a correction starts `now` here)."""
+    if any(getattr(fact, name) != item[name] for name in TIMES):
+        Fact.objects.filter(pk=fact.pk).update(**{name: item[name] for name in TIMES})
+
+
+def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bool:
+    reason = item["status_reason"] or "superseded before the export"
+    successor = replay.fact_ids.get(str(item["superseded_by"])) if item["superseded_by"] else None
+    if successor and successor != str(fact.pk):
+        _supersede(fact, by=Fact(pk=successor), reason=reason)
+    else:
+        version = replay.notebook_versions.get(item["superseded_by_notebook_version"] or -1)
+        revision = NotebookRevision.objects.filter(notebook__memory_user=replay.user, version=version).first()
+        if revision is None:
+            return False
+        Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
+                                               status_reason=reason[:300], contested=False,
+                                               updated_at=timezone.now())
+    _close_contradictions_of(replay.principal, fact, note="settled by an import")
+    return True
+
+
+def _restore_status(replay: _Replay, item: dict[str, Any], fact: Fact) -> None:
+    want = item["status"]
+    if fact.status == want:
+        return
+    before = fact_snapshot(fact)
+    restored = False
+    if want in RESTORABLE and fact.status == Fact.Status.ACTIVE:
+        if want == Fact.Status.SUPERSEDED:
+            restored = _restore_superseded(replay, fact, item)
+        else:
+            Fact.objects.filter(pk=fact.pk).update(status=want, status_reason=item["status_reason"][:300],
+                                                   updated_at=timezone.now())
+            restored = True
+    if not restored:
+        replay.report.diverged.append({"id": str(item["id"]), "fact_id": str(fact.pk), "exported_status": want,
+                                       "status": fact.status})
+        return
+    fact.refresh_from_db()
+    audit(replay.principal, "fact.import_status", outcome=want, target=fact, before=before,
+          after=fact_snapshot(fact), reason="status as in the imported export")
+
+
+def _restore_history(replay: _Replay) -> None:
+    facts = Fact.objects.defer("embedding", "embedding_next").in_bulk([fact_id for _, fact_id in replay.written])
+    for item, fact_id in replay.written:
+        _restore_times(facts[uuid.UUID(fact_id)], item)
+    for item, fact_id in replay.written:
+        _restore_status(replay, item, facts[uuid.UUID(fact_id)])
+
+
+# --- skills, messages, episodes ---------------------------------------------------------------------
+
+
+def _replay_skills(replay: _Replay) -> None:
+    for index, skill in enumerate(replay.data["skills"]):
+        path = check_skill_path(skill["path"])
+        for revision in _skill_revisions(skill):
+            source = f"skill:{_digest(path, revision['version'])}"
+            if replay.seen("skill_revisions", source):
+                continue
+            current = (replay.user.skills.filter(path=path).values_list("version", flat=True).first() or 0)
+            try:
+                saved = skill_save(principal=replay.principal, path=path, content=revision["content"],
+                                   base_version=current, memory_user=replay.user)
+            except (Blocked, Invalid) as exc:
+                replay.refuse("skill_revisions", index, source, exc)
+                continue
+            replay.record("skill_revisions", source, str(saved.version))
+
+
+def _message_sources(messages: list[dict[str, Any]]) -> list[str]:
+    """A message's identity: a digest of its thread, role, time and text, and which repeat it is."""
+    seen: Counter = Counter()
+    sources = []
+    for m in messages:
+        key = _digest(m["thread_id"], m["role"], m["created_at"].isoformat(), m["content"])
+        seen[key] += 1
+        sources.append(f"message:{_digest(key, seen[key])}")
+    return sources
+
+
+def _replay_messages(replay: _Replay) -> None:
+    sources = _message_sources(replay.data["messages"])
+    todo = [(i, m, sources[i]) for i, m in enumerate(replay.data["messages"])
+            if not replay.seen("messages", sources[i])]
+    runs: list[list[tuple[int, dict[str, Any], str]]] = []
+    for entry in todo:  # consecutive messages of one thread: one post
+        if runs and runs[-1][0][1]["thread_id"] == entry[1]["thread_id"] and len(runs[-1]) < MAX_MESSAGES_PER_REQUEST:
+            runs[-1].append(entry)
+        else:
+            runs.append([entry])
+    for run in runs:
+        _post_messages(replay, run)
+
+
+def _post_messages(replay: _Replay, run: list[tuple[int, dict[str, Any], str]]) -> None:
+    """One thread's consecutive messages; secrets in them are redacted by `message_post` (a thread id
+    that is itself a secret refuses the run)."""
+    try:
+        posted = message_post(principal=replay.principal, memory_user=replay.user, thread_id=run[0][1]["thread_id"],
+                              messages=[MessageIn(m["role"], m["content"], m["created_at"]) for _, m, _ in run])
+    except Blocked as exc:
+        for index, _, source in run:
+            replay.refuse("messages", index, source, exc)
+        return
+    Message.objects.filter(pk__in=[m.pk for m in posted.messages]).update(
+        status=Message.Status.SKIPPED, skip_reason="imported")
+    if not posted.thread.messages.filter(status=Message.Status.PENDING).exists():
+        Thread.objects.filter(pk=posted.thread.pk).update(extract_due_at=None)
+    for (_, _, source), message in zip(run, posted.messages, strict=True):
+        replay.record("messages", source, str(message.pk))
+
+
+def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:
+    source = f"episode:{item['id']}"
+    if replay.seen("episodes", source):
+        return
+    try:
+        summary = screen_text(replay.principal, item["summary"], route="episode",
+                              memory_user_id=replay.user.pk).content
+        if injection_reason(summary, tenant_id=replay.principal.tenant_id):
+            raise Invalid("The episode summary reads as instructions to a model.", code="instruction_like")
+    except (Blocked, Invalid) as exc:
+        replay.refuse("episodes", index, source, exc)
+        return
+    thread = (replay.user.threads.filter(external_id=item["thread_id"]).first() if item["thread_id"] else None)
+    episode = Episode.objects.create(
+        tenant_id=replay.principal.tenant_id, memory_user=replay.user, thread=thread,
+        started_at=item["started_at"], ended_at=max(item["ended_at"], item["started_at"]), summary=summary,
+        outcome=item["outcome"], summarizer="import")
+    fact_ids = [replay.fact_ids[str(i)] for i in item["fact_ids"] if str(i) in replay.fact_ids]
+    episode.facts.set(Fact.objects.filter(pk__in=fact_ids, memory_user=replay.user))
+    audit(replay.principal, "episode.import", outcome="created", target=episode, memory_user_id=replay.user.pk)
+    replay.record("episodes", source, str(episode.pk))
+
+
+def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any],
+                max_items: int) -> ImportReport:
+    """Replay an export (validated by the API's `ExportIn`, as a dict) into `memory_user`; see the
+    module docstring. Raises TooLarge/Invalid for an export refused whole (nothing written)."""
+    principal.require(WRITE_MEMORY)
+    check_import(data, max_items=max_items)
+    with transaction.atomic():
+        # One import of a user at a time: the second waits, then finds the first's items done.
+        MemoryUser.objects.select_for_update().filter(pk=memory_user.pk).first()
+        replay = _Replay(principal, memory_user, data)
+        _embed_facts(replay)
+        _replay_timeline(replay)
+        _restore_history(replay)
+        _replay_skills(replay)
+        _replay_messages(replay)
+        for index, item in enumerate(data["episodes"]):
+            _replay_episode(replay, index, item)
+        ImportedItem.objects.bulk_create(replay.recorded, batch_size=1000)
+        report = replay.report
+        audit(principal, "user.import", outcome="imported", target=memory_user, memory_user_id=memory_user.pk,
+              after={"imported": dict(report.imported), "already_imported": dict(report.already_imported),
+                     "refused": len(report.refused), "diverged": len(report.diverged)})
+    return report
+
