@@ -52,8 +52,6 @@ _RECALLED_BLOCK = re.compile(r"<<<MEMORY_DATA\s*\w*>>>.*?(?:<<<END_MEMORY_DATA\s
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # Roles whose words are not the user's: what they repeat from memory is not news.
 _ECHO_ROLES = {Message.Role.ASSISTANT, Message.Role.TOOL}
-NEW_FACT_OUTCOMES = {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled",
-                     "capped"}
 
 
 def extractor_name() -> str:
@@ -416,7 +414,7 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
                 outcomes[exc.code] = outcomes.get(exc.code, 0) + 1
                 continue
             outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
-            if result.fact is not None and result.outcome in NEW_FACT_OUTCOMES:
+            if result.fact is not None and result.outcome.stored:
                 new_fact_ids.append(result.fact.pk)
         for message_id, reason in skipped.items():
             Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED,

@@ -10,6 +10,7 @@ from ninja import Query, Router, Schema
 from memory_admin.api import api
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
+    Category,
     CorrectIn,
     Cursor,
     FactBatchIn,
@@ -19,7 +20,9 @@ from memory_admin.api.schemas import (
     FactPage,
     ForgetIn,
     HistoryOut,
+    Kind,
     PinIn,
+    StatusFilter,
     UserId,
     WriteOut,
     text,
@@ -47,9 +50,9 @@ TextFilter = text(max_length=2000)
 
 
 class FactFilters(Schema):
-    status: Literal["active", "superseded", "stale", "evicted", "quarantined", "any"] = "active"
-    category: Literal["preference", "project", "technical", "personal", "other"] | None = None
-    kind: Literal["fact", "decision", "inference", "correction", "preference", "skill"] | None = None
+    status: StatusFilter = "active"
+    category: Category | None = None
+    kind: Kind | None = None
     key: KeyFilter | None = None
     text: TextFilter | None = None
     cursor: Cursor | None = None
@@ -75,12 +78,8 @@ def write_fact(request, user_id: UserId, payload: FactIn):
     data = payload.dict(exclude_none=True)
     task_ref = data.pop("task_id", "")
     result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
-    status = 201 if result.outcome in STORED_OUTCOMES else 200
+    status = 201 if result.outcome.stored else 200
     return status, _write_out(result)
-
-
-STORED_OUTCOMES = {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled",
-                   "capped"}
 
 
 def _write_out(result: WriteResult) -> dict:

@@ -23,7 +23,7 @@ from pydantic import (
 
 from memory_admin import scoring
 from memory_admin.inputs import implausible_time_reason
-from memory_admin.models import Fact
+from memory_admin.models import Fact, WriteOutcome
 from memory_admin.textnorm import unreadable_reason
 
 # --- Field types shared by every route (SPEC §11): one definition of what a hostile value is --------
@@ -119,10 +119,13 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
 # Free-form JSON attached to a fact: readable strings (keys too), finite numbers, bounded depth.
 Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
 
-Category = Literal["preference", "project", "technical", "personal", "other"]
-Kind = Literal["fact", "decision", "inference", "correction", "preference", "skill"]
-Source = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external"]
-Status = Literal["active", "superseded", "stale", "evicted", "quarantined"]
+# The closed sets of the API, from the model's choices. A writer cannot claim the sources the service
+# sets itself (a correction, the notebook).
+Category = Literal[tuple(Fact.Category.values)]
+Kind = Literal[tuple(Fact.Kind.values)]
+Source = Literal[tuple(s for s in Fact.Source.values if s not in (Fact.Source.USER_CORRECTION, Fact.Source.NOTEBOOK))]
+Status = Literal[tuple(Fact.Status.values)]
+StatusFilter = Literal[(*Fact.Status.values, "any")]
 Confidence = number(ge=0, le=1)
 
 
@@ -233,7 +236,7 @@ class FactOut(Schema):
 
 
 class WriteOut(Schema):
-    outcome: str
+    outcome: WriteOutcome
     reason: str
     fact: FactOut | None
     other_fact_id: UUID | None = None

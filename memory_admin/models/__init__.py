@@ -10,6 +10,7 @@ from memory_admin.models.memory import (
     Skill,
     SkillRevision,
     Thread,
+    WriteOutcome,
 )
 from memory_admin.models.ops import Heartbeat
 from memory_admin.models.review import AuditEvent, Contradiction, ExtractionBatch, LlmCall, PiiBlock
@@ -54,4 +55,5 @@ __all__ = [
     "Thread",
     "ThrottleWindow",
     "UsageDay",
+    "WriteOutcome",
 ]

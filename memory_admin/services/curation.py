@@ -10,7 +10,7 @@ from memory_admin.errors import AlreadyResolved
 from memory_admin.models import Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.facts import _supersede
+from memory_admin.services.facts import supersede
 from memory_admin.services.screening import screens
 
 
@@ -41,7 +41,7 @@ def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact
             .first()
         )
     if slot is not None:
-        _supersede(slot, by=fact, reason="replaced by a released quarantined write")
+        supersede(slot, by=fact, reason="replaced by a released quarantined write")
         # `supersedes` is one-to-one: link the chain only if nothing else already corrects the slot.
         if not Fact.objects.filter(supersedes_id=slot.pk).exists():
             fact.supersedes_id = slot.pk
