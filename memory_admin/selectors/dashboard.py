@@ -149,7 +149,7 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
         if sum(n for _, _, n in binned) < SCORE_SAMPLE_MIN:
             percent = None  # a small tenant in a big table: too few sampled rows; score it exactly
     if percent is None:
-        qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
+        qs = annotate_scores(visible(principal, Fact.objects.active()))
         qs = qs.annotate(
             cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
             sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
@@ -314,7 +314,7 @@ USER_RANK_WINDOW = {"facts": 1000, "staleness": 150}
 
 
 def _with_user_stats(qs: QuerySet[MemoryUser]) -> QuerySet[MemoryUser]:
-    facts = Fact.objects.filter(memory_user=OuterRef("pk"), status=Fact.Status.ACTIVE).order_by()
+    facts = Fact.objects.active().filter(memory_user=OuterRef("pk")).order_by()
     open_ = Contradiction.objects.filter(memory_user=OuterRef("pk"), status=Contradiction.Status.OPEN).order_by()
     return qs.annotate(
         fact_count=Coalesce(Subquery(facts.values("memory_user").annotate(n=Count("id")).values("n")), 0),
@@ -412,7 +412,7 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
     still count as beliefs. A fact whose successor is older than
     itself was overruled on arrival and was never believed. Three queries whatever the count."""
     candidates = list(
-        visible(principal, Fact.objects.filter(memory_user=memory_user))
+        visible(principal, Fact.objects.for_user(memory_user))
         .filter(created_at__lte=moment, valid_from__lte=moment)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
         .exclude(status=Fact.Status.QUARANTINED)
@@ -467,8 +467,7 @@ assert 0.4 + 0.3 < EVICTION_THRESHOLD  # noqa: S101 -- the filter below relies o
 
 
 def eviction_candidates(principal: Principal) -> QuerySet[Fact]:
-    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE, pinned=False,
-                                                                contested=True)))
+    qs = annotate_scores(visible(principal, Fact.objects.active().filter(pinned=False, contested=True)))
     return qs.filter(stale_score__gt=EVICTION_THRESHOLD).select_related("memory_user").order_by("-stale_score", "pk")
 
 

@@ -35,9 +35,8 @@ def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact
     slot = None
     if fact.key:
         slot = (
-            Fact.objects.select_for_update()
-            .filter(memory_user_id=fact.memory_user_id, task_ref=fact.task_ref, key=fact.key,
-                    status=Fact.Status.ACTIVE)
+            Fact.objects.select_for_update().for_user(fact.memory_user_id).active()
+            .filter(task_ref=fact.task_ref, key=fact.key)
             .first()
         )
     if slot is not None:

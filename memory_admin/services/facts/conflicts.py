@@ -16,14 +16,21 @@ from memory_admin.services.judge import Verdict
 
 
 def contradiction_winner(*, standing: Fact, challenger: Fact, gap: float) -> Fact | None:
-    """The side that wins a contradiction on confidence: the challenger (the newer fact) when it is
-    surer by at least `gap` and the standing fact is not pinned; the standing fact when it is pinned (a
-    person vouched for it) or surer by at least `gap`; None when a person has to decide. A pinned fact
-    that is already stored is never the loser: the pair goes to a person."""
-    if challenger.confidence - standing.confidence >= gap and not standing.pinned:
+    """The side that wins a contradiction without a person, or None when a person has to decide.
+
+    A pinned fact in memory (a person vouched for it) wins against an unpinned one and is never the
+    loser; two pinned facts go to a person. A new fact's own `pinned` (the challenger of a write, not
+    stored yet) gives it no such right. Otherwise the surer side wins when it is surer by at least
+    `gap` (the tenant's auto_resolve_gap); on a tie at a gap of 0, the challenger (the newer fact)."""
+    challenger_pinned = challenger.pinned and not challenger._state.adding
+    if standing.pinned or challenger_pinned:
+        if standing.pinned and challenger_pinned:
+            return None
+        return standing if standing.pinned else challenger
+    if challenger.confidence - standing.confidence >= gap:
         return challenger
-    if standing.pinned or standing.confidence - challenger.confidence >= gap:
-        return None if challenger.pinned and not challenger._state.adding else standing
+    if standing.confidence - challenger.confidence >= gap:
+        return standing
     return None
 
 
