@@ -147,7 +147,7 @@ def _gather(principal: Principal, memory_user: MemoryUser, task: str) -> tuple[l
 
     # One query of two branches, each served by the partial index on pinned facts (an OR of the user and
     # the shared scope would scan the whole org scope).
-    pinned_qs = Fact.objects.active().filter(pinned=True).defer("embedding", "search_vector")
+    pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
     own_pinned = visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT]
     shared_pinned = visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]
     pinned = sorted(own_pinned.union(shared_pinned, all=True),
