@@ -10,7 +10,7 @@ from memory_admin.errors import AlreadyResolved
 from memory_admin.models import Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.facts import supersede
+from memory_admin.services.facts import link, supersede
 from memory_admin.services.screening import screens
 
 
@@ -45,8 +45,7 @@ def quarantine_release(*, principal: Principal, fact_id, note: str = "") -> Fact
         if not Fact.objects.filter(supersedes_id=slot.pk).exists():
             fact.supersedes_id = slot.pk
         fact.version = slot.version + 1
-        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=fact, dst_fact=slot,
-                            created_by=principal.actor)
+        link(principal, Edge.Type.SUPERSEDES, fact, slot)
     fact.status = Fact.Status.ACTIVE
     fact.status_reason = f"released from quarantine by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "supersedes", "version", "updated_at"])
