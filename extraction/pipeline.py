@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from extraction import conf, llm, rules
 from extraction.schemas import EXTRACTION_SYSTEM, SUMMARY_SYSTEM, SummaryOutput, parse_extraction
+from memory_admin import celery as celery_module
 from memory_admin import metrics, requestlog
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, Thread
@@ -53,8 +54,6 @@ _RECALLED_BLOCK = re.compile(r"<<<MEMORY_DATA\s*\w*>>>.*?(?:<<<END_MEMORY_DATA\s
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # Roles whose words are not the user's: what they repeat from memory is not news.
 _ECHO_ROLES = {Message.Role.ASSISTANT, Message.Role.TOOL}
-NEW_FACT_OUTCOMES = {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled",
-                     "capped"}
 
 
 def extractor_name() -> str:
@@ -62,16 +61,6 @@ def extractor_name() -> str:
     from django.conf import settings
 
     return f"llm:{settings.OPENAI_MODEL}" if llm.configured() else rules.NAME
-
-
-def _dispatch(task: str, *args) -> None:
-    """Send a task; never fail the caller (the sweeper dispatches again if the broker is down)."""
-    from memory_admin.celery import app
-
-    try:
-        app.send_task(task, args=list(args))
-    except Exception:  # noqa: BLE001 - the database is the source of truth; a lost dispatch is recovered
-        log.warning("could not dispatch %s%s; the sweeper will retry", task, args, exc_info=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -151,7 +140,7 @@ def sweep() -> dict[str, int]:
     planned = plan_due_threads()
     recovered = recover_batches()
     for batch_id in planned + recovered:
-        _dispatch("extraction.run_batch", batch_id)
+        celery_module.dispatch("extraction.run_batch", batch_id)
     return {"planned": len(planned), "recovered": len(recovered)}
 
 
@@ -279,8 +268,8 @@ def _recall_filter(batch: ExtractionBatch, messages: list[Message]) -> tuple[lis
     echo_candidates = [(m.pk, s) for m in messages if m.pk in texts and m.role in _ECHO_ROLES
                        for s in _SENTENCES.split(texts[m.pk]) if s.strip()]
     if echo_candidates:
-        active = list(Fact.objects.filter(memory_user_id=batch.memory_user_id, status=Fact.Status.ACTIVE,
-                                          embedding__isnull=False).values_list("content_hash", "embedding"))
+        active = list(Fact.objects.for_user(batch.memory_user_id).active().filter(embedding__isnull=False)
+                      .values_list("content_hash", "embedding"))
         if active:
             hashes = {h for h, _ in active}
             matrix = np.array([list(e) for _, e in active], dtype=np.float32)
@@ -421,7 +410,7 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
                 outcomes[exc.code] = outcomes.get(exc.code, 0) + 1
                 continue
             outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
-            if result.fact is not None and result.outcome in NEW_FACT_OUTCOMES:
+            if result.fact is not None and result.outcome.stored:
                 new_fact_ids.append(result.fact.pk)
         for message_id, reason in skipped.items():
             Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED,

@@ -11,7 +11,8 @@ import threading
 from celery import shared_task
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
 
-from extraction import lifecycle, pipeline
+from extraction import broker, pipeline
+from memory_admin.services import lifecycle
 from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def contradiction_scan_all() -> dict:
 
 @shared_task(name="extraction.broker_cleanup", ignore_result=True)
 def broker_cleanup() -> int:
-    return lifecycle.broker_cleanup()
+    return broker.broker_cleanup()
 
 
 @worker_init.connect

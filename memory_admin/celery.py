@@ -135,3 +135,13 @@ app.conf.beat_schedule = {
         "schedule": crontab(minute=7),
     },
 }
+
+
+def dispatch(task: str, *args: object) -> None:
+    """Send a task by name; never fail the caller: the database is the source of truth, and the sweeper
+    dispatches again what a lost send left behind (the broker down, say)."""
+    try:
+        app.send_task(task, args=list(args))
+    except Exception:  # noqa: BLE001 - a lost dispatch is recovered by the sweeper
+        logging.getLogger("memory_admin.dispatch").warning("could not dispatch %s%s; the sweeper will retry", task,
+                                                           args, exc_info=True)

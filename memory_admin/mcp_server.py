@@ -33,7 +33,7 @@ from pydantic import Field
 from pydantic import ValidationError as SchemaError
 
 from memory_admin.api import invalid_body
-from memory_admin.api.facts import STORED_OUTCOMES, _write_out
+from memory_admin.api.facts import _write_out
 from memory_admin.api.schemas import (
     MAX_BATCH_FACTS,
     MAX_K,
@@ -203,7 +203,7 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
             user = memory_user_for(principal, _user_id(principal, user_id), create=True)
             task_ref = data.pop("task_id", "")
             result = fact_write(principal=principal, memory_user=user, task_ref=task_ref, **data)
-            return _json({**_write_out(result), "stored": result.outcome in STORED_OUTCOMES})
+            return _json({**_write_out(result), "stored": result.outcome.stored})
 
     @server.tool()
     def add_memories(facts: list[dict[str, Any]], user_id: UserId = None) -> dict[str, Any]:

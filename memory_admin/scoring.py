@@ -27,6 +27,7 @@ from datetime import datetime
 
 from django.db.models import Case, F, FloatField, Value, When
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 # Per-day decay rates by kind: skills slow, facts and decisions moderate, inferences fast.
@@ -116,6 +117,11 @@ def _lambda_sql(kind_column: str) -> str:
 
 def _last_access_sql(table: str) -> str:
     return f"COALESCE({table}.last_accessed_at, {table}.created_at, {table}.valid_from)"
+
+
+def last_access_expression() -> Coalesce:
+    """`_last_access` as an ORM expression, for filters on how long a fact has gone unread."""
+    return Coalesce("last_accessed_at", "created_at", "valid_from")
 
 
 def _days_sql(since: str, now: str) -> str:

@@ -59,12 +59,8 @@ def write_fact(request, user_id: UserId, payload: FactIn):
     data = payload.dict(exclude_none=True)
     task_ref = data.pop("task_id", "")
     result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
-    status = 201 if result.outcome in STORED_OUTCOMES else 200
+    status = 201 if result.outcome.stored else 200
     return status, _write_out(result)
-
-
-STORED_OUTCOMES = {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled",
-                   "capped"}
 
 
 def _write_out(result: WriteResult) -> dict:

@@ -23,7 +23,7 @@ from pydantic import (
 
 from memory_admin import scoring
 from memory_admin.inputs import INT4_MAX, implausible_time_reason
-from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill
+from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill, WriteOutcome
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
@@ -120,10 +120,13 @@ def _metadata(value: dict[str, Any]) -> dict[str, Any]:
 # Free-form JSON attached to a fact: readable strings (keys too), finite numbers, bounded depth.
 Metadata = Annotated[dict[str, Any], AfterValidator(_metadata)]
 
-Category = Literal["preference", "project", "technical", "personal", "other"]
-Kind = Literal["fact", "decision", "inference", "correction", "preference", "skill"]
-Source = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external"]
-Status = Literal["active", "superseded", "stale", "evicted", "quarantined"]
+# The closed sets of the API, from the model's choices. A writer cannot claim the sources the service
+# sets itself (a correction, the notebook).
+Category = Literal[tuple(Fact.Category.values)]
+Kind = Literal[tuple(Fact.Kind.values)]
+Source = Literal[tuple(s for s in Fact.Source.values if s not in (Fact.Source.USER_CORRECTION, Fact.Source.NOTEBOOK))]
+Status = Literal[tuple(Fact.Status.values)]
+StatusFilter = Literal[(*Fact.Status.values, "any")]
 Confidence = number(ge=0, le=1)
 
 
@@ -234,7 +237,7 @@ class FactOut(Schema):
 
 
 class WriteOut(Schema):
-    outcome: str
+    outcome: WriteOutcome
     reason: str
     fact: FactOut | None
     other_fact_id: UUID | None = None
@@ -399,7 +402,7 @@ TextFilter = text(max_length=2000)
 
 
 class FactFilters(Schema):
-    status: Literal[Status, "any"] = "active"
+    status: StatusFilter = "active"
     category: Category | None = None
     kind: Kind | None = None
     key: KeyFilter | None = None

@@ -11,6 +11,7 @@ from memory_admin.models.memory import (
     Skill,
     SkillRevision,
     Thread,
+    WriteOutcome,
 )
 from memory_admin.models.ops import Heartbeat
 from memory_admin.models.review import AuditEvent, Contradiction, ExtractionBatch, LlmCall, PiiBlock
@@ -56,4 +57,5 @@ __all__ = [
     "Thread",
     "ThrottleWindow",
     "UsageDay",
+    "WriteOutcome",
 ]

@@ -113,6 +113,54 @@ class FactStatus(models.TextChoices):
     QUARANTINED = "quarantined"
 
 
+class WriteOutcome(models.TextChoices):
+    """What the write path did with one fact (SPEC §4): the API's `outcome`, the audit event's outcome of
+    a `….write`. In the order the overview stacks them."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    DEDUPLICATED = "deduplicated"
+    MERGED = "merged"
+    SUPERSEDED_EXISTING = "superseded_existing"
+    QUEUED_FOR_REVIEW = "queued_for_review"
+    OVERRULED = "overruled"
+    QUARANTINED = "quarantined"
+    REJECTED_LOW_CONFIDENCE = "rejected_low_confidence"
+    BLOCKED = "blocked"
+    CAPPED = "capped"
+    ERROR = "error"  # a fact of a batch that failed midway and left nothing behind
+
+    @property
+    def stored(self) -> bool:
+        """A new fact row was written (answered 201): it may be active, contested, quarantined, or
+        already superseded or evicted on arrival; not so for a refusal or a fold into a standing fact."""
+        return self in _STORED_OUTCOMES
+
+    @property
+    def audited(self) -> bool:
+        """Recorded as the outcome of a write's audit event (an error's writes were rolled back)."""
+        return self is not WriteOutcome.ERROR
+
+
+_STORED_OUTCOMES = frozenset({
+    WriteOutcome.CREATED, WriteOutcome.UPDATED, WriteOutcome.SUPERSEDED_EXISTING, WriteOutcome.QUEUED_FOR_REVIEW,
+    WriteOutcome.QUARANTINED, WriteOutcome.OVERRULED, WriteOutcome.CAPPED,
+})
+
+
+class FactQuerySet(models.QuerySet):
+    """The filters every reader and writer of facts repeats, by name."""
+
+    def active(self) -> FactQuerySet:
+        return self.filter(status=FactStatus.ACTIVE)
+
+    def for_user(self, memory_user: MemoryUser | int) -> FactQuerySet:
+        """The facts of one memory user (a user or its id)."""
+        if isinstance(memory_user, MemoryUser):
+            return self.filter(memory_user=memory_user)
+        return self.filter(memory_user_id=memory_user)
+
+
 class Fact(models.Model):
     Scope = FactScope
     Category = FactCategory
@@ -177,6 +225,8 @@ class Fact(models.Model):
     batch = models.ForeignKey(
         "memory_admin.ExtractionBatch", on_delete=models.SET_NULL, null=True, blank=True, related_name="facts"
     )
+
+    objects = FactQuerySet.as_manager()
 
     class Meta:
         indexes = [

@@ -25,6 +25,7 @@ from memory_admin.models import (
     MemoryUser,
     PiiBlock,
     UsageDay,
+    WriteOutcome,
 )
 from memory_admin.scoring import (
     EVICTION_THRESHOLD,
@@ -34,13 +35,22 @@ from memory_admin.scoring import (
     staleness_sql,
 )
 from memory_admin.selectors.access import Principal, visible
+from memory_admin.selectors.lifecycle import gc_report
 
 OVERVIEW_DAYS = 14
-# Outcomes of the write path, in the order the overview stacks them.
-WRITE_OUTCOMES = (
-    "created", "updated", "deduplicated", "merged", "superseded_existing", "queued_for_review", "overruled",
-    "quarantined", "rejected_low_confidence", "blocked", "redacted", "flagged", "capped",
-)
+
+
+def _write_outcomes() -> tuple[str, ...]:
+    """The outcomes of a `….write` audit event, in the order the overview stacks them (a position is a
+    colour): the write path's, with the screening's other actions (a message or notebook written
+    redacted or flagged) after its refusal, `blocked`."""
+    written = [o.value for o in WriteOutcome if o.audited]
+    at = written.index(WriteOutcome.BLOCKED) + 1
+    screened = [a for a in PiiBlock.Action.values if a not in written]
+    return (*written[:at], *screened, *written[at:])
+
+
+WRITE_OUTCOMES = _write_outcomes()
 
 
 # --- Overview -------------------------------------------------------------------------------------
@@ -139,7 +149,7 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
         if sum(n for _, _, n in binned) < SCORE_SAMPLE_MIN:
             percent = None  # a small tenant in a big table: too few sampled rows; score it exactly
     if percent is None:
-        qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
+        qs = annotate_scores(visible(principal, Fact.objects.active()))
         qs = qs.annotate(
             cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
             sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
@@ -304,7 +314,7 @@ USER_RANK_WINDOW = {"facts": 1000, "staleness": 150}
 
 
 def _with_user_stats(qs: QuerySet[MemoryUser]) -> QuerySet[MemoryUser]:
-    facts = Fact.objects.filter(memory_user=OuterRef("pk"), status=Fact.Status.ACTIVE).order_by()
+    facts = Fact.objects.active().filter(memory_user=OuterRef("pk")).order_by()
     open_ = Contradiction.objects.filter(memory_user=OuterRef("pk"), status=Contradiction.Status.OPEN).order_by()
     return qs.annotate(
         fact_count=Coalesce(Subquery(facts.values("memory_user").annotate(n=Count("id")).values("n")), 0),
@@ -402,7 +412,7 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
     still count as beliefs. A fact whose successor is older than
     itself was overruled on arrival and was never believed. Three queries whatever the count."""
     candidates = list(
-        visible(principal, Fact.objects.filter(memory_user=memory_user))
+        visible(principal, Fact.objects.for_user(memory_user))
         .filter(created_at__lte=moment, valid_from__lte=moment)
         .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=moment))
         .exclude(status=Fact.Status.QUARANTINED)
@@ -457,8 +467,7 @@ assert 0.4 + 0.3 < EVICTION_THRESHOLD  # noqa: S101 -- the filter below relies o
 
 
 def eviction_candidates(principal: Principal) -> QuerySet[Fact]:
-    qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE, pinned=False,
-                                                                contested=True)))
+    qs = annotate_scores(visible(principal, Fact.objects.active().filter(pinned=False, contested=True)))
     return qs.filter(stale_score__gt=EVICTION_THRESHOLD).select_related("memory_user").order_by("-stale_score", "pk")
 
 
@@ -530,63 +539,15 @@ def _day_start(day: str) -> datetime:
 
 # --- Lifecycle: the GC's dry run, bounded -----------------------------------------------------------
 
-# `extraction.lifecycle.lifecycle_gc(dry_run=True)` loads every candidate into Python: at 1M facts,
-# where most old unread facts have faded, that is ~800,000 rows and minutes. The page asks the same
-# three rules in SQL instead: a count per rule that stops at GC_COUNT_CAP, and the first
-# GC_REPORT_LIMIT candidates for the sample (tests hold it equal to the GC's own dry run).
+# At 1M facts most old unread facts have faded: ~800,000 candidates. The page counts each rule up to
+# GC_COUNT_CAP (shown as "10000+") and lists the first few candidates.
 GC_COUNT_CAP = 10_000
-GC_REPORT_LIMIT = 200
-
-
-def _eff_conf_at_sql(table: str = "memory_admin_fact") -> str:
-    """Effective confidence at the time bound as the one SQL parameter (scoring.py's formula with
-    that time for now())."""
-    return effective_confidence_sql(table, now="%s::timestamptz")
-
-
-def gc_rule_querysets(tenant_id: int, now: datetime) -> dict[str, QuerySet[Fact]]:
-    """The GC's rules as querysets, each excluding what an earlier rule already takes (first rule wins)."""
-    from extraction.lifecycle import LOW_CONFIDENCE, LOW_CONFIDENCE_DAYS, SOFT_TTL_UNREAD_DAYS
-
-    live = Fact.objects.filter(tenant_id=tenant_id, status__in=[Fact.Status.ACTIVE, Fact.Status.STALE])
-    hard = Q(hard_expires_at__lte=now)
-    soft = (Q(soft_expires_at__lte=now, pinned=False)
-            & Q(last_read__lte=now - timedelta(days=SOFT_TTL_UNREAD_DAYS)))
-    cutoff = now - timedelta(days=LOW_CONFIDENCE_DAYS)
-    # "Last access" as scoring reads it: the last read, else when the fact was stored.
-    annotated = live.annotate(last_read=Coalesce("last_accessed_at", "created_at"))
-    low = (
-        annotate_scores(annotated.filter(status=Fact.Status.ACTIVE, pinned=False).exclude(hard).exclude(soft))
-        .annotate(conf_at_cutoff=RawSQL(_eff_conf_at_sql(), (cutoff,), output_field=FloatField()))  # noqa: S611
-        .filter(eff_conf__lt=LOW_CONFIDENCE, last_read__lte=cutoff, conf_at_cutoff__lt=LOW_CONFIDENCE)
-    )
-    return {"hard_ttl": live.filter(hard), "soft_ttl_unread": annotated.filter(soft).exclude(hard),
-            "low_confidence": low}
 
 
 def gc_preview(principal: Principal) -> dict[str, Any]:
-    """What the daily GC would do now, in the shape of its own dry-run report, plus `capped`: the rules
-    whose count reached GC_COUNT_CAP (shown as "10000+"). 2 queries per rule."""
-    from extraction.lifecycle import RULES
-
-    now = timezone.now()
-    rules = gc_rule_querysets(principal.tenant_id, now)
-    new_status = {"hard_ttl": Fact.Status.EVICTED, "soft_ttl_unread": Fact.Status.EVICTED,
-                  "low_confidence": Fact.Status.STALE}
-    counts, capped, facts = {}, [], []
-    for rule, qs in rules.items():
-        counts[rule] = qs.order_by()[:GC_COUNT_CAP].count()
-        if counts[rule] >= GC_COUNT_CAP:
-            capped.append(rule)
-        room = GC_REPORT_LIMIT - len(facts)
-        if room > 0 and counts[rule]:
-            for f in qs.select_related("memory_user").order_by("created_at", "pk")[:room]:
-                facts.append({"id": str(f.pk), "user_id": f.memory_user.external_id if f.memory_user_id else None,
-                              "content": f.content[:120], "rule": rule, "reason": RULES[rule],
-                              "new_status": new_status[rule], "pinned": f.pinned})
-    total = sum(counts.values())
-    return {"tenant_id": principal.tenant_id, "dry_run": True, "ran_at": now.isoformat(), "counts": counts,
-            "capped": capped, "total": total, "rules": RULES, "facts": facts, "truncated": total > len(facts)}
+    """What the daily GC would do now: its dry-run report, with each rule's count bounded by GC_COUNT_CAP
+    (`capped` names the rules that reached it). 2 queries per rule."""
+    return gc_report(principal.tenant_id, timezone.now(), count_cap=GC_COUNT_CAP)
 
 
 # --- Fact detail: the open contradiction, the decay curve ---------------------------------------

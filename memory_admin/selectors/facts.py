@@ -16,7 +16,7 @@ MAX_CHAIN = 200
 
 
 def facts_of_user(principal: Principal, memory_user: MemoryUser) -> QuerySet[Fact]:
-    return visible(principal, Fact.objects.filter(memory_user=memory_user)).select_related(
+    return visible(principal, Fact.objects.for_user(memory_user)).select_related(
         "memory_user", "superseded_by_notebook"
     )
 

@@ -216,7 +216,7 @@ def _candidates(
     """(tenant search weights as JSON text, candidate rows) in one statement."""
     branches: list[tuple[str, tuple]] = []
     distance = RawSQL(_DISTANCE if vector is not None else "NULL::float8", ())  # noqa: S611 - constant
-    own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
+    own = visible(principal, Fact.objects.for_user(memory_user).filter(status__in=statuses))
     tsq = or_tsquery(query) if query else ""
     if own_by_keyword:
         # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
@@ -229,7 +229,7 @@ def _candidates(
         shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
         if vector is not None:
             # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-            nearest = (shared.filter(status=Fact.Status.ACTIVE).annotate(distance=distance)
+            nearest = (shared.active().annotate(distance=distance)
                        .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
             branches.append(_compiled(nearest))
         if tsq:

@@ -6,8 +6,8 @@ reviewer gets AlreadyResolved and nothing is applied twice.
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -17,62 +17,81 @@ from memory_admin.errors import AlreadyResolved, Invalid
 from memory_admin.models import Contradiction, Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.facts import _supersede, check_fact_size, content_hash, refresh_contested
+from memory_admin.services.facts import check_fact_size, link, refresh_contested, successor, supersede
 from memory_admin.services.screening import screen_text
 
 ACTIONS = ("keep_a", "keep_b", "both_true", "merge", "dismiss")
 
 
+def _merged_text(principal: Principal, action: str, merged_text: str) -> tuple[str, list[float] | None]:
+    """The text and vector of a merge, screened before the transaction so that a refusal's block
+    record survives the refusal; nothing for the other actions."""
+    if action != "merge":
+        return merged_text, None
+    check_fact_size(merged_text)
+    merged_text = screen_text(principal, merged_text, route="review", memory_user_id=None).content
+    return merged_text, embed_one(merged_text)
+
+
+def _open_locked(principal: Principal, contradiction_id: Any) -> Contradiction:
+    item = get_visible(principal, Contradiction.objects.select_for_update(of=("self",)), pk=contradiction_id)
+    if item.status != Contradiction.Status.OPEN:
+        raise AlreadyResolved(
+            f"Already {item.status.replace('_', ' ')} by {item.resolved_by or 'someone'}"
+            f" ({item.resolution or 'no action'}); nothing was changed.",
+            status_now=item.status, resolution=item.resolution, resolved_by=item.resolved_by,
+        )
+    return item
+
+
+def _merge(principal: Principal, a: Fact, b: Fact | None, *, text: str, vector: list[float] | None,
+           note: str) -> Fact:
+    """A reviewer's merge: one new fact, the next version of A, supersedes both sides."""
+    merged = successor(
+        a, principal=principal, key=a.key if b is None or a.key == b.key else None, content=text,
+        confidence=max(a.confidence, b.confidence if b else 0), source=Fact.Source.USER_CORRECTION,
+        embedding=vector, pinned=False, metadata={},
+    )
+    sides = [side for side in (a, b) if side is not None]
+    for side in sides:
+        if side.status == Fact.Status.ACTIVE:
+            supersede(side, by=merged, reason=f"review: merged. {note}")
+    merged.save(force_insert=True)
+    for side in sides:
+        link(principal, Edge.Type.SUPERSEDES, merged, side)
+    return merged
+
+
+def _apply(principal: Principal, action: str, a: Fact, b: Fact | None, *, text: str,
+           vector: list[float] | None, note: str) -> Fact | None:
+    """What the action does to the facts; the merged fact when it makes one."""
+    if action == "merge":
+        return _merge(principal, a, b, text=text, vector=vector, note=note)
+    if b is None:
+        return None
+    if action == "keep_a" and b.status == Fact.Status.ACTIVE:
+        supersede(b, by=a, reason=f"review: kept the other side. {note}")
+    elif action == "keep_b" and a.status == Fact.Status.ACTIVE:
+        supersede(a, by=b, reason=f"review: kept the other side. {note}")
+    elif action == "both_true":
+        link(principal, Edge.Type.RELATED_TO, a, b)
+    return None
+
+
 def contradiction_resolve(
-    *, principal: Principal, contradiction_id, action: str, note: str = "", merged_text: str = ""
+    *, principal: Principal, contradiction_id: Any, action: str, note: str = "", merged_text: str = ""
 ) -> Contradiction:
     principal.require(CURATE)
     if action not in ACTIONS:
         raise Invalid(f"action must be one of {', '.join(ACTIONS)}.", field="action")
-    merged_vector = None
     note = screen_text(principal, note, route="review", memory_user_id=None, what="note").content
-    if action == "merge":
-        check_fact_size(merged_text)
-        # Screened before the transaction so that a refusal's block record survives the refusal.
-        merged_text = screen_text(principal, merged_text, route="review", memory_user_id=None).content
-        merged_vector = embed_one(merged_text)
+    merged_text, merged_vector = _merged_text(principal, action, merged_text)
     with transaction.atomic():
-        item = get_visible(principal, Contradiction.objects.select_for_update(of=("self",)), pk=contradiction_id)
-        if item.status != Contradiction.Status.OPEN:
-            raise AlreadyResolved(
-                f"Already {item.status.replace('_', ' ')} by {item.resolved_by or 'someone'}"
-                f" ({item.resolution or 'no action'}); nothing was changed.",
-                status_now=item.status, resolution=item.resolution, resolved_by=item.resolved_by,
-            )
+        item = _open_locked(principal, contradiction_id)
         a = Fact.objects.select_for_update().get(pk=item.fact_a_id)
         b = Fact.objects.select_for_update().get(pk=item.fact_b_id) if item.fact_b_id else None
         before = {"a": fact_snapshot(a), "b": fact_snapshot(b)}
-        merged = None
-        if action == "keep_a" and b is not None and b.status == Fact.Status.ACTIVE:
-            _supersede(b, by=a, reason=f"review: kept the other side. {note}")
-        elif action == "keep_b" and b is not None and a.status == Fact.Status.ACTIVE:
-            _supersede(a, by=b, reason=f"review: kept the other side. {note}")
-        elif action == "merge":
-            text = merged_text
-            merged = Fact(
-                id=uuid.uuid4(), tenant_id=a.tenant_id, memory_user_id=a.memory_user_id, scope=a.scope,
-                task_ref=a.task_ref, key=a.key if b is None or a.key == b.key else None, content=text,
-                content_hash=content_hash(text), category=a.category, kind=a.kind,
-                confidence=max(a.confidence, b.confidence if b else 0), importance=a.importance,
-                source=Fact.Source.USER_CORRECTION, version=a.version + 1, supersedes=a,
-                embedding=merged_vector, valid_from=timezone.now(), created_by=principal.actor,
-            )
-            for side in (a, b):
-                if side is not None and side.status == Fact.Status.ACTIVE:
-                    _supersede(side, by=merged, reason=f"review: merged. {note}")
-            merged.save(force_insert=True)
-            for side in (a, b):
-                if side is not None:
-                    Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=merged,
-                                        dst_fact=side, created_by=principal.actor)
-        elif action == "both_true" and b is not None:
-            Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.RELATED_TO, src_fact=a, dst_fact=b,
-                                created_by=principal.actor)
+        merged = _apply(principal, action, a, b, text=merged_text, vector=merged_vector, note=note)
         item.status = Contradiction.Status.DISMISSED if action == "dismiss" else Contradiction.Status.RESOLVED
         item.resolution = action
         item.resolved_by = principal.actor
@@ -91,7 +110,7 @@ def contradiction_resolve(
 
 
 @transaction.atomic
-def contradiction_reopen(*, principal: Principal, contradiction_id, note: str = "") -> Contradiction:
+def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: str = "") -> Contradiction:
     """Undo a resolution: the contradiction is open again and a side that "keep" superseded is active
     again (only if nothing changed it since). A merge made a new fact: it cannot be undone this way
     (correct or forget the merged fact instead)."""

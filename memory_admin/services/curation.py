@@ -12,7 +12,7 @@ from memory_admin.errors import AlreadyResolved
 from memory_admin.models import Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
-from memory_admin.services.facts import _supersede
+from memory_admin.services.facts import link, supersede
 from memory_admin.services.screening import screens
 
 
@@ -37,19 +37,17 @@ def quarantine_release(*, principal: Principal, fact_id: UUID | str, note: str =
     slot = None
     if fact.key:
         slot = (
-            Fact.objects.select_for_update()
-            .filter(memory_user_id=fact.memory_user_id, task_ref=fact.task_ref, key=fact.key,
-                    status=Fact.Status.ACTIVE)
+            Fact.objects.select_for_update().for_user(fact.memory_user_id).active()
+            .filter(task_ref=fact.task_ref, key=fact.key)
             .first()
         )
     if slot is not None:
-        _supersede(slot, by=fact, reason="replaced by a released quarantined write")
+        supersede(slot, by=fact, reason="replaced by a released quarantined write")
         # `supersedes` is one-to-one: link the chain only if nothing else already corrects the slot.
         if not Fact.objects.filter(supersedes_id=slot.pk).exists():
             fact.supersedes_id = slot.pk
         fact.version = slot.version + 1
-        Edge.objects.create(tenant_id=principal.tenant_id, type=Edge.Type.SUPERSEDES, src_fact=fact, dst_fact=slot,
-                            created_by=principal.actor)
+        link(principal, Edge.Type.SUPERSEDES, fact, slot)
     fact.status = Fact.Status.ACTIVE
     fact.status_reason = f"released from quarantine by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "supersedes", "version", "updated_at"])

@@ -181,9 +181,9 @@ def thread_close(*, principal: Principal, memory_user: MemoryUser, thread_id: st
 
 
 def _dispatch_close(thread_pk: int, outcome: str | None) -> None:
-    from extraction.pipeline import _dispatch
+    from memory_admin import celery as celery_module
 
-    _dispatch("extraction.close_thread", thread_pk, outcome)
+    celery_module.dispatch("extraction.close_thread", thread_pk, outcome)
 
 
 def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
@@ -209,6 +209,6 @@ def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
 
 
 def _dispatch_batch(batch_pk: int) -> None:
-    from extraction.pipeline import _dispatch
+    from memory_admin import celery as celery_module
 
-    _dispatch("extraction.run_batch", batch_pk)
+    celery_module.dispatch("extraction.run_batch", batch_pk)

@@ -46,13 +46,13 @@ from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
 from memory_admin.services.facts import (
-    _close_contradictions_of,
-    _supersede,
     check_fact_size,
+    close_contradictions_of,
     fact_correct,
     fact_forget,
     fact_write,
     fact_write_many,
+    supersede,
 )
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.notebook import notebook_for, notebook_save
@@ -337,7 +337,7 @@ def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bo
     reason = item["status_reason"] or "superseded before the export"
     successor = replay.fact_ids.get(str(item["superseded_by"])) if item["superseded_by"] else None
     if successor and successor != str(fact.pk):
-        _supersede(fact, by=Fact(pk=successor), reason=reason)
+        supersede(fact, by=Fact(pk=successor), reason=reason)
     else:
         version = replay.notebook_versions.get(item["superseded_by_notebook_version"] or -1)
         revision = NotebookRevision.objects.filter(notebook__memory_user=replay.user, version=version).first()
@@ -346,7 +346,7 @@ def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bo
         Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
                                                status_reason=reason[:300], contested=False,
                                                updated_at=timezone.now())
-    _close_contradictions_of(replay.principal, fact, note="settled by an import")
+    close_contradictions_of(replay.principal, fact, note="settled by an import")
     return True
 
 

@@ -95,7 +95,7 @@ def notebook_save(
 def _overrule_contradicting_facts(principal: Principal, memory_user: MemoryUser, revision: NotebookRevision,
                                   statements: list[str], vectors: list[list[float]]) -> None:
     threshold = tenant_settings(principal.tenant_id).contradiction_similarity
-    active = Fact.objects.filter(memory_user=memory_user, status=Fact.Status.ACTIVE, pinned=False)
+    active = Fact.objects.for_user(memory_user).active().filter(pinned=False)
     for text, vector in zip(statements, vectors, strict=True):
         near = active.annotate(distance=CosineDistance("embedding", vector)).filter(distance__lte=1 - threshold)
         for fact in near.order_by("distance")[:5]:

@@ -84,7 +84,7 @@ def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, A
     """Everything about one memory user, history included (`services.imports` replays it)."""
     principal.require(ADMIN)
     notebook = Notebook.objects.filter(memory_user=memory_user).first()
-    facts = Fact.objects.filter(memory_user=memory_user).select_related("superseded_by_notebook")
+    facts = Fact.objects.for_user(memory_user).select_related("superseded_by_notebook")
     episodes = Episode.objects.filter(memory_user=memory_user).select_related("thread")
     data = {
         "format": "memory-admin/export-v1",
@@ -157,7 +157,7 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     external_id = memory_user.external_id
     erased_id = f"erased-{uuid.uuid4()}"
     counts = {
-        "facts": Fact.objects.filter(memory_user=memory_user).update(
+        "facts": Fact.objects.for_user(memory_user).update(
             content=ERASED, content_hash="", key=None, embedding=None, metadata={},
             # A task-scoped fact keeps a (placeholder) task ref: the scope's shape is a constraint.
             task_ref=Case(When(task_ref="", then=Value("")), default=Value("erased")),

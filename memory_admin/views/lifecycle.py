@@ -1,5 +1,5 @@
 """The lifecycle page: what the daily GC would do now (its dry run), and buttons to run the GC and
-the contradiction scan on demand. The rules live in `extraction.lifecycle`; this only shows them."""
+the contradiction scan on demand. The rules live in `selectors.lifecycle`; this only shows them."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from django.views.decorators.http import require_POST
 
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import ADMIN, CURATE
+from memory_admin.selectors.lifecycle import GC_RULES
 from memory_admin.services.lifecycle import contradiction_scan_run, lifecycle_gc_run
 from memory_admin.views.base import paginate, tenant_view
 
-RULE_OUTCOME = {"hard_ttl": "evicted", "soft_ttl_unread": "evicted", "low_confidence": "marked stale"}
 SCAN_WINDOWS = {"2h": ("facts changed in the last 2 hours", timedelta(hours=2)),
                 "24h": ("facts changed in the last 24 hours", timedelta(hours=24)),
                 "7d": ("facts changed in the last 7 days", timedelta(days=7)),
@@ -25,12 +25,10 @@ DEFAULT_WINDOW = "24h"
 
 def _render(request: HttpRequest, *, gc_result: dict | None = None, scan_result: dict | None = None,
             status: int = 200) -> HttpResponse:
-    # The dry run is read in bounded SQL (selectors.dashboard.gc_preview), not with the GC's own
-    # dry run, which loads every candidate into Python (minutes at 1M facts).
     report = sel.gc_preview(request.principal)
-    rules = [{"key": key, "label": label, "count": report["counts"][key], "capped": key in report["capped"],
-              "outcome": RULE_OUTCOME.get(key, "")}
-             for key, label in report["rules"].items()]
+    rules = [{"key": rule.key, "label": rule.reason, "count": report["counts"][rule.key],
+              "capped": rule.key in report["capped"], "outcome": rule.effect}
+             for rule in GC_RULES]
     context = {
         "nav": "lifecycle", "report": report, "rules": rules, "page": paginate(request, report["facts"]),
         "gc_result": gc_result, "scan_result": scan_result,

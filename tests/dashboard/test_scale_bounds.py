@@ -11,11 +11,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from extraction.lifecycle import lifecycle_gc
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.scoring import staleness
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import Principal
+from memory_admin.services.lifecycle import lifecycle_gc
 
 DAY = timedelta(days=1)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from extraction import llm, pipeline
+from memory_admin import celery as celery_module
 from memory_admin.models import ExtractionBatch
 from tests.fake_openai import FakeOpenAI
 
@@ -47,7 +48,7 @@ def offline(settings, fast_retries):
 def dispatched(monkeypatch):
     """In-process tests never touch the broker: dispatches are recorded instead."""
     sent: list[tuple] = []
-    monkeypatch.setattr(pipeline, "_dispatch", lambda task, *args: sent.append((task, *args)))
+    monkeypatch.setattr(celery_module, "dispatch", lambda task, *args: sent.append((task, *args)))
     return sent
 
 

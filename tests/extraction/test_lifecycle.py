@@ -7,9 +7,9 @@ from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
 
-from extraction import lifecycle
 from memory_admin.embeddings import embed_one
 from memory_admin.models import AuditEvent, Contradiction, Fact, MemoryUser
+from memory_admin.services import lifecycle
 from memory_admin.services.facts import content_hash
 
 DAY = timedelta(days=1)
@@ -101,10 +101,10 @@ def test_the_scan_auto_resolves_a_large_confidence_gap(tenant):
 
 
 def test_the_retry_command_retries_failed_batches(tenant, capsys, monkeypatch):
-    from extraction import pipeline
+    from memory_admin import celery as celery_module
     from memory_admin.models import ExtractionBatch, Thread
 
-    monkeypatch.setattr(pipeline, "_dispatch", lambda *a: None)
+    monkeypatch.setattr(celery_module, "dispatch", lambda *a: None)
     user = MemoryUser.objects.create(tenant=tenant, external_id="alice")
     thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id="t")
     batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread, status="failed",

@@ -206,7 +206,7 @@ def test_rate_limited_then_success_through_the_sweeper(api, tenant, procs, fake)
     assert list(LlmCall.objects.filter(batch=batch).order_by("id").values_list("ok", flat=True)) == [False, False, True]
     assert Fact.objects.filter(batch=batch).count() == 1
     # Housekeeping of the embedded broker: delivered (invisible) rows go, the queue keeps working.
-    from extraction.lifecycle import broker_cleanup
+    from extraction.broker import broker_cleanup
 
     assert broker_cleanup() > 0
     with connection.cursor() as cursor:

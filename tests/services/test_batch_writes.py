@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError
 
 from memory_admin.models import AuditEvent, Fact, MemoryUser, PiiBlock
-from memory_admin.services import facts as fact_services
+from memory_admin.services.facts import write as fact_services
 
 SECRET = "sk-" + "proj-Zq8LmN3pR7tV1wX5yB9cD2fG6hJ0kP4s"
 

@@ -1,0 +1,125 @@
+"""The other fact mutations: correct, forget, pin, promote; and the read counter."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from memory_admin.embeddings import embed_one
+from memory_admin.errors import Conflict, Invalid
+from memory_admin.models import Fact
+from memory_admin.selectors.access import CURATE, Principal, writable_fact
+from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.facts.checks import check_fact_size
+from memory_admin.services.facts.conflicts import close_contradictions_of
+from memory_admin.services.facts.versions import lock_memory_user, replace, successor, supersede
+from memory_admin.services.guard import refuse_instructions
+from memory_admin.services.screening import screen_text, screens
+
+SCOPE_ORDER = {"task": 0, "user": 1, "org": 2, "global": 3}
+
+
+def fact_correct(
+    *, principal: Principal, fact_id: Any, content: str, confidence: float | None = None,
+    category: str | None = None, reason: str = "",
+) -> Fact:
+    """A new version that supersedes the fact (source user_correction). Only the newest version of a
+    chain can be corrected; correcting an older one answers 409 with the current id."""
+    old = writable_fact(principal, fact_id)
+    check_fact_size(content)
+    # Screen outside the transaction: a refusal's block record must survive the refusal.
+    content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
+    reason = screen_text(principal, reason, route="correction", memory_user_id=old.memory_user_id,
+                         what="reason").content
+    # A correction replaces a served fact at once, so it is refused rather than quarantined.
+    refuse_instructions(principal, content, what="correction")
+    vector = embed_one(content)
+    with transaction.atomic():
+        if old.memory_user_id:
+            lock_memory_user(old.memory_user_id)
+        old.refresh_from_db()
+        if old.status == Fact.Status.SUPERSEDED:
+            raise Conflict("This fact was already corrected; correct its newest version instead.",
+                           code="already_superseded", current_id=str(old.superseded_by_id or ""))
+        new = successor(old, principal=principal, content=content, category=category or old.category,
+                        confidence=1.0 if confidence is None else confidence, source=Fact.Source.USER_CORRECTION,
+                        embedding=vector)
+        before = fact_snapshot(old)
+        replace(principal, old, by=new, reason=reason or "corrected")
+        close_contradictions_of(principal, old, note="superseded by a correction")
+        audit(principal, "fact.correct", outcome="superseded", target=new, before=before,
+              after=fact_snapshot(new), reason=reason)
+    return new
+
+
+@screens("reason", route="forget")
+@transaction.atomic
+def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact:
+    fact = writable_fact(principal, fact_id)
+    before = fact_snapshot(fact)
+    Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300],
+                                           pinned=False, updated_at=timezone.now())
+    fact.refresh_from_db()
+    close_contradictions_of(principal, fact, note="one side was forgotten")
+    audit(principal, "fact.forget", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
+          reason=reason)
+    return fact
+
+
+@transaction.atomic
+def fact_pin(*, principal: Principal, fact_id: Any, pinned: bool) -> Fact:
+    fact = writable_fact(principal, fact_id)
+    if fact.memory_user_id is None:
+        principal.require(CURATE)
+    before = fact_snapshot(fact)
+    Fact.objects.filter(pk=fact.pk).update(pinned=pinned, updated_at=timezone.now())
+    fact.refresh_from_db()
+    audit(principal, "fact.pin" if pinned else "fact.unpin", outcome="updated", target=fact, before=before,
+          after=fact_snapshot(fact))
+    return fact
+
+
+def record_access(fact_ids: Any) -> None:
+    """Reads bump access counts: accumulated in process and written about once a second as one
+    statement (services.access_counts), not a write per request."""
+    from memory_admin.services.access_counts import record_access as accumulate
+
+    accumulate(fact_ids)
+
+
+def _promotable(principal: Principal, fact_id: Any, to: str) -> Fact:
+    if to not in ("user", "org"):
+        raise Invalid("A fact is promoted to the user or the org scope.", field="to")
+    old = writable_fact(principal, fact_id)
+    if SCOPE_ORDER[to] <= SCOPE_ORDER[old.scope]:
+        raise Invalid(f"A {old.scope} fact cannot be promoted to {to}: promotion only moves up.", field="to")
+    if to == "org":
+        principal.require(CURATE)
+    return old
+
+
+def fact_promote(*, principal: Principal, fact_id: Any, to: str) -> Fact:
+    """Move a fact up the scope tree (task → user → org, SPEC §3): a copy in the parent scope
+    supersedes it. Promoting to the org scope is curation (admins and operators)."""
+    old = _promotable(principal, fact_id, to)
+    with transaction.atomic():
+        if old.memory_user_id:
+            lock_memory_user(old.memory_user_id)
+        old.refresh_from_db()
+        if old.status != Fact.Status.ACTIVE:
+            raise Conflict("Only an active fact can be promoted.", code="not_active", status_now=old.status)
+        new = successor(old, principal=principal, memory_user_id=old.memory_user_id if to == "user" else None,
+                        scope=to, task_ref="", valid_from=old.valid_from, extractor=old.extractor)
+        before = fact_snapshot(old)
+        # The target slot may already hold this key: the promoted copy replaces it as a new version.
+        if new.key:
+            target = (Fact.objects.active().filter(tenant_id=new.tenant_id, memory_user_id=new.memory_user_id,
+                                                   task_ref="", key=new.key).first())
+            if target is not None:
+                supersede(target, by=new, reason=f"replaced by a promoted {old.scope} fact")
+        replace(principal, old, by=new, reason=f"promoted to {to}")
+        audit(principal, "fact.promote", outcome=to, target=new, memory_user_id=old.memory_user_id, before=before,
+              after=fact_snapshot(new))
+    return new

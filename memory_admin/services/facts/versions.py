@@ -1,0 +1,72 @@
+"""Versions of a fact: the chain `supersedes` / `superseded_by` and the edges that record it. Every
+mutation that replaces a fact (a slot update, a surer contradicting fact, a correction, a promotion, a
+reviewer's merge) builds the new version here and links it here."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.utils import timezone
+
+from memory_admin.models import Edge, Fact, MemoryUser
+from memory_admin.selectors.access import Principal
+from memory_admin.services.facts.checks import content_hash
+
+# What a new version keeps of the one it replaces unless told otherwise.
+_INHERITED = ("tenant_id", "memory_user_id", "scope", "task_ref", "key", "content", "content_hash", "category",
+              "kind", "confidence", "importance", "source", "pinned", "metadata", "embedding")
+
+
+def lock_memory_user(memory_user_id: int) -> None:
+    """Writes for one memory user are serialised: races on a key or a hash cannot double-insert."""
+    MemoryUser.objects.select_for_update().filter(pk=memory_user_id).values_list("pk", flat=True).first()
+
+
+def continue_chain(new: Fact, old: Fact) -> None:
+    """Make the unsaved `new` the next version of `old`."""
+    new.version = old.version + 1
+    new.supersedes = old
+
+
+def successor(old: Fact, *, principal: Principal, **changes: Any) -> Fact:
+    """The next version of `old`, not saved: the same owner, slot, kind, text and metadata unless
+    `changes` says otherwise (a new `content` gets its hash), written now by the principal."""
+    fields = {name: getattr(old, name) for name in _INHERITED}
+    fields.update(id=uuid.uuid4(), valid_from=timezone.now(), agent_id=principal.agent_id,
+                  created_by=principal.actor)
+    if "content" in changes:
+        fields["content_hash"] = content_hash(changes["content"])
+    fields.update(changes)
+    new = Fact(**fields)
+    continue_chain(new, old)
+    return new
+
+
+def link(principal: Principal, edge_type: str, src: Fact, dst: Fact) -> Edge:
+    return Edge.objects.create(tenant_id=src.tenant_id or principal.tenant_id, type=edge_type, src_fact=src,
+                               dst_fact=dst, created_by=principal.actor)
+
+
+def supersede(old: Fact, *, by: Fact, reason: str) -> None:
+    """Mark `old` superseded by `by` (which may not be inserted yet: the FK is checked at commit)."""
+    Fact.objects.filter(pk=old.pk).update(
+        status=Fact.Status.SUPERSEDED, superseded_by_id=by.pk, status_reason=reason[:300],
+        contested=False, updated_at=timezone.now(),
+    )
+    old.status, old.superseded_by_id = Fact.Status.SUPERSEDED, by.pk
+
+
+def replace(principal: Principal, old: Fact, *, by: Fact, reason: str) -> None:
+    """Store the unsaved `by` as the version that supersedes `old`, with the edge that says so."""
+    supersede(old, by=by, reason=reason)
+    by.save(force_insert=True)
+    link(principal, Edge.Type.SUPERSEDES, by, old)
+
+
+def refuse(principal: Principal, new: Fact, *, by: Fact, reason: str) -> None:
+    """Store the unsaved `new` as already superseded by the standing `by` it contradicts: kept for the
+    record, never served."""
+    new.status, new.superseded_by_id, new.status_reason = Fact.Status.SUPERSEDED, by.pk, reason[:300]
+    new.save(force_insert=True)
+    link(principal, Edge.Type.CONTRADICTS, new, by)

@@ -1,0 +1,476 @@
+"""The write path of SPEC §4: `fact_write` is the single entry for every new fact, whatever its origin
+(agent API, extraction, dashboard, demo seed), and `fact_write_many` the same for a batch. Each step
+records its outcome (a `WriteOutcome`); the API returns it.
+
+Steps 1-3 (screening, the poisoning guard, the confidence gate) need no lock and run first
+(`_prepare`); steps 4-7 (dedup, merge, the notebook, contradictions, the cap) run under the user's lock
+(`_store`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+from pgvector.django import CosineDistance
+
+from memory_admin.embeddings import embed, embed_one
+from memory_admin.errors import Blocked, DomainError
+from memory_admin.metrics import observe_writes
+from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
+from memory_admin.models import WriteOutcome as Outcome
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
+from memory_admin.services.facts.cap import enforce_cap
+from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
+from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner
+from memory_admin.services.facts.versions import continue_chain, link, lock_memory_user, refuse, replace
+from memory_admin.services.guard import injection_reason
+from memory_admin.services.judge import Verdict, judge
+from memory_admin.services.pii import find as find_pii
+from memory_admin.services.screening import screen_identifier, screen_text
+from memory_admin.services.settings import tenant_settings
+
+# Default confidence by source when a writer gives none (SPEC §2).
+SOURCE_PRIOR: dict[str, float] = {
+    "user_stated": 1.0,
+    "user_correction": 1.0,
+    "tool_verified": 0.9,
+    "notebook": 1.0,
+    "agent_inferred": 0.6,
+    "recalled": 0.5,
+    "external": 0.3,
+}
+
+NEIGHBOURS = 5
+
+
+@dataclass(slots=True, kw_only=True)
+class FactDraft:
+    """One fact as a writer offers it: the keyword arguments of `fact_write`, and one item of
+    `fact_write_many`."""
+
+    content: str
+    key: str | None = None
+    category: str = "other"
+    kind: str = "fact"
+    confidence: float | None = None
+    source: str = "agent_inferred"
+    observed_at: datetime | None = None
+    ttl_days: float | None = None
+    pinned: bool = False
+    importance: float = 0.5
+    metadata: dict[str, Any] | None = None
+    task_ref: str = ""
+    extractor: str = ""
+    message_id: int | None = None
+    batch_id: int | None = None
+    embedding: list[float] | None = None
+
+
+@dataclass
+class WriteResult:
+    outcome: Outcome
+    fact: Fact | None = None
+    reason: str = ""
+    other: Fact | None = None  # the existing fact involved (deduplicated into, superseded, contradicted)
+    contradiction: Contradiction | None = None
+    evicted: list[Fact] = field(default_factory=list)
+    block_id: str | None = None  # a blocked fact of a batch: the PiiBlock recording the refusal
+
+
+# What an outcome step returns: the result and the audit's `before` (None: the snapshot of `other`).
+Step = tuple[WriteResult, dict[str, Any] | None]
+
+
+@dataclass
+class _UserState:
+    """What the locked part of the write path knows of the user, read once after the lock and kept
+    exact by the writes that follow under it: the number of active facts (the cap's count) and whether
+    the user has a notebook to contradict. Lets a write skip the notebook query when there is none and
+    the cap query while the user is under the cap (both would find nothing)."""
+
+    active: int
+    has_notebook: bool
+
+
+def _user_state(memory_user_id: int) -> _UserState:
+    """One statement, after `lock_memory_user`: the active facts are counted as `enforce_cap` counts them."""
+    fact, chunk, notebook = Fact._meta.db_table, NotebookChunk._meta.db_table, Notebook._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT count(*) FROM {fact} WHERE memory_user_id = %s AND status = %s), "
+            f"EXISTS (SELECT 1 FROM {chunk} c JOIN {notebook} n ON n.id = c.notebook_id "
+            f"WHERE n.memory_user_id = %s)",
+            [memory_user_id, Fact.Status.ACTIVE, memory_user_id],
+        )
+        active, has_notebook = cursor.fetchone()
+    return _UserState(active=active, has_notebook=has_notebook)
+
+
+def _locked_state(memory_user_id: int) -> _UserState:
+    lock_memory_user(memory_user_id)
+    return _user_state(memory_user_id)
+
+
+# The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
+# never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
+_FACT_COLUMNS = ", ".join(
+    f"f.{f.column}" for f in Fact._meta.concrete_fields
+    if f.attname not in ("embedding", "embedding_next", "search_vector")
+)
+
+
+def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
+    """4a/4b and the neighbours of 4c/5b in one statement, among the user's active facts of the same
+    task: the fact with the same key (the slot) and those with the same normalised content (branch 0),
+    and the nearest ones (branch 1; one more than needed: the slot is not a neighbour of its own new
+    value), each with its cosine distance to the new fact. Hand-written SQL (the ORM's union of two
+    annotated querysets cost more to compile than to run); the new vector is sent once."""
+    exact = "f.content_hash = %s OR f.key = %s" if fact.key else "f.content_hash = %s"
+    exact_params = [fact.content_hash, fact.key] if fact.key else [fact.content_hash]
+    vector = Fact._meta.get_field("embedding").get_db_prep_value(fact.embedding, connection)
+    table, active = Fact._meta.db_table, "f.memory_user_id = %s AND f.status = %s AND f.task_ref = %s"
+    sql = (
+        f"WITH q AS (SELECT %s::vector AS v) "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 0 AS branch FROM {table} f, q "
+        f"WHERE {active} AND ({exact})) "
+        f"UNION ALL "
+        f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 1 AS branch FROM {table} f, q "
+        f"WHERE {active} ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
+    )
+    slot = [memory_user_id, Fact.Status.ACTIVE, fact.task_ref]
+    return list(Fact.objects.raw(sql, [vector, *slot, *exact_params, *slot]))
+
+
+@dataclass
+class _Pending:
+    """A fact past the checks that need no lock (screening, guard, confidence gate), waiting for its
+    embedding and the locked part of the write path."""
+
+    fact: Fact
+    done: Callable[..., WriteResult]
+    quarantined: str = ""  # the guard's reason, when the fact is to be stored for review only
+
+
+def _screened(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft,
+              route: str) -> tuple[str, dict[str, Any] | None]:
+    """Step 1, secrets and PII: the content and metadata safe to store; raises Blocked (after recording
+    the block). Clean text (the common case) needs neither the policy nor a record."""
+    content, metadata = draft.content, draft.metadata
+    if find_pii(content):
+        content = screen_text(principal, content, route=route, memory_user_id=memory_user.pk).content
+    if draft.task_ref:
+        screen_identifier(principal, draft.task_ref, what="task id", route="task_id", memory_user_id=memory_user.pk)
+    if draft.key:  # a slot name is an identifier: refused, never redacted
+        screen_identifier(principal, draft.key, what="fact key", route=route, memory_user_id=memory_user.pk)
+    if metadata:
+        _, metadata = screen_key_and_metadata(principal, None, metadata, route=route,
+                                              memory_user_id=memory_user.pk, tenant=tenant)
+    return content, metadata
+
+
+def _new_fact(principal: Principal, memory_user: MemoryUser, draft: FactDraft, content: str,
+              metadata: dict[str, Any] | None) -> Fact:
+    now = timezone.now()
+    return Fact(
+        id=uuid.uuid4(), tenant_id=principal.tenant_id, memory_user=memory_user,
+        scope=Fact.Scope.TASK if draft.task_ref else Fact.Scope.USER, task_ref=draft.task_ref,
+        key=draft.key or None, content=content, content_hash=content_hash(content), category=draft.category,
+        kind=draft.kind,
+        confidence=SOURCE_PRIOR.get(draft.source, 0.6) if draft.confidence is None else float(draft.confidence),
+        importance=draft.importance, source=draft.source, pinned=draft.pinned, valid_from=draft.observed_at or now,
+        soft_expires_at=(now + timedelta(days=draft.ttl_days)) if draft.ttl_days else None,
+        metadata=metadata or {}, agent_id=principal.agent_id, created_by=principal.actor,
+        extractor=draft.extractor, message_id=draft.message_id, batch_id=draft.batch_id, embedding=draft.embedding,
+    )
+
+
+def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft,
+             route: str) -> WriteResult | _Pending:
+    """Steps 1-3 of the write path; raises Blocked (after recording the block) for secrets."""
+    check_fact_size(draft.content, draft.metadata)
+    content, metadata = _screened(principal, memory_user, tenant, draft, route)
+    fact = _new_fact(principal, memory_user, draft, content, metadata)
+
+    def done(result: WriteResult, before: dict[str, Any] | None = None) -> WriteResult:
+        audit(
+            principal, f"{route}.write", outcome=result.outcome,
+            target_type="fact", target_id=str(result.fact.pk) if result.fact else "",
+            memory_user_id=memory_user.pk,
+            before=before if before is not None else fact_snapshot(result.other),
+            after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": fact.confidence},
+            reason=result.reason,
+        )
+        return result
+
+    # 2. Poisoning guard: stored for review, never served.
+    reason = (injection_reason(content, tenant_id=principal.tenant_id)
+              or ("source is external" if draft.source == Fact.Source.EXTERNAL else None))
+    if reason:
+        return _Pending(fact, done, quarantined=reason)
+
+    # 3. Confidence gate.
+    if fact.confidence < tenant.confidence_threshold:
+        return done(WriteResult(
+            Outcome.REJECTED_LOW_CONFIDENCE, None, reason=(f"confidence {fact.confidence:.2f} is below the tenant "
+                                                           f"threshold {tenant.confidence_threshold:.2f}"),
+        ))
+    return _Pending(fact, done)
+
+
+@observe_writes
+def fact_write(*, principal: Principal, memory_user: MemoryUser, route: str = "fact", **fields: Any) -> WriteResult:
+    """Run one fact (`fields`: those of `FactDraft`) through the write path. Raises Blocked (after
+    recording the block) for secrets; every other outcome is returned, and audited."""
+    principal.require(WRITE_MEMORY)
+    tenant = tenant_settings(principal.tenant_id)
+    pending = _prepare(principal, memory_user, tenant, FactDraft(**fields), route)
+    if isinstance(pending, WriteResult):
+        return pending
+    if pending.fact.embedding is None:
+        pending.fact.embedding = embed_one(pending.fact.content)
+    with transaction.atomic(), buffered_audits():  # the write's and its evictions' rows in one INSERT
+        state = None if pending.quarantined else _locked_state(memory_user.pk)
+        return _store(principal, memory_user, tenant, pending, state)
+
+
+def _prepare_all(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings,
+                 drafts: list[FactDraft], route: str) -> list[WriteResult | _Pending]:
+    """Steps 1-3 for each fact of a batch, then one embedding call for those still to store."""
+    prepared: list[WriteResult | _Pending] = []
+    for draft in drafts:
+        try:
+            prepared.append(_prepare(principal, memory_user, tenant, draft, route))
+        except Blocked as exc:
+            prepared.append(WriteResult(Outcome.BLOCKED, None, reason=exc.detail, block_id=exc.extra.get("block_id")))
+    to_embed = [p for p in prepared if isinstance(p, _Pending) and p.fact.embedding is None]
+    vectors = embed([p.fact.content for p in to_embed]) if to_embed else []  # none when all were refused
+    for pending, vector in zip(to_embed, vectors, strict=True):
+        pending.fact.embedding = vector
+    return prepared
+
+
+@observe_writes
+def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any] | FactDraft],
+                    route: str = "fact") -> list[WriteResult]:
+    """Run several facts (each a `FactDraft`, or a dict of its fields) through the write path, in
+    order, with one embedding call for all of them and one transaction under one lock of the user.
+
+    Every fact gets its own outcome, as if written alone one after the other (a later fact dedups
+    against an earlier one of the same batch). A blocked fact is reported as `blocked` with its block
+    id and does not stop the others: screening runs before the transaction, so the block record is
+    committed whatever happens next. Each fact's writes run in a savepoint: a fact that fails midway
+    leaves nothing behind and is reported as `error`, the others are kept."""
+    principal.require(WRITE_MEMORY)
+    tenant = tenant_settings(principal.tenant_id)
+    drafts = [item if isinstance(item, FactDraft) else FactDraft(**item) for item in facts]
+    for draft in drafts:
+        check_fact_size(draft.content, draft.metadata)
+    prepared = _prepare_all(principal, memory_user, tenant, drafts, route)
+    results: list[WriteResult] = []
+    # The audit rows of the batch are inserted together at the end of its transaction, in order.
+    with transaction.atomic(), buffered_audits() as audit_events:
+        state = _locked_state(memory_user.pk) if any(isinstance(p, _Pending) for p in prepared) else None
+        for pending in prepared:
+            if isinstance(pending, WriteResult):
+                results.append(pending)
+                continue
+            kept_events, kept_state = len(audit_events), (state.active if state else 0)
+            try:
+                with transaction.atomic():
+                    results.append(_store(principal, memory_user, tenant, pending, state))
+            except (DatabaseError, DomainError) as exc:
+                del audit_events[kept_events:]  # rolled back with the fact's savepoint
+                if state is not None:
+                    state.active = kept_state
+                results.append(WriteResult(Outcome.ERROR, None, reason=f"not stored: {type(exc).__name__}"))
+    return results
+
+
+# --- Steps 4-7, under the user's lock -------------------------------------------------------------
+
+@dataclass
+class _Found:
+    """What step 4's one query found of the user's standing facts."""
+
+    slot: Fact | None  # the active fact with the same key
+    same: Fact | None  # an active fact with the same normalised content
+    neighbours: list[Fact]  # the nearest others, nearest first (never the slot)
+
+    @classmethod
+    def of(cls, memory_user_id: int, fact: Fact) -> _Found:
+        found = _slot_same_and_nearest(memory_user_id, fact)
+        exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
+        slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
+        same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
+        neighbours = sorted((f for f in found if f.branch == 1 and (slot is None or f.pk != slot.pk)),
+                            key=lambda f: f.distance)[:NEIGHBOURS]
+        return cls(slot, same, neighbours)
+
+
+def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending,
+           state: _UserState | None = None) -> WriteResult:
+    """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction, and
+    passes the `_user_state` it read after taking it; None for a quarantined fact, which needs neither)."""
+    fact, done = pending.fact, pending.done
+    if pending.quarantined:
+        fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
+        fact.save(force_insert=True)
+        return done(WriteResult(Outcome.QUARANTINED, fact, reason=pending.quarantined))
+    found = _Found.of(memory_user.pk, fact)
+    verdicts: dict[Any, Verdict] = {}
+    step = (_same_or_near(principal, tenant, found, fact, verdicts)
+            or _overruled_by_notebook(principal, memory_user, tenant, state, fact)
+            or (_update_slot(principal, found.slot, fact, tenant.auto_resolve_gap) if found.slot else None)
+            or _contradicting_neighbour(principal, tenant, found, fact, verdicts, state))
+    if step is not None:
+        return done(*step)
+    return done(*_create(principal, memory_user, tenant, state, fact))
+
+
+def _same_or_near(principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact,
+                  verdicts: dict[Any, Verdict]) -> Step | None:
+    """4a same key and content, 4b same content: touch the standing fact. 4c near-identical text: merge
+    (newer text, higher confidence). A negation flip ("is" / "is not") embeds almost identically, so
+    the judge gets a say before anything is merged away."""
+    slot, same = found.slot, found.same
+    if slot is not None and slot.content_hash == fact.content_hash:
+        return _touch(slot, fact.confidence, "same key and same content")
+    if same is not None and slot is None:
+        return _touch(same, fact.confidence, "same content as an active fact")
+    nearest = found.neighbours[0] if found.neighbours else None
+    if slot is None and nearest is not None and 1 - nearest.distance >= tenant.dedup_similarity:
+        verdicts[nearest.pk] = judge(nearest.content, fact.content, tenant_id=principal.tenant_id)
+        if not verdicts[nearest.pk].contradictory:
+            return _merge(nearest, fact, 1 - nearest.distance)
+    return None
+
+
+def _touch(existing: Fact, conf: float, reason: str) -> Step:
+    before = fact_snapshot(existing)
+    # The row is not read back: the values written are the ones set here.
+    existing.confidence, existing.updated_at = max(existing.confidence, conf), timezone.now()
+    Fact.objects.filter(pk=existing.pk).update(confidence=existing.confidence, updated_at=existing.updated_at)
+    return WriteResult(Outcome.DEDUPLICATED, existing, reason=reason, other=existing), before
+
+
+def _merge(existing: Fact, new: Fact, similarity: float) -> Step:
+    before = fact_snapshot(existing)
+    existing.content = new.content
+    existing.content_hash = new.content_hash
+    existing.embedding = new.embedding
+    existing.confidence = max(existing.confidence, new.confidence)
+    # The agent gets its metadata back verbatim: the standing fact keeps its own, and each write
+    # folded into it is listed under "merged" (so an agent's ids for those writes are not lost).
+    if new.metadata:
+        merged = list(existing.metadata.get("merged", []))[-49:] + [new.metadata]
+        existing.metadata = {**existing.metadata, "merged": merged}
+    existing.save(update_fields=["content", "content_hash", "embedding", "confidence", "metadata", "updated_at"])
+    return WriteResult(Outcome.MERGED, existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact",
+                       other=existing), before
+
+
+def _overruled_by_notebook(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings,
+                           state: _UserState | None, fact: Fact) -> Step | None:
+    """5. Contradiction with the notebook: the notebook wins."""
+    if state is not None and not state.has_notebook:
+        return None
+    chunks = (
+        NotebookChunk.objects.filter(notebook__memory_user=memory_user)
+        .annotate(distance=CosineDistance("embedding", fact.embedding))
+        .filter(distance__lte=1 - tenant.contradiction_similarity)
+        .order_by("distance")[:3]
+    )
+    for chunk in chunks:
+        verdict = judge(chunk.text, fact.content, tenant_id=principal.tenant_id)
+        if verdict.contradictory:
+            break
+    else:
+        return None
+    fact.status = Fact.Status.SUPERSEDED
+    fact.superseded_by_notebook_id = chunk.revision_id
+    fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
+    fact.save(force_insert=True)
+    Contradiction.objects.create(
+        tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact,
+        notebook_revision_id=chunk.revision_id, notebook_excerpt=chunk.text[:500],
+        detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge, reason=verdict.reason,
+        status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
+        resolved_by="system", resolved_at=timezone.now(),
+    )
+    return WriteResult(Outcome.OVERRULED, fact, reason="the notebook says otherwise; the notebook wins"), None
+
+
+def _update_slot(principal: Principal, slot: Fact, new: Fact, gap: float) -> Step:
+    """Same key, different value: a new version of the slot, unless the standing value wins (pinned,
+    or surer by the tenant's gap)."""
+    if contradiction_winner(standing=slot, challenger=new, gap=gap) is slot:
+        why = "the slot is pinned" if slot.pinned else (
+            f"the standing value is surer ({slot.confidence:.2f} vs {new.confidence:.2f})")
+        refuse(principal, new, by=slot, reason=why)
+        return WriteResult(Outcome.OVERRULED, new, reason=why, other=slot), fact_snapshot(slot)
+    continue_chain(new, slot)
+    replace(principal, slot, by=new, reason=f"key {slot.key} updated")
+    return WriteResult(Outcome.UPDATED, new, reason=f"new value for key {slot.key}", other=slot), fact_snapshot(slot)
+
+
+def _contradicting_neighbour(principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact,
+                             verdicts: dict[Any, Verdict], state: _UserState | None) -> Step | None:
+    """5b. The first semantic neighbour a judge calls contradictory."""
+    for other in found.neighbours:
+        similarity = 1 - other.distance
+        if similarity < tenant.contradiction_similarity:
+            return None
+        verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
+        if verdict.contradictory:
+            step = _contradiction(principal, other, fact, similarity, verdict, tenant.auto_resolve_gap)
+            if state is not None and step[0].outcome == Outcome.QUEUED_FOR_REVIEW:
+                state.active += 1  # stored active (contested); the others replace one active fact by another
+            return step
+    return None
+
+
+def _contradiction(principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict,
+                   gap: float) -> Step:
+    winner = contradiction_winner(standing=other, challenger=new, gap=gap)
+    if winner is other:
+        refuse(principal, new, by=other, reason=f"contradicts a surer fact: {verdict.reason}")
+        return WriteResult(Outcome.OVERRULED, new, reason=new.status_reason, other=other), fact_snapshot(other)
+    if winner is new:
+        continue_chain(new, other)
+        replace(principal, other, by=new, reason=f"contradicted by a surer fact: {verdict.reason}")
+        link(principal, Edge.Type.CONTRADICTS, new, other)
+        outcome = Outcome.SUPERSEDED_EXISTING
+    else:
+        new.contested = True
+        new.save(force_insert=True)
+        Fact.objects.filter(pk=other.pk).update(contested=True)
+        link(principal, Edge.Type.CONTRADICTS, new, other)
+        outcome = Outcome.QUEUED_FOR_REVIEW
+    contradiction = contradiction_record(
+        principal, fact_a=other, fact_b=new, detector=Contradiction.Detector.SEMANTIC, verdict=verdict,
+        similarity=similarity, winner=winner, resolved_by="system")
+    return (WriteResult(outcome, new, reason=verdict.reason, other=other, contradiction=contradiction),
+            fact_snapshot(other))
+
+
+def _create(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None,
+            fact: Fact) -> Step:
+    """6. Store, then cap."""
+    fact.save(force_insert=True)
+    if state is None:
+        evicted = enforce_cap(principal, memory_user.pk, tenant.fact_cap)
+    else:
+        state.active += 1
+        evicted = enforce_cap(principal, memory_user.pk, tenant.fact_cap) if state.active > tenant.fact_cap else []
+        state.active -= len(evicted)
+    if any(e.pk == fact.pk for e in evicted):
+        fact.status = Fact.Status.EVICTED
+        return WriteResult(Outcome.CAPPED, fact, evicted=evicted, reason=(
+            "at the cap, every other unpinned fact is as new and surer (or every other fact is pinned)")), None
+    return WriteResult(Outcome.CREATED, fact, evicted=evicted), None
