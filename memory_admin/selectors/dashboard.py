@@ -5,9 +5,10 @@ bounded number of queries whatever its length."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
@@ -34,6 +35,9 @@ from memory_admin.scoring import (
     staleness_sql,
 )
 from memory_admin.selectors.access import Principal, visible
+
+if TYPE_CHECKING:
+    from memory_admin.selectors.search import Hit
 
 OVERVIEW_DAYS = 14
 # Outcomes of the write path, in the order the overview stacks them.
@@ -708,65 +712,118 @@ SEARCH_USERS = 10
 # word with the query or is at least this close in meaning. The order stays fact_search's.
 MATCH_MIN_COSINE = 0.3
 SEARCH_FILTERS = ("status", "category", "source", "agent", "stale", "contested", "user")
+# Candidate users are counted exactly over at most this many matching facts (through the GIN index).
+# A word common across the tenant (say "prefers" in 100,000 of 1.1M facts) would otherwise mean
+# reading every matching row to count it per user (~600 ms); past the bound the users are ranked by
+# their matches in a page sample of about SEARCH_SAMPLE_ROWS facts, the overview's method.
+SEARCH_COUNT_LIMIT = 2000
+SEARCH_SAMPLE_ROWS = 20_000
 
 
 def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: int = 30) -> dict[str, Any]:
     """Facts across the tenant's users, ranked by `fact_search` (the one ranking): the users whose facts
     match the query's words (full-text, the GIN index; at most SEARCH_USERS, most matches first, or the
-    one named by the `user` filter) are searched one by one with the same query vector, and the hits
-    merged by final score. Filters narrow candidates and hits; reads are not counted."""
-    from django.contrib.postgres.search import SearchQuery
+    one named by the `user` filter) are searched together (`fact_search_users`: fact_search's ranking per
+    user, one statement for all of them), and the hits merged by final score. Filters narrow candidates
+    and hits; reads are not counted.
 
-    from memory_admin.embeddings import embed_query
-    from memory_admin.selectors.search import INCLUDABLE, fact_search, or_tsquery
+    `sample_percent` is set when the words were too common to count every match (see
+    SEARCH_COUNT_LIMIT): the users were then chosen by their matches in that sample."""
+    from memory_admin.selectors.search import INCLUDABLE, fact_search_users
 
     query = (query or "").strip()
-    if not query:
-        return {"hits": [], "users": 0, "searched": []}
     status = filters.get("status") or ""
-    include = (status,) if status in INCLUDABLE else ()
     statuses = [status] if status else ["active", "stale"]
+    candidates = _search_candidates(principal, query, filters, statuses)
+    if candidates is None:
+        return {"hits": [], "users": 0, "searched": []}
+    user_ids, percent = _candidate_users(candidates, exact=bool(filters.get("user")))
+    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
+    searched = [users[u] for u in user_ids if u in users]
+    include = (status,) if status in INCLUDABLE else ()
+    per_user = fact_search_users(principal=principal, memory_users=searched, query=query, k=k, include=include)
+    hits = [hit for user in searched for hit in per_user.get(user.pk, [])]
+    keep = _search_hit_filter(principal, filters, statuses)
+    hits = sorted((h for h in hits if keep(h)), key=lambda h: -h.final)
+    return {"hits": hits[:k], "users": len(users), "searched": searched, "sample_percent": percent,
+            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+
+def _search_candidates(principal: Principal, query: str, filters: dict[str, str],
+                       statuses: list[str]) -> QuerySet[Fact] | None:
+    """The facts whose users are worth searching: the named user's, else those sharing a word with the
+    query (None when the query has no word to match)."""
+    from django.contrib.postgres.search import SearchQuery
+
+    from memory_admin.selectors.search import or_tsquery
+
+    if not query:
+        return None
     candidates = visible(principal, Fact.objects.filter(memory_user__isnull=False, status__in=statuses))
     if filters.get("user"):
         candidates = candidates.filter(memory_user__external_id=filters["user"])
     else:
         tsq = or_tsquery(query)
         if not tsq:
-            return {"hits": [], "users": 0, "searched": []}
+            return None
         candidates = candidates.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
-    for name in ("category", "source"):
-        if filters.get(name):
-            candidates = candidates.filter(**{name: filters[name]})
+    narrowing = {name: filters[name] for name in ("category", "source") if filters.get(name)}
     if filters.get("agent"):
-        candidates = candidates.filter(agent__name__icontains=filters["agent"])
+        narrowing["agent__name__icontains"] = filters["agent"]
     if filters.get("contested") in ("yes", "no"):
-        candidates = candidates.filter(contested=filters["contested"] == "yes")
-    user_ids = list(candidates.values("memory_user").annotate(n=Count("id")).order_by("-n", "memory_user")
-                    .values_list("memory_user", flat=True)[:SEARCH_USERS])
-    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
-    vector = embed_query(query)
-    hits = []
-    for user_id in user_ids:
-        if user_id not in users:
-            continue
-        result = fact_search(principal=principal, memory_user=users[user_id], query=query, k=k, include=include,
-                             query_vector=vector, shared=False, record=False)
-        hits.extend(result.hits)
+        narrowing["contested"] = filters["contested"] == "yes"
+    return candidates.filter(**narrowing)
+
+
+def _top_users(counts: dict[int, int]) -> list[int]:
+    return sorted(counts, key=lambda user_id: (-counts[user_id], user_id))[:SEARCH_USERS]
+
+
+def _candidate_users(candidates: QuerySet[Fact], *, exact: bool) -> tuple[list[int], float | None]:
+    """The SEARCH_USERS users with the most candidate facts, and the sample percent when they were
+    counted in a sample. Two queries at most: the first SEARCH_COUNT_LIMIT + 1 matches (exact when
+    there are no more, or when one user is named), then, for common words, the matches in a page sample
+    of the table (TABLESAMPLE SYSTEM, the same pages all day, like the overview's distributions)."""
+    from collections import Counter
+
+    first = Counter(candidates.order_by().values_list("memory_user", flat=True)[:SEARCH_COUNT_LIMIT + 1])
+    if exact or sum(first.values()) <= SEARCH_COUNT_LIMIT:
+        return _top_users(first), None
+    percent = round(min(100.0, 100.0 * SEARCH_SAMPLE_ROWS / max(_table_rows(Fact), 1.0)), 3)
+    # The candidates' own SQL (the access check of visible() included), read from the sampled pages.
+    sql, params = candidates.order_by().values_list("memory_user").query.sql_with_params()
+    table = f'FROM "{Fact._meta.db_table}"'
+    sql = sql.replace(table, f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)", 1)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT s.user_id, count(*) FROM ({sql}) AS s(user_id) GROUP BY 1",  # noqa: S608
+                       [percent, timezone.localdate().toordinal(), *params])
+        sampled = dict(cursor.fetchall())
+    # Too few matches in the sample (a small tenant in a big table): fill up from the counted ones.
+    ranked = _top_users(sampled)
+    ranked += [u for u in _top_users(first) if u not in sampled][:SEARCH_USERS - len(ranked)]
+    return ranked, percent
+
+
+def _search_hit_filter(principal: Principal, filters: dict[str, str],
+                       statuses: list[str]) -> Callable[[Hit], bool]:
+    """Whether a fact_search hit belongs on the page: fact_search fills its k from every fact of a user,
+    so the page's filters and the match rule (a shared word, or close in meaning) are checked here."""
     agent_ids = None
     if filters.get("agent"):
         from memory_admin.models import Agent
 
         agent_ids = set(Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"])
                         .values_list("pk", flat=True))
-    hits = [h for h in hits if _search_hit_passes(h, filters, statuses)
-            and (h.keyword > 0 or (h.cosine or 0) >= MATCH_MIN_COSINE)
-            and (agent_ids is None or h.fact.agent_id in agent_ids)]
-    hits.sort(key=lambda h: -h.final)
-    return {"hits": hits[:k], "users": len(users), "searched": [users[u] for u in user_ids if u in users],
-            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+    def keep(hit: Hit) -> bool:
+        return (_search_hit_passes(hit, filters, statuses)
+                and (hit.keyword > 0 or (hit.cosine or 0) >= MATCH_MIN_COSINE)
+                and (agent_ids is None or hit.fact.agent_id in agent_ids))
+
+    return keep
 
 
-def _search_hit_passes(hit, filters: dict[str, str], statuses: list[str]) -> bool:
+def _search_hit_passes(hit: Hit, filters: dict[str, str], statuses: list[str]) -> bool:
     fact = hit.fact
     if fact.status not in statuses:
         return False
