@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
@@ -54,3 +55,14 @@ def whole_number(raw: str | None, *, field: str, default: int | None = None, min
     if not (raw.isascii() and raw.isdigit()) or not minimum <= int(raw) <= maximum:
         raise Invalid(f"{field} must be a whole number from {minimum} to {maximum}.", field=field)
     return int(raw)
+
+
+def unit_score(raw: str | None, *, field: str) -> float | None:
+    """A score typed into a filter (confidence, staleness): None when blank, else a decimal from 0 to 1
+    (digits and one point only: no exponent, sign, NaN or underscore); anything else raises Invalid."""
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[01]?(\.[0-9]{1,6})?", raw) or raw == "." or float(raw) > 1:
+        raise Invalid(f"{field} must be a number from 0 to 1, such as 0.3.", field=field)
+    return float(raw)

@@ -11,9 +11,20 @@ from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Floor, Least, TruncDate
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from memory_admin.models import (
@@ -123,32 +134,56 @@ def _table_rows(model) -> float:
     return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
 
 
+# The ten bins of a score, as the lower bounds of bins 1..9 in float8: `width_bucket` puts x in bin i
+# exactly when x >= the i-th bound, the very comparison the facts list's range filter makes (a bar and
+# the list it links to count the same facts; FLOOR(x * 10) differs for a few values next to a bound).
+SCORE_BIN_BOUNDS = "'{0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}'::float8[]"
+
+
+def _score_bin(field: str) -> Func:
+    return Func(F(field), function="width_bucket", template=f"%(function)s(%(expressions)s, {SCORE_BIN_BOUNDS})",
+                output_field=IntegerField())
+
+
+def _page_sample(qs: QuerySet, percent: float) -> tuple[str, list[Any]]:
+    """The SQL of `qs` (the access check of visible() included) reading a page sample of the fact table:
+    TABLESAMPLE SYSTEM, seeded by the day, so the same pages all day and from page to page."""
+    sql, params = qs.query.sql_with_params()
+    table = f'FROM "{Fact._meta.db_table}"'
+    at = sql.find(table)
+    if at < 0 or "%s" in sql[:at]:
+        raise ValueError("a page sample needs the fact table first and no parameter before it")
+    sql = sql[:at] + f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)" + sql[at + len(table):]
+    return sql, [percent, timezone.localdate().toordinal(), *params]
+
+
+def _score_sample_percent(principal: Principal) -> float | None:
+    """The percent of the fact table's pages the score distributions read, or None when they score
+    every active fact (a small table, or a principal restricted to some users)."""
+    rows = _table_rows(Fact)
+    if principal.restricted or rows <= max(SCORE_SAMPLE_ABOVE, 0):
+        return None
+    return round(min(100.0, 100.0 * SCORE_SAMPLE_ROWS / rows), 3)
+
+
 def score_distributions(principal: Principal) -> dict[str, Any]:
     """Active facts in ten bins of effective confidence and of staleness (two queries: table size, bins).
 
     On a big table the bins come from a page sample (about SCORE_SAMPLE_ROWS rows, the same pages all
     day) scaled up to the whole, and `sample_percent` says so; scoring a million facts takes seconds."""
-    percent = None
-    rows = _table_rows(Fact)
-    if not principal.restricted and rows > max(SCORE_SAMPLE_ABOVE, 0):
-        percent = round(min(100.0, 100.0 * SCORE_SAMPLE_ROWS / rows), 3)
-        sql = (f"SELECT LEAST(FLOOR({effective_confidence_sql()} * 10), 9)::int, "
-               f"LEAST(FLOOR({staleness_sql()} * 10), 9)::int, count(*) "
-               "FROM memory_admin_fact TABLESAMPLE SYSTEM (%s) REPEATABLE (%s) "
-               "WHERE (memory_admin_fact.tenant_id = %s OR memory_admin_fact.scope = 'global') "
-               "AND memory_admin_fact.status = 'active' GROUP BY 1, 2")
+    qs = (annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
+          .annotate(cbin=_score_bin("eff_conf"), sbin=_score_bin("stale_score"))
+          .values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+    percent = _score_sample_percent(principal)
+    binned = []
+    if percent is not None:
         with connection.cursor() as cursor:
-            cursor.execute(sql, [percent, timezone.localdate().toordinal(), principal.tenant_id])
+            cursor.execute(*_page_sample(qs, percent))
             binned = cursor.fetchall()
         if sum(n for _, _, n in binned) < SCORE_SAMPLE_MIN:
             percent = None  # a small tenant in a big table: too few sampled rows; score it exactly
     if percent is None:
-        qs = annotate_scores(visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)))
-        qs = qs.annotate(
-            cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
-            sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
-        )
-        binned = list(qs.values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+        binned = list(qs)
     scale = 100.0 / percent if percent else 1.0
     conf = [0] * 10
     stale = [0] * 10
@@ -160,6 +195,27 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
     return {"confidence": conf, "staleness": stale, "active": sum(conf),
             "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9],
             "sample_percent": percent}
+
+
+def score_band_rows(principal: Principal, filters: dict[str, str]) -> tuple[QuerySet[Fact], dict[str, Any] | None]:
+    """The tenant-wide facts list narrowed to a band of effective confidence or staleness (a bar of the
+    overview's distributions), and, when those bars are estimated from a page sample, the sample: the
+    list then holds the band's facts on the sampled pages (what the bar was counted from), and
+    {"percent", "sampled", "estimate"} gives the bar's estimate, the same number the bar shows."""
+    rows = fact_rows(principal, None, filters)
+    percent = None if filters.get("user") else _score_sample_percent(principal)
+    if percent is None:
+        return rows, None
+    active = visible(principal, Fact.objects.filter(status=Fact.Status.ACTIVE)).values_list("pk").order_by()
+    with connection.cursor() as cursor:
+        sql, params = _page_sample(active, percent)
+        cursor.execute(f"SELECT count(*) FROM ({sql}) AS s", params)  # noqa: S608 -- ORM-compiled SQL
+        if cursor.fetchone()[0] < SCORE_SAMPLE_MIN:
+            return rows, None  # the overview scored this tenant exactly: so does the list
+        cursor.execute(*_page_sample(rows.order_by().values_list("pk"), percent))
+        ids = [row[0] for row in cursor.fetchall()]
+    return rows.filter(pk__in=ids), {"percent": percent, "sampled": len(ids),
+                                     "estimate": round(len(ids) * 100.0 / percent)}
 
 
 def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, int]:
@@ -354,7 +410,9 @@ def memory_user_rows(principal: Principal, ids: list[int]) -> list[MemoryUser]:
 # --- Facts ----------------------------------------------------------------------------------------
 
 def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dict[str, str]) -> QuerySet[Fact]:
-    """The facts tab: filters by status/category/kind/source/stale/text, with scores computed in SQL."""
+    """The facts lists (a user's tab, or tenant-wide with `user` naming one by exact id): filters by
+    status/category/kind/source/stale/text and effective-confidence and staleness bands, with scores
+    computed in SQL."""
     qs = visible(principal, Fact.objects.all())
     if memory_user is not None:
         qs = qs.filter(memory_user=memory_user)
@@ -366,12 +424,30 @@ def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dic
             qs = qs.filter(**{name: filters[name]})
     if filters.get("q"):
         qs = qs.filter(Q(content__icontains=filters["q"]) | Q(key__icontains=filters["q"]))
-    qs = annotate_scores(qs)
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id=filters["user"])
+    qs = _in_score_bands(annotate_scores(qs), filters)
     if filters.get("stale") == "yes":
         qs = qs.filter(Q(status=Fact.Status.STALE) | Q(stale_score__gt=STALE_THRESHOLD))
     elif filters.get("stale") == "no":
         qs = qs.exclude(status=Fact.Status.STALE).filter(stale_score__lte=STALE_THRESHOLD)
     return qs.select_related("memory_user").order_by("-pinned", "-created_at", "-pk")
+
+
+# Range filters of the facts lists: effective confidence and staleness from `_min` (inclusive) to `_max`
+# (exclusive, but 1 includes 1.0: the top bar of a distribution holds 0.9 to 1.0).
+SCORE_BANDS = (("conf", "eff_conf"), ("stale", "stale_score"))
+
+
+def _in_score_bands(qs: QuerySet[Fact], filters: dict[str, str]) -> QuerySet[Fact]:
+    """Validated numbers (views.facts.score_band_filters) narrow an annotate_scores queryset."""
+    for prefix, field in SCORE_BANDS:
+        low, high = filters.get(f"{prefix}_min"), filters.get(f"{prefix}_max")
+        if low:
+            qs = qs.filter(**{f"{field}__gte": float(low)})
+        if high and float(high) < 1:
+            qs = qs.filter(**{f"{field}__lt": float(high)})
+    return qs
 
 
 def fact_with_scores(principal: Principal, fact_id) -> Fact:
@@ -790,13 +866,9 @@ def _candidate_users(candidates: QuerySet[Fact], *, exact: bool) -> tuple[list[i
     if exact or sum(first.values()) <= SEARCH_COUNT_LIMIT:
         return _top_users(first), None
     percent = round(min(100.0, 100.0 * SEARCH_SAMPLE_ROWS / max(_table_rows(Fact), 1.0)), 3)
-    # The candidates' own SQL (the access check of visible() included), read from the sampled pages.
-    sql, params = candidates.order_by().values_list("memory_user").query.sql_with_params()
-    table = f'FROM "{Fact._meta.db_table}"'
-    sql = sql.replace(table, f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)", 1)
+    sql, params = _page_sample(candidates.order_by().values_list("memory_user"), percent)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT s.user_id, count(*) FROM ({sql}) AS s(user_id) GROUP BY 1",  # noqa: S608
-                       [percent, timezone.localdate().toordinal(), *params])
+        cursor.execute(f"SELECT s.user_id, count(*) FROM ({sql}) AS s(user_id) GROUP BY 1", params)  # noqa: S608
         sampled = dict(cursor.fetchall())
     # Too few matches in the sample (a small tenant in a big table): fill up from the counted ones.
     ranked = _top_users(sampled)

@@ -28,7 +28,7 @@ PER_PAGE = 50
 NAV_SECTIONS = {
     "overview": ("overview",),
     "users": ("users", "user", "user_notebook", "user_facts", "user_episodes", "user_context", "user_asof",
-              "user_activity", "fact_detail", "notebook_restore"),
+              "user_activity", "fact_detail", "notebook_restore", "facts"),
     "review": ("review", "review_bulk", "eviction", "quarantine", "fact_queue_action"),
     "lifecycle": ("lifecycle",),
     "tenant_notebook": ("tenant_notebook",),
