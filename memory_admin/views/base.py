@@ -128,6 +128,15 @@ def paginate_ids(request: HttpRequest, queryset: QuerySet, per_page: int = PER_P
     return page
 
 
+def paginate_id_list(request: HttpRequest, ids: list, queryset: QuerySet, per_page: int = PER_PAGE) -> Page:
+    """Page through ids already in order (no COUNT), then read that page's rows from `queryset` by
+    primary key (one query)."""
+    page = paginate(request, ids, per_page)
+    rows = {row.pk: row for row in queryset.order_by().filter(pk__in=list(page.object_list))}
+    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
+    return page
+
+
 def safe_next(request: HttpRequest, fallback: str) -> str:
     target = request.POST.get("next") or request.GET.get("next") or ""
     if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):

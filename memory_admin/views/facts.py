@@ -17,7 +17,7 @@ from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY
 from memory_admin.selectors.facts import chain_events, fact_chain
 from memory_admin.services.facts import fact_correct, fact_forget, fact_pin
-from memory_admin.views.base import paginate, safe_next, tenant_view
+from memory_admin.views.base import paginate, paginate_id_list, safe_next, tenant_view
 
 FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q", "conf_min", "conf_max", "stale_min",
                 "stale_max")
@@ -62,8 +62,9 @@ def facts_list(request: HttpRequest) -> HttpResponse:
     overview's confidence and staleness charts lead."""
     filters = fact_filters(request, (*FACT_FILTERS, "user"))
     rows, sample = sel.score_band_rows(request.principal, filters)
+    page = paginate_id_list(request, sample["ids"], rows) if sample else paginate(request, rows)
     return render(request, "dashboard/facts.html", {
-        "page": paginate(request, rows), "filters": filters, "choices": fact_choices(), "sample": sample,
+        "page": page, "filters": filters, "choices": fact_choices(), "sample": sample,
         "bands": band_descriptions(filters),
     })
 
