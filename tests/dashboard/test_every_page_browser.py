@@ -87,6 +87,7 @@ def staff_pages(site) -> list[tuple[str, str]]:
         ("audit", f"{s}/audit/"), ("keys", f"{s}/keys/"), ("settings", f"{s}/settings/"),
         ("conversations", f"{s}/conversations/"), ("conversation", f"{s}/conversations/{site['thread'].pk}/"),
         ("search", f"{s}/search/?q=Alice+lives"), ("search-empty", f"{s}/search/"),
+        ("facts", f"{s}/facts/"), ("facts-band", f"{s}/facts/?status=active&conf_min=0.8&conf_max=0.9"),
         ("playground", f"{s}/playground/?user=alice&task=editor&budget_a=60&budget_b=2000"),
         ("bulk-confirm", None),
     ]
