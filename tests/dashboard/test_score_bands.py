@@ -71,6 +71,9 @@ def test_the_confidence_bars_list_exactly_the_facts_of_their_band(operator, tena
     assert sorted(_listed(body)) == _active_with(lambda f: 0.3 <= scoring.effective_confidence(f) < 0.4)
     assert {"Pinned at confidence 0.3", "Pinned at confidence 0.35"} <= set(_listed(body))
     assert "Pinned at confidence 0.05" not in _listed(body) and value == len(_listed(body))
+    # Each row's effective confidence reads inside the band (cut, not rounded: never 0.40 under 0.4).
+    shown = [float(v) for v in re.findall(r'data-label="Effective"[^>]*>([0-9.]+)<', body)]
+    assert len(shown) == value and all(0.3 <= v < 0.4 for v in shown)
     assert "effective confidence 0.3 to under 0.4" in body
     # Facts of every user, each saying whose it is.
     assert re.search(r"about <a href=\"[^\"]+\">alice</a>", body) and re.search(r"about <a href=\"[^\"]+\">bob</a>",
