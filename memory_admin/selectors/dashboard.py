@@ -920,30 +920,56 @@ SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook
                   "facts": "Facts", "skills": "Skills", "episodes": "Recent episodes"}
 
 
-def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A context block (services.context.context_block's answer) laid out for the playground: each
-    section's share of the budget for a token bar, and dropped items with the text of dropped facts
-    (one query) and the reason."""
+def _as_uuid(value: Any) -> Any:
     import uuid as uuid_module
 
-    ids = []
+    try:
+        return uuid_module.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _dropped_texts(principal: Principal, block: dict[str, Any]) -> tuple[dict[Any, str], dict[Any, str]]:
+    """The text of the dropped facts and the summaries of the dropped episodes (a query each)."""
+    from memory_admin.models import Episode
+
+    wanted: dict[str, list[Any]] = {"facts": [], "episodes": []}
     for section in block["sections"]:
-        for item in section["dropped"]:
-            try:
-                ids.append(uuid_module.UUID(str(item["id"])))
-            except ValueError:
-                continue
-    texts = dict(visible(principal, Fact.objects.filter(pk__in=ids)).values_list("pk", "content")) if ids else {}
+        ids = [_as_uuid(item["id"]) for item in section["dropped"]]
+        wanted["episodes" if section["name"] == "episodes" else "facts"] += [i for i in ids if i]
+    facts = (dict(visible(principal, Fact.objects.filter(pk__in=wanted["facts"])).values_list("pk", "content"))
+             if wanted["facts"] else {})
+    episodes = {pk: f"{ended:%Y-%m-%d}: {summary}" for pk, ended, summary in
+                visible(principal, Episode.objects.filter(pk__in=wanted["episodes"]))
+                .values_list("pk", "ended_at", "summary")} if wanted["episodes"] else {}
+    return facts, episodes
+
+
+def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
+    """A dropped item that is not a fact, in words: the notebook and its version, the skill's path,
+    the episode's day and summary."""
+    if section in ("notebook", "tenant_notebook"):
+        version = item_id.rsplit(":v", 1)[-1] if ":v" in item_id else ""
+        return f"the whole notebook{f' (version {version})' if version.isdigit() else ''}"
+    if section == "skills":
+        return f"skill {item_id}"
+    if section == "episodes":
+        return f"episode {episodes.get(_as_uuid(item_id)) or item_id[:8]}"
+    return item_id[:12]
+
+
+def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A context block (services.context.context_block's answer) laid out for the playground: each
+    section's share of the budget for a token bar, and dropped items with the reason and what they are
+    in words (the text of a dropped fact, an episode's summary: a query each)."""
+    facts, episodes = _dropped_texts(principal, block)
     sections = []
     for index, section in enumerate(block["sections"]):
         dropped = []
         for item in section["dropped"]:
-            try:
-                text = texts.get(uuid_module.UUID(str(item["id"])), "")
-            except ValueError:
-                text = ""
+            text = facts.get(_as_uuid(item["id"]), "") if section["name"] != "episodes" else ""
             dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
-                            "is_fact": bool(text)})
+                            "is_fact": bool(text), "label": _dropped_label(section["name"], str(item["id"]), episodes)})
         sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
                          "tokens": section["tokens"], "included": len(section["included"]),
                          "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,

@@ -86,3 +86,21 @@ def test_the_playground_compares_two_budgets_and_says_what_was_dropped(operator,
 def test_members_do_not_get_search_or_the_playground(member, tenant):
     assert member.get(reverse("search", args=[tenant.slug]), {"q": "x"}).status_code == 403
     assert member.get(reverse("playground", args=[tenant.slug])).status_code == 403
+
+
+def test_the_playground_says_in_words_what_was_left_out(operator, tenant, memory_user, make_fact):
+    from memory_admin.models import Episode, Notebook, Thread
+
+    Notebook.objects.create(tenant=tenant, memory_user=memory_user, content="# Alice\n\n" + "- likes tea\n" * 40,
+                            version=3)
+    thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="chat-9")
+    Episode.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, started_at=timezone.now(),
+                           ended_at=timezone.now(), summary="Planned the tea tasting", outcome="success")
+    make_fact(memory_user, "Alice likes green tea")
+    url = reverse("playground", args=[tenant.slug])
+    body = operator.get(url, {"user": "alice", "task": "tea", "budget_a": "90", "budget_b": "4000"}).content.decode()
+    left_out = body.split('id="budget-1"')[1].split("</section>")[0].split("Left out")[1]
+    assert "User notebook: the whole notebook (version 3)" in left_out
+    assert "Recent episodes: episode " in left_out and "Planned the tea tasting" in left_out
+    raw_id = f"notebook:{Notebook.objects.get(memory_user=memory_user).pk}"
+    assert raw_id not in left_out and "item " not in left_out  # no raw item ids
