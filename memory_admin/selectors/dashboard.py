@@ -779,7 +779,8 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
         message.batch_row = batch_by_id.get(message.batch_id)
     for batch in batches:
         batch.drawn = by_batch.get(batch.pk, [])
-    return {"thread": thread, "messages": messages, "batches": batches,
+    # Not "messages": templates read that name as the flash messages (base.html shows them all on top).
+    return {"thread": thread, "thread_messages": messages, "batches": batches,
             "truncated": len(messages) == THREAD_MESSAGES}
 
 

@@ -30,6 +30,8 @@ def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produc
     listing = operator.get(reverse("conversations", args=[tenant.slug])).content.decode()
     assert "support-42" in listing and ">2<" in listing  # the thread with its message count
     page = operator.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).content.decode()
+    # Each message once, in the thread (not also as a flash notice above the heading).
+    assert page.count("I switched to neovim last week") == 1 and 'class="flash' not in page
     message_block = page.split(f'id="m-{conversation["message"].pk}"')[1].split("</li>")[0]
     assert "I switched to neovim last week" in message_block
     assert "Alice uses neovim" in message_block  # message -> facts
