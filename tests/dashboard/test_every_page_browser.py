@@ -142,6 +142,10 @@ def check_page(page, url: str) -> list[str]:
         problems.append(f"{url}: the nav does not mark the current page")
     if page.locator("a.skip-link[href='#main']").count() != 1:
         problems.append(f"{url}: no skip link")
+    # A context key named like a template global ("user", "messages") hid the account bar or printed
+    # the page's rows as flash notices: every page shows who is signed in, and Sign out.
+    if page.locator(".account button:has-text('Sign out')").count() != 1:
+        problems.append(f"{url}: no account bar (who is signed in, Sign out)")
     return problems
 
 

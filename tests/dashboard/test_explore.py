@@ -42,6 +42,15 @@ def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produc
     assert f'{target}#m-{conversation["message"].pk}' in detail  # fact -> message
 
 
+def test_the_conversations_page_keeps_the_account_bar_and_the_user_filter(operator, tenant, conversation):
+    # The filter was passed to the template as "user", hiding the signed-in account (and Sign out).
+    for params in ({}, {"user": "alice"}):
+        page = operator.get(reverse("conversations", args=[tenant.slug]), params).content.decode()
+        account = page.split('<div class="account">')[1].split("</div>")[0]
+        assert "Sign out" in account and "operator" in account
+    assert 'name="user" value="alice"' in page and "support-42" in page
+
+
 def test_members_cannot_open_conversations(member, tenant, conversation):
     assert member.get(reverse("conversations", args=[tenant.slug])).status_code == 403
     assert member.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).status_code == 403
