@@ -4,6 +4,7 @@ markup is `markdown`, and it sanitises with nh3 after rendering."""
 from __future__ import annotations
 
 import math
+from datetime import datetime
 
 import nh3
 from django import template
@@ -68,7 +69,7 @@ def num(value: float | None, digits: int = 2) -> str:
 
 
 @register.filter
-def age(value, until=None) -> str:
+def age(value: datetime | None, until: datetime | None = None) -> str:
     """How long ago (or from `value` to `until`), as Django's timesince says it, but "less than a
     minute" rather than "0 minutes"."""
     from django.utils import timezone
