@@ -247,6 +247,9 @@ def pages(slug: str, tenant) -> list[tuple[str, str]]:
         ("audit csv first 500", reverse("audit_export", args=[slug])),
         ("conversations", reverse("conversations", args=[slug])),
         ("conversations page 50", reverse("conversations", args=[slug]) + "?page=50"),
+        ("facts conf 0.3-0.4", reverse("facts", args=[slug]) + "?status=active&conf_min=0.3&conf_max=0.4"),
+        ("facts stale 0.9-1.0", reverse("facts", args=[slug]) + "?status=active&stale_min=0.9&stale_max=1.0"),
+        ("facts user conf 0.0-0.1", reverse("facts", args=[slug]) + f"?user={FOCUS_USER}&conf_min=0&conf_max=0.1"),
         ("search q=prefers", reverse("search", args=[slug]) + "?q=prefers+coffee"),
         ("search q= user filter", reverse("search", args=[slug]) + f"?q=prefers+coffee&user={FOCUS_USER}"),
         ("playground 500/4000", reverse("playground", args=[slug])

@@ -87,3 +87,14 @@ def check_size(content: str, *, limit: int, what: str) -> None:
     if size > limit:
         raise TooLarge(f"{what} may hold at most {limit} bytes; this one has {size}.", code="content_too_large",
                        limit=limit)
+
+
+def unit_score(raw: str | None, *, field: str) -> float | None:
+    """A score typed into a filter (confidence, staleness): None when blank, else a decimal from 0 to 1
+    (digits and one point only: no exponent, sign, NaN or underscore); anything else raises Invalid."""
+    raw = (raw or "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[01]?(\.[0-9]{1,6})?", raw) or raw == "." or float(raw) > 1:
+        raise Invalid(f"{field} must be a number from 0 to 1, such as 0.3.", field=field)
+    return float(raw)

@@ -30,6 +30,7 @@ tenant_patterns = [
     path("users/<int:user_id>/context/", users.user_context, name="user_context"),
     path("users/<int:user_id>/asof/", users.user_asof, name="user_asof"),
     path("users/<int:user_id>/activity/", users.user_activity, name="user_activity"),
+    path("facts/", facts.facts_list, name="facts"),
     path("facts/<uuid:fact_id>/", facts.fact_detail, name="fact_detail"),
     path("facts/<uuid:fact_id>/pin/", facts.fact_pin_view, name="fact_pin"),
     path("facts/<uuid:fact_id>/correct/", facts.fact_correct_view, name="fact_correct"),

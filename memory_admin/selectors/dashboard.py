@@ -5,14 +5,26 @@ bounded number of queries whatever its length."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Count, F, FloatField, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models import (
+    Count,
+    F,
+    FloatField,
+    Func,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, Floor, Least, TruncDate
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from memory_admin.models import (
@@ -31,11 +43,13 @@ from memory_admin.scoring import (
     EVICTION_THRESHOLD,
     STALE_THRESHOLD,
     annotate_scores,
-    effective_confidence_sql,
     staleness_sql,
 )
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.selectors.lifecycle import gc_report
+
+if TYPE_CHECKING:
+    from memory_admin.selectors.search import Hit
 
 OVERVIEW_DAYS = 14
 
@@ -129,32 +143,56 @@ def _table_rows(model) -> float:
     return float(row[0]) if row and row[0] and row[0] > 0 else 0.0
 
 
+# The ten bins of a score, as the lower bounds of bins 1..9 in float8: `width_bucket` puts x in bin i
+# exactly when x >= the i-th bound, the very comparison the facts list's range filter makes (a bar and
+# the list it links to count the same facts; FLOOR(x * 10) differs for a few values next to a bound).
+SCORE_BIN_BOUNDS = "'{0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}'::float8[]"
+
+
+def _score_bin(field: str) -> Func:
+    return Func(F(field), function="width_bucket", template=f"%(function)s(%(expressions)s, {SCORE_BIN_BOUNDS})",
+                output_field=IntegerField())
+
+
+def _page_sample(qs: QuerySet, percent: float) -> tuple[str, list[Any]]:
+    """The SQL of `qs` (the access check of visible() included) reading a page sample of the fact table:
+    TABLESAMPLE SYSTEM, seeded by the day, so the same pages all day and from page to page."""
+    sql, params = qs.query.sql_with_params()
+    table = f'FROM "{Fact._meta.db_table}"'
+    at = sql.find(table)
+    if at < 0 or "%s" in sql[:at]:
+        raise ValueError("a page sample needs the fact table first and no parameter before it")
+    sql = sql[:at] + f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)" + sql[at + len(table):]
+    return sql, [percent, timezone.localdate().toordinal(), *params]
+
+
+def _score_sample_percent(principal: Principal) -> float | None:
+    """The percent of the fact table's pages the score distributions read, or None when they score
+    every active fact (a small table, or a principal restricted to some users)."""
+    rows = _table_rows(Fact)
+    if principal.restricted or rows <= max(SCORE_SAMPLE_ABOVE, 0):
+        return None
+    return round(min(100.0, 100.0 * SCORE_SAMPLE_ROWS / rows), 3)
+
+
 def score_distributions(principal: Principal) -> dict[str, Any]:
     """Active facts in ten bins of effective confidence and of staleness (two queries: table size, bins).
 
     On a big table the bins come from a page sample (about SCORE_SAMPLE_ROWS rows, the same pages all
     day) scaled up to the whole, and `sample_percent` says so; scoring a million facts takes seconds."""
-    percent = None
-    rows = _table_rows(Fact)
-    if not principal.restricted and rows > max(SCORE_SAMPLE_ABOVE, 0):
-        percent = round(min(100.0, 100.0 * SCORE_SAMPLE_ROWS / rows), 3)
-        sql = (f"SELECT LEAST(FLOOR({effective_confidence_sql()} * 10), 9)::int, "
-               f"LEAST(FLOOR({staleness_sql()} * 10), 9)::int, count(*) "
-               "FROM memory_admin_fact TABLESAMPLE SYSTEM (%s) REPEATABLE (%s) "
-               "WHERE (memory_admin_fact.tenant_id = %s OR memory_admin_fact.scope = 'global') "
-               "AND memory_admin_fact.status = 'active' GROUP BY 1, 2")
+    qs = (annotate_scores(visible(principal, Fact.objects.active()))
+          .annotate(cbin=_score_bin("eff_conf"), sbin=_score_bin("stale_score"))
+          .values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+    percent = _score_sample_percent(principal)
+    binned = []
+    if percent is not None:
         with connection.cursor() as cursor:
-            cursor.execute(sql, [percent, timezone.localdate().toordinal(), principal.tenant_id])
+            cursor.execute(*_page_sample(qs, percent))
             binned = cursor.fetchall()
         if sum(n for _, _, n in binned) < SCORE_SAMPLE_MIN:
             percent = None  # a small tenant in a big table: too few sampled rows; score it exactly
     if percent is None:
-        qs = annotate_scores(visible(principal, Fact.objects.active()))
-        qs = qs.annotate(
-            cbin=Least(Floor(F("eff_conf") * 10), Value(9), output_field=IntegerField()),
-            sbin=Least(Floor(F("stale_score") * 10), Value(9), output_field=IntegerField()),
-        )
-        binned = list(qs.values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+        binned = list(qs)
     scale = 100.0 / percent if percent else 1.0
     conf = [0] * 10
     stale = [0] * 10
@@ -166,6 +204,27 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
     return {"confidence": conf, "staleness": stale, "active": sum(conf),
             "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9],
             "sample_percent": percent}
+
+
+def score_band_rows(principal: Principal, filters: dict[str, str]) -> tuple[QuerySet[Fact], dict[str, Any] | None]:
+    """The tenant-wide facts list (fact_rows without a user; where the bars of the overview's
+    distributions lead), and, when those bars are estimated from a page sample, the sample: then the
+    list is the facts of the sampled pages only (what a bar was counted from), `ids` gives them in the
+    list's order, and `estimate` the bar's own number, scaled up. One query, two for a sparse band."""
+    rows = fact_rows(principal, None, filters)
+    percent = None if filters.get("user") else _score_sample_percent(principal)
+    if percent is None:
+        return rows, None
+    with connection.cursor() as cursor:
+        cursor.execute(*_page_sample(rows.values_list("pk"), percent))
+        ids = [row[0] for row in cursor.fetchall()]
+        if len(ids) < SCORE_SAMPLE_MIN:  # did the overview score this tenant exactly? (see score_distributions)
+            active = visible(principal, Fact.objects.active()).values_list("pk").order_by()
+            sql, params = _page_sample(active, percent)
+            cursor.execute(f"SELECT count(*) FROM ({sql}) AS s", params)  # noqa: S608 -- ORM-compiled SQL
+            if cursor.fetchone()[0] < SCORE_SAMPLE_MIN:
+                return rows, None
+    return rows, {"percent": percent, "ids": ids, "sampled": len(ids), "estimate": round(len(ids) * 100.0 / percent)}
 
 
 def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, int]:
@@ -264,7 +323,9 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
     n = max(1, len(labels))
     totals = [sum(s[j] for s in series) for j in range(len(labels))]
     top = _nice_max(max(totals, default=0))
-    plot_w, plot_h = CHART_W - PAD_L, CHART_H - PAD_B
+    # Room for the y axis labels (about 6 px a character at 10 px): "0.0005" does not fit in PAD_L.
+    pad_l = max(PAD_L, 6 * max(len(f"{top:g}"), len(f"{top / 2:g}")) + 8)
+    plot_w, plot_h = CHART_W - pad_l, CHART_H - PAD_B
     slot = plot_w / n
     width = max(2.0, slot * 0.72)
     bars: list[Bar] = []
@@ -274,21 +335,21 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
             if not s[j]:
                 continue
             h = plot_h * s[j] / top
-            bars.append(Bar(x=round(PAD_L + j * slot + (slot - width) / 2, 1),
+            bars.append(Bar(x=round(pad_l + j * slot + (slot - width) / 2, 1),
                             y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
                             label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i],
                             link=links[i][j] if links else None))
             base += h
     step = max(1, n // 7)
-    ticks = [{"x": round(PAD_L + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
+    ticks = [{"x": round(pad_l + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
     # Totals written above the bars when they fit (up to a month of days), and every value as a table.
-    values = [{"x": round(PAD_L + j * slot + slot / 2, 1),
+    values = [{"x": round(pad_l + j * slot + slot / 2, 1),
                "y": round(max(9.0, plot_h - plot_h * totals[j] / top - 3), 1), "text": f"{totals[j]:g}"}
               for j in range(len(labels)) if totals[j]] if n <= 31 else []
     rows = [{"label": label, "total": totals[j],
              "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)]}
             for j, label in enumerate(labels)]
-    return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": PAD_L, "bars": bars, "ticks": ticks,
+    return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": pad_l, "bars": bars, "ticks": ticks,
             "values": values, "rows": rows, "names": names or ["count"], "linked": any(b.link for b in bars),
             "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
             "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
@@ -360,7 +421,9 @@ def memory_user_rows(principal: Principal, ids: list[int]) -> list[MemoryUser]:
 # --- Facts ----------------------------------------------------------------------------------------
 
 def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dict[str, str]) -> QuerySet[Fact]:
-    """The facts tab: filters by status/category/kind/source/stale/text, with scores computed in SQL."""
+    """The facts lists (a user's tab, or tenant-wide with `user` naming one by exact id): filters by
+    status/category/kind/source/stale/text and effective-confidence and staleness bands, with scores
+    computed in SQL."""
     qs = visible(principal, Fact.objects.all())
     if memory_user is not None:
         qs = qs.filter(memory_user=memory_user)
@@ -372,12 +435,30 @@ def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dic
             qs = qs.filter(**{name: filters[name]})
     if filters.get("q"):
         qs = qs.filter(Q(content__icontains=filters["q"]) | Q(key__icontains=filters["q"]))
-    qs = annotate_scores(qs)
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id=filters["user"])
+    qs = _in_score_bands(annotate_scores(qs), filters)
     if filters.get("stale") == "yes":
         qs = qs.filter(Q(status=Fact.Status.STALE) | Q(stale_score__gt=STALE_THRESHOLD))
     elif filters.get("stale") == "no":
         qs = qs.exclude(status=Fact.Status.STALE).filter(stale_score__lte=STALE_THRESHOLD)
     return qs.select_related("memory_user").order_by("-pinned", "-created_at", "-pk")
+
+
+# Range filters of the facts lists: effective confidence and staleness from `_min` (inclusive) to `_max`
+# (exclusive, but 1 includes 1.0: the top bar of a distribution holds 0.9 to 1.0).
+SCORE_BANDS = (("conf", "eff_conf"), ("stale", "stale_score"))
+
+
+def _in_score_bands(qs: QuerySet[Fact], filters: dict[str, str]) -> QuerySet[Fact]:
+    """Validated numbers (views.facts.score_band_filters) narrow an annotate_scores queryset."""
+    for prefix, field in SCORE_BANDS:
+        low, high = filters.get(f"{prefix}_min"), filters.get(f"{prefix}_max")
+        if low:
+            qs = qs.filter(**{f"{field}__gte": float(low)})
+        if high and float(high) < 1:
+            qs = qs.filter(**{f"{field}__lt": float(high)})
+    return qs
 
 
 def fact_with_scores(principal: Principal, fact_id) -> Fact:
@@ -658,7 +739,8 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
         message.batch_row = batch_by_id.get(message.batch_id)
     for batch in batches:
         batch.drawn = by_batch.get(batch.pk, [])
-    return {"thread": thread, "messages": messages, "batches": batches,
+    # Not "messages": templates read that name as the flash messages (base.html shows them all on top).
+    return {"thread": thread, "thread_messages": messages, "batches": batches,
             "truncated": len(messages) == THREAD_MESSAGES}
 
 
@@ -669,65 +751,115 @@ SEARCH_USERS = 10
 # word with the query or is at least this close in meaning. The order stays fact_search's.
 MATCH_MIN_COSINE = 0.3
 SEARCH_FILTERS = ("status", "category", "source", "agent", "stale", "contested", "user")
+# Candidate users are counted exactly over at most this many matching facts (through the GIN index).
+# A word common across the tenant (say "prefers" in 100,000 of 1.1M facts) would otherwise mean
+# reading every matching row to count it per user (~600 ms); past the bound the users are ranked by
+# their matches in a page sample of about SEARCH_SAMPLE_ROWS facts, the overview's method. Each of
+# the two reads costs about 40 ms at 1.1M facts on a quiet machine (bench/dashboard_pages.py).
+SEARCH_COUNT_LIMIT = 1000
+SEARCH_SAMPLE_ROWS = 10_000
 
 
 def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: int = 30) -> dict[str, Any]:
     """Facts across the tenant's users, ranked by `fact_search` (the one ranking): the users whose facts
     match the query's words (full-text, the GIN index; at most SEARCH_USERS, most matches first, or the
-    one named by the `user` filter) are searched one by one with the same query vector, and the hits
-    merged by final score. Filters narrow candidates and hits; reads are not counted."""
-    from django.contrib.postgres.search import SearchQuery
+    one named by the `user` filter) are searched together (`fact_search_users`: fact_search's ranking per
+    user, one statement for all of them), and the hits merged by final score. Filters narrow candidates
+    and hits; reads are not counted.
 
-    from memory_admin.embeddings import embed_query
-    from memory_admin.selectors.search import INCLUDABLE, fact_search, or_tsquery
+    `sample_percent` is set when the words were too common to count every match (see
+    SEARCH_COUNT_LIMIT): the users were then chosen by their matches in that sample."""
+    from memory_admin.selectors.search import INCLUDABLE, fact_search_users
 
     query = (query or "").strip()
-    if not query:
-        return {"hits": [], "users": 0, "searched": []}
     status = filters.get("status") or ""
-    include = (status,) if status in INCLUDABLE else ()
     statuses = [status] if status else ["active", "stale"]
+    candidates = _search_candidates(principal, query, filters, statuses)
+    if candidates is None:
+        return {"hits": [], "users": 0, "searched": []}
+    user_ids, percent = _candidate_users(candidates, exact=bool(filters.get("user")))
+    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
+    searched = [users[u] for u in user_ids if u in users]
+    include = (status,) if status in INCLUDABLE else ()
+    per_user = fact_search_users(principal=principal, memory_users=searched, query=query, k=k, include=include)
+    hits = [hit for user in searched for hit in per_user.get(user.pk, [])]
+    keep = _search_hit_filter(principal, filters, statuses)
+    hits = sorted((h for h in hits if keep(h)), key=lambda h: -h.final)
+    return {"hits": hits[:k], "users": len(users), "searched": searched, "sample_percent": percent,
+            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+
+def _search_candidates(principal: Principal, query: str, filters: dict[str, str],
+                       statuses: list[str]) -> QuerySet[Fact] | None:
+    """The facts whose users are worth searching: the named user's, else those sharing a word with the
+    query (None when the query has no word to match)."""
+    from django.contrib.postgres.search import SearchQuery
+
+    from memory_admin.selectors.search import or_tsquery
+
+    if not query:
+        return None
     candidates = visible(principal, Fact.objects.filter(memory_user__isnull=False, status__in=statuses))
     if filters.get("user"):
         candidates = candidates.filter(memory_user__external_id=filters["user"])
     else:
         tsq = or_tsquery(query)
         if not tsq:
-            return {"hits": [], "users": 0, "searched": []}
+            return None
         candidates = candidates.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
-    for name in ("category", "source"):
-        if filters.get(name):
-            candidates = candidates.filter(**{name: filters[name]})
+    narrowing = {name: filters[name] for name in ("category", "source") if filters.get(name)}
     if filters.get("agent"):
-        candidates = candidates.filter(agent__name__icontains=filters["agent"])
+        narrowing["agent__name__icontains"] = filters["agent"]
     if filters.get("contested") in ("yes", "no"):
-        candidates = candidates.filter(contested=filters["contested"] == "yes")
-    user_ids = list(candidates.values("memory_user").annotate(n=Count("id")).order_by("-n", "memory_user")
-                    .values_list("memory_user", flat=True)[:SEARCH_USERS])
-    users = {u.pk: u for u in visible(principal, MemoryUser.objects.filter(pk__in=user_ids))}
-    vector = embed_query(query)
-    hits = []
-    for user_id in user_ids:
-        if user_id not in users:
-            continue
-        result = fact_search(principal=principal, memory_user=users[user_id], query=query, k=k, include=include,
-                             query_vector=vector, shared=False, record=False)
-        hits.extend(result.hits)
+        narrowing["contested"] = filters["contested"] == "yes"
+    return candidates.filter(**narrowing)
+
+
+def _top_users(counts: dict[int, int]) -> list[int]:
+    return sorted(counts, key=lambda user_id: (-counts[user_id], user_id))[:SEARCH_USERS]
+
+
+def _candidate_users(candidates: QuerySet[Fact], *, exact: bool) -> tuple[list[int], float | None]:
+    """The SEARCH_USERS users with the most candidate facts, and the sample percent when they were
+    counted in a sample. Two queries at most: the first SEARCH_COUNT_LIMIT + 1 matches (exact when
+    there are no more, or when one user is named), then, for common words, the matches in a page sample
+    of the table (TABLESAMPLE SYSTEM, the same pages all day, like the overview's distributions)."""
+    from collections import Counter
+
+    first = Counter(candidates.order_by().values_list("memory_user", flat=True)[:SEARCH_COUNT_LIMIT + 1])
+    if exact or sum(first.values()) <= SEARCH_COUNT_LIMIT:
+        return _top_users(first), None
+    percent = round(min(100.0, 100.0 * SEARCH_SAMPLE_ROWS / max(_table_rows(Fact), 1.0)), 3)
+    sql, params = _page_sample(candidates.order_by().values_list("memory_user"), percent)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT s.user_id, count(*) FROM ({sql}) AS s(user_id) GROUP BY 1", params)  # noqa: S608
+        sampled = dict(cursor.fetchall())
+    # Too few matches in the sample (a small tenant in a big table): fill up from the counted ones.
+    ranked = _top_users(sampled)
+    ranked += [u for u in _top_users(first) if u not in sampled][:SEARCH_USERS - len(ranked)]
+    return ranked, percent
+
+
+def _search_hit_filter(principal: Principal, filters: dict[str, str],
+                       statuses: list[str]) -> Callable[[Hit], bool]:
+    """Whether a fact_search hit belongs on the page: fact_search fills its k from every fact of a user,
+    so the page's filters and the match rule (a shared word, or close in meaning) are checked here."""
     agent_ids = None
     if filters.get("agent"):
         from memory_admin.models import Agent
 
         agent_ids = set(Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"])
                         .values_list("pk", flat=True))
-    hits = [h for h in hits if _search_hit_passes(h, filters, statuses)
-            and (h.keyword > 0 or (h.cosine or 0) >= MATCH_MIN_COSINE)
-            and (agent_ids is None or h.fact.agent_id in agent_ids)]
-    hits.sort(key=lambda h: -h.final)
-    return {"hits": hits[:k], "users": len(users), "searched": [users[u] for u in user_ids if u in users],
-            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+
+    def keep(hit: Hit) -> bool:
+        return (_search_hit_passes(hit, filters, statuses)
+                and (hit.keyword > 0 or (hit.cosine or 0) >= MATCH_MIN_COSINE)
+                and (agent_ids is None or hit.fact.agent_id in agent_ids))
+
+    return keep
 
 
-def _search_hit_passes(hit, filters: dict[str, str], statuses: list[str]) -> bool:
+def _search_hit_passes(hit: Hit, filters: dict[str, str], statuses: list[str]) -> bool:
     fact = hit.fact
     if fact.status not in statuses:
         return False
@@ -749,30 +881,56 @@ SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook
                   "facts": "Facts", "skills": "Skills", "episodes": "Recent episodes"}
 
 
-def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A context block (services.context.context_block's answer) laid out for the playground: each
-    section's share of the budget for a token bar, and dropped items with the text of dropped facts
-    (one query) and the reason."""
+def _as_uuid(value: Any) -> Any:
     import uuid as uuid_module
 
-    ids = []
+    try:
+        return uuid_module.UUID(str(value))
+    except ValueError:
+        return None
+
+
+def _dropped_texts(principal: Principal, block: dict[str, Any]) -> tuple[dict[Any, str], dict[Any, str]]:
+    """The text of the dropped facts and the summaries of the dropped episodes (a query each)."""
+    from memory_admin.models import Episode
+
+    wanted: dict[str, list[Any]] = {"facts": [], "episodes": []}
     for section in block["sections"]:
-        for item in section["dropped"]:
-            try:
-                ids.append(uuid_module.UUID(str(item["id"])))
-            except ValueError:
-                continue
-    texts = dict(visible(principal, Fact.objects.filter(pk__in=ids)).values_list("pk", "content")) if ids else {}
+        ids = [_as_uuid(item["id"]) for item in section["dropped"]]
+        wanted["episodes" if section["name"] == "episodes" else "facts"] += [i for i in ids if i]
+    facts = (dict(visible(principal, Fact.objects.filter(pk__in=wanted["facts"])).values_list("pk", "content"))
+             if wanted["facts"] else {})
+    episodes = {pk: f"{ended:%Y-%m-%d}: {summary}" for pk, ended, summary in
+                visible(principal, Episode.objects.filter(pk__in=wanted["episodes"]))
+                .values_list("pk", "ended_at", "summary")} if wanted["episodes"] else {}
+    return facts, episodes
+
+
+def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
+    """A dropped item that is not a fact, in words: the notebook and its version, the skill's path,
+    the episode's day and summary."""
+    if section in ("notebook", "tenant_notebook"):
+        version = item_id.rsplit(":v", 1)[-1] if ":v" in item_id else ""
+        return f"the whole notebook{f' (version {version})' if version.isdigit() else ''}"
+    if section == "skills":
+        return f"skill {item_id}"
+    if section == "episodes":
+        return f"episode {episodes.get(_as_uuid(item_id)) or item_id[:8]}"
+    return item_id[:12]
+
+
+def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
+    """A context block (services.context.context_block's answer) laid out for the playground: each
+    section's share of the budget for a token bar, and dropped items with the reason and what they are
+    in words (the text of a dropped fact, an episode's summary: a query each)."""
+    facts, episodes = _dropped_texts(principal, block)
     sections = []
     for index, section in enumerate(block["sections"]):
         dropped = []
         for item in section["dropped"]:
-            try:
-                text = texts.get(uuid_module.UUID(str(item["id"])), "")
-            except ValueError:
-                text = ""
+            text = facts.get(_as_uuid(item["id"]), "") if section["name"] != "episodes" else ""
             dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
-                            "is_fact": bool(text)})
+                            "is_fact": bool(text), "label": _dropped_label(section["name"], str(item["id"]), episodes)})
         sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
                          "tokens": section["tokens"], "included": len(section["included"]),
                          "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,

@@ -210,21 +210,23 @@ def _ef_default() -> int:
 
 
 def _candidates(
-    principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float] | None,
+    principal: Principal, memory_users: list[MemoryUser], *, query: str, vector: list[float] | None,
     statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
 ) -> tuple[str | None, list[tuple]]:
-    """(tenant search weights as JSON text, candidate rows) in one statement."""
+    """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
+    `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
     branches: list[tuple[str, tuple]] = []
     distance = RawSQL(_DISTANCE if vector is not None else "NULL::float8", ())  # noqa: S611 - constant
-    own = visible(principal, Fact.objects.for_user(memory_user).filter(status__in=statuses))
     tsq = or_tsquery(query) if query else ""
-    if own_by_keyword:
-        # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
-        own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
-    own = own.annotate(distance=distance)
-    if vector is not None and not own_by_keyword:
-        own = own.order_by("distance")
-    branches.append(_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT]))
+    for memory_user in memory_users:
+        own = visible(principal, Fact.objects.for_user(memory_user).filter(status__in=statuses))
+        if own_by_keyword:
+            # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
+            own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+        own = own.annotate(distance=distance)
+        if vector is not None and not own_by_keyword:
+            own = own.order_by("distance")
+        branches.append(_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT]))
     if n_shared and not own_by_keyword:
         shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
         if vector is not None:
@@ -295,30 +297,21 @@ def fact_search(
     vec = query_vector if query else None
     n_shared = max(2 * k, 20) if shared and query else 0
 
-    weights_json, rows = _candidates(principal, memory_user, query=query, vector=vec, statuses=statuses,
+    weights_json, rows = _candidates(principal, [memory_user], query=query, vector=vec, statuses=statuses,
                                      n_shared=n_shared)
     if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
         seen = {r[0] for r in rows}
-        _, more = _candidates(principal, memory_user, query=query, vector=vec, statuses=statuses, n_shared=0,
+        _, more = _candidates(principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=0,
                               own_by_keyword=True)
         rows += [r for r in more if r[0] not in seen]
-    stored = json.loads(weights_json) if weights_json else tenant_settings(principal.tenant_id).search_weights
-    weights = {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1}, **stored}
+    weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:
         rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts_qs = visible(principal, Fact.objects.filter(pk__in=[row[0] for _, row, _ in top])).defer(
-        "embedding", "search_vector")
-    if "superseded" in statuses:
-        facts_qs = facts_qs.select_related("superseded_by_notebook")
-    facts = {}
-    for fact in facts_qs:
-        if fact.memory_user_id == memory_user.pk:
-            fact.memory_user = memory_user  # known already: no join, no extra query
-        facts[fact.pk] = fact
+    facts = _facts_of(principal, [row[0] for _, row, _ in top], statuses, [memory_user])
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage
@@ -330,6 +323,67 @@ def fact_search(
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
     return SearchResult(hits=hits, candidates=len(rows), weights=weights, timings=rounded)
+
+
+def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:
+    stored = json.loads(weights_json) if weights_json else tenant_settings(tenant_id).search_weights
+    return {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1}, **stored}
+
+
+def _facts_of(principal: Principal, ids: list, statuses: tuple[str, ...],
+              memory_users: list[MemoryUser]) -> dict[Any, Fact]:
+    """The facts of the ranked rows, by id (one query), their memory user attached without a join."""
+    facts_qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer("embedding", "search_vector")
+    if "superseded" in statuses:
+        facts_qs = facts_qs.select_related("superseded_by_notebook")
+    users = {u.pk: u for u in memory_users}
+    facts = {}
+    for fact in facts_qs:
+        if fact.memory_user_id in users:
+            fact.memory_user = users[fact.memory_user_id]  # known already: no join, no extra query
+        facts[fact.pk] = fact
+    return facts
+
+
+def fact_search_users(
+    *,
+    principal: Principal,
+    memory_users: list[MemoryUser],
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+) -> dict[int, list[Hit]]:
+    """`fact_search(shared=False, record=False)` for several users at once (the dashboard's tenant-wide
+    search): each user's k best own facts, by user id, ranked exactly as fact_search ranks them (IDF,
+    cosine rescaling and neighbours within that user's candidates), from one candidate statement (a
+    UNION branch per user) and one read of the facts instead of two queries per user."""
+    if "quarantined" in include:
+        principal.require(CURATE)
+    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    query = (query or "").strip()
+    if not memory_users:
+        return {}
+    vec = (query_vector if query_vector is not None else embed_query(query)) if query else None
+    weights_json, rows = _candidates(principal, memory_users, query=query, vector=vec, statuses=statuses,
+                                     n_shared=0)
+    weights = _weights(weights_json, principal.tenant_id)
+    by_branch: dict[int, list[tuple]] = {}
+    for row in rows:
+        by_branch.setdefault(row[SRC], []).append(row)
+    tops: dict[int, list[tuple[float, tuple, dict]]] = {}
+    out: dict[int, list[Hit]] = {}
+    for i, memory_user in enumerate(memory_users):
+        own = by_branch.get(i, [])
+        if query and len(own) == OWN_EXACT_LIMIT:  # a pathological user: fact_search's extra keyword pass
+            out[memory_user.pk] = fact_search(principal=principal, memory_user=memory_user, query=query, k=k,
+                                              include=include, query_vector=vec, shared=False, record=False).hits
+        else:
+            tops[memory_user.pk] = _score(own, weights)[:k]
+    facts = _facts_of(principal, [row[ID] for top in tops.values() for _, row, _ in top], statuses, memory_users)
+    for user_id, top in tops.items():
+        out[user_id] = [Hit(fact=facts[row[ID]], **parts) for _, row, parts in top if row[ID] in facts]
+    return out
 
 
 # Columns of a candidate row (see _ROW_SQL).

@@ -3,6 +3,9 @@ markup is `markdown`, and it sanitises with nh3 after rendering."""
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
+
 import nh3
 from django import template
 from django.conf import settings
@@ -63,6 +66,29 @@ def num(value: float | None, digits: int = 2) -> str:
     if value is None:
         return "–"
     return f"{float(value):.{digits}f}"
+
+
+@register.filter
+def age(value: datetime | None, until: datetime | None = None) -> str:
+    """How long ago (or from `value` to `until`), as Django's timesince says it, but "less than a
+    minute" rather than "0 minutes"."""
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    if value is None:
+        return "–"
+    if ((until or timezone.now()) - value).total_seconds() < 60:
+        return "less than a minute"
+    return timesince(value, until)
+
+
+@register.filter
+def score(value: float | None) -> str:
+    """A 0-1 score cut (not rounded) to two decimals: 0.8999 reads 0.89, so a fact listed under
+    "0.8 to under 0.9" never shows 0.90, and a value shows the band (tenth) the charts count it in."""
+    if value is None:
+        return "–"
+    return f"{math.floor(float(value) * 100 + 1e-9) / 100:.2f}"
 
 
 @register.filter

@@ -29,7 +29,7 @@ PER_PAGE = 50
 NAV_SECTIONS = {
     "overview": ("overview",),
     "users": ("users", "user", "user_notebook", "user_facts", "user_episodes", "user_context", "user_asof",
-              "user_activity", "fact_detail", "notebook_restore"),
+              "user_activity", "fact_detail", "notebook_restore", "facts"),
     "review": ("review", "review_bulk", "eviction", "quarantine", "fact_queue_action"),
     "lifecycle": ("lifecycle",),
     "tenant_notebook": ("tenant_notebook",),
@@ -126,6 +126,15 @@ def paginate_ids(request: HttpRequest, queryset: QuerySet, per_page: int = PER_P
     ids = list(page.object_list)
     rows = {row.pk: row for row in queryset.order_by().filter(pk__in=ids)}
     page.object_list = [rows[pk] for pk in ids if pk in rows]
+    return page
+
+
+def paginate_id_list(request: HttpRequest, ids: list, queryset: QuerySet, per_page: int = PER_PAGE) -> Page:
+    """Page through ids already in order (no COUNT), then read that page's rows from `queryset` by
+    primary key (one query)."""
+    page = paginate(request, ids, per_page)
+    rows = {row.pk: row for row in queryset.order_by().filter(pk__in=list(page.object_list))}
+    page.object_list = [rows[pk] for pk in page.object_list if pk in rows]
     return page
 
 

@@ -19,7 +19,7 @@ def conversations(request: HttpRequest) -> HttpResponse:
     q = request.GET.get("q", "").strip()
     user = request.GET.get("user", "").strip()
     page = paginate_ids(request, sel.threads(request.principal, q=q, user=user))
-    return render(request, "dashboard/conversations.html", {"page": page, "q": q, "user": user})
+    return render(request, "dashboard/conversations.html", {"page": page, "q": q, "user_q": user})
 
 
 @tenant_view(staff_only=True)

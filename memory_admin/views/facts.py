@@ -1,4 +1,5 @@
-"""Fact detail and the inline fact actions (pin, correct, forget), partial-page with htmx."""
+"""Fact detail, the tenant-wide facts list (where the overview's confidence and staleness bars lead),
+the filters of every facts list, and the inline fact actions (pin, correct, forget), partial-page with htmx."""
 
 from __future__ import annotations
 
@@ -9,12 +10,63 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from memory_admin import scoring
-from memory_admin.errors import DomainError, NotFound
+from memory_admin.errors import DomainError, Invalid, NotFound
+from memory_admin.inputs import unit_score
+from memory_admin.models import Fact
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY
 from memory_admin.selectors.facts import chain_events, fact_chain
 from memory_admin.services.facts import fact_correct, fact_forget, fact_pin
-from memory_admin.views.base import safe_next, tenant_view
+from memory_admin.views.base import paginate, paginate_id_list, safe_next, tenant_view
+
+FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q", "conf_min", "conf_max", "stale_min",
+                "stale_max")
+BAND_NAMES = {"conf": "Effective confidence", "stale": "Staleness"}
+
+
+def fact_filters(request: HttpRequest, names: tuple[str, ...] = FACT_FILTERS) -> dict[str, str]:
+    """The facts lists' filters from the query string; active facts unless a status is chosen. A band
+    bound that is not a number from 0 to 1, or a lower bound above the upper one, is refused (422)."""
+    filters = {name: request.GET.get(name, "").strip() for name in names}
+    if "status" not in request.GET:
+        filters["status"] = "active"
+    for prefix, name in BAND_NAMES.items():
+        low = unit_score(filters.get(f"{prefix}_min"), field=f"“{name} from”")
+        high = unit_score(filters.get(f"{prefix}_max"), field=f"“{name} to”")
+        if low is not None and high is not None and low > high:
+            raise Invalid(f"“{name} from” ({low:g}) is above “{name} to” ({high:g}).", field=f"{prefix}_min")
+    return filters
+
+
+def fact_choices() -> dict[str, list[str]]:
+    return {"status": Fact.Status.values, "category": Fact.Category.values, "kind": Fact.Kind.values,
+            "source": Fact.Source.values}
+
+
+def band_descriptions(filters: dict[str, str]) -> list[str]:
+    """The bands in words, as the list's heading says them: "effective confidence 0.3 to under 0.4"."""
+    out = []
+    for prefix, name in BAND_NAMES.items():
+        low, high = filters.get(f"{prefix}_min"), filters.get(f"{prefix}_max")
+        if not (low or high):
+            continue
+        low_text = f"{float(low or 0):g}"
+        high_text = "1 (inclusive)" if not high or float(high) >= 1 else f"under {float(high):g}"
+        out.append(f"{name.lower()} {low_text} to {high_text}")
+    return out
+
+
+@tenant_view(staff_only=True)
+def facts_list(request: HttpRequest) -> HttpResponse:
+    """Facts across users, with the facts tab's filters and a user filter: where the bars of the
+    overview's confidence and staleness charts lead."""
+    filters = fact_filters(request, (*FACT_FILTERS, "user"))
+    rows, sample = sel.score_band_rows(request.principal, filters)
+    page = paginate_id_list(request, sample["ids"], rows) if sample else paginate(request, rows)
+    return render(request, "dashboard/facts.html", {
+        "page": page, "filters": filters, "choices": fact_choices(), "sample": sample,
+        "bands": band_descriptions(filters),
+    })
 
 
 @tenant_view()
@@ -41,7 +93,7 @@ def _after_action(request: HttpRequest, fact_id, *, error: DomainError | None = 
         fact = sel.fact_with_scores(request.principal, fact_id)
         return render(request, "dashboard/_fact_row.html", {
             "fact": fact, "row_error": error.detail if error else "", "row_note": note,
-            "next": request.POST.get("next", ""),
+            "next": request.POST.get("next", ""), "show_user": request.POST.get("row_user") == "1",
         })
     if error:
         messages.error(request, error.detail)

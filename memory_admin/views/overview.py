@@ -51,8 +51,8 @@ def overview(request: HttpRequest) -> HttpResponse:
         "age_chart": sel.bar_chart([b[0] for b in contradictions["buckets"]],
                                    [[b[1] for b in contradictions["buckets"]]]),
         "scores": scores,
-        "conf_chart": sel.bar_chart(bins, [scores["confidence"]]),
-        "stale_chart": sel.bar_chart(bins, [scores["staleness"]]),
+        "conf_chart": sel.bar_chart(bins, [scores["confidence"]], links=[_band_links(slug, "conf")]),
+        "stale_chart": sel.bar_chart(bins, [scores["staleness"]], links=[_band_links(slug, "stale")]),
         "pii_chart": sel.bar_chart([d.strftime("%b %d") for d in pii], [list(pii.values())],
                                    links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]]),
         "pii_total": sum(pii.values()),
@@ -80,3 +80,11 @@ def overview(request: HttpRequest) -> HttpResponse:
         "days": n_days,
         "ranges": RANGES,
     })
+
+
+def _band_links(slug: str, prefix: str) -> list[str]:
+    """Each bar of a score distribution (tenths of 0-1) leads to the active facts of its band."""
+    facts_url = reverse("facts", args=[slug])
+    bands = [{"status": "active", f"{prefix}_min": f"{i / 10:.1f}", f"{prefix}_max": f"{(i + 1) / 10:.1f}"}
+             for i in range(10)]
+    return [f"{facts_url}?{urlencode(band)}" for band in bands]

@@ -13,11 +13,12 @@ from django.views.decorators.http import require_POST
 
 from memory_admin.errors import DomainError
 from memory_admin.inputs import implausible_time_reason
-from memory_admin.models import Episode, Fact, MemoryUser
+from memory_admin.models import Episode, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
 from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate, tenant_view
+from memory_admin.views.facts import band_descriptions, fact_choices, fact_filters
 from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post
 
 # Tabs of a user's page; members see only the first two (their own notebook and facts).
@@ -26,7 +27,6 @@ TABS = [("notebook", "Notebook"), ("facts", "Facts"), ("episodes", "Episodes"), 
 MEMBER_TABS = {"notebook", "facts"}
 # The same names as the member's top nav: one name per page.
 MEMBER_TAB_LABELS = {"notebook": "My notebook", "facts": "What agents believe about me"}
-FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q")
 
 
 @tenant_view(staff_only=True)
@@ -88,17 +88,10 @@ def notebook_restore_view(request: HttpRequest, user_id: int) -> HttpResponse:
 @tenant_view()
 def user_facts(request: HttpRequest, user_id: int) -> HttpResponse:
     ctx = _user_context(request, user_id, "facts")
-    filters = {name: request.GET.get(name, "") for name in FACT_FILTERS}
-    if "status" not in request.GET:
-        filters["status"] = "active"
+    filters = fact_filters(request)
     page = paginate(request, sel.fact_rows(request.principal, ctx["memory_user"], filters))
-    ctx.update({"page": page, "filters": filters, "choices": _fact_choices()})
+    ctx.update({"page": page, "filters": filters, "choices": fact_choices(), "bands": band_descriptions(filters)})
     return render(request, "dashboard/user_facts.html", ctx)
-
-
-def _fact_choices() -> dict:
-    return {"status": Fact.Status.values, "category": Fact.Category.values, "kind": Fact.Kind.values,
-            "source": Fact.Source.values}
 
 
 # --- Episodes, context preview, as of, activity ---------------------------------------------------

@@ -87,6 +87,7 @@ def staff_pages(site) -> list[tuple[str, str]]:
         ("audit", f"{s}/audit/"), ("keys", f"{s}/keys/"), ("settings", f"{s}/settings/"),
         ("conversations", f"{s}/conversations/"), ("conversation", f"{s}/conversations/{site['thread'].pk}/"),
         ("search", f"{s}/search/?q=Alice+lives"), ("search-empty", f"{s}/search/"),
+        ("facts", f"{s}/facts/"), ("facts-band", f"{s}/facts/?status=active&conf_min=0.8&conf_max=0.9"),
         ("playground", f"{s}/playground/?user=alice&task=editor&budget_a=60&budget_b=2000"),
         ("bulk-confirm", None),
     ]
@@ -141,6 +142,10 @@ def check_page(page, url: str) -> list[str]:
         problems.append(f"{url}: the nav does not mark the current page")
     if page.locator("a.skip-link[href='#main']").count() != 1:
         problems.append(f"{url}: no skip link")
+    # A context key named like a template global ("user", "messages") hid the account bar or printed
+    # the page's rows as flash notices: every page shows who is signed in, and Sign out.
+    if page.locator(".account button:has-text('Sign out')").count() != 1:
+        problems.append(f"{url}: no account bar (who is signed in, Sign out)")
     return problems
 
 

@@ -30,6 +30,8 @@ def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produc
     listing = operator.get(reverse("conversations", args=[tenant.slug])).content.decode()
     assert "support-42" in listing and ">2<" in listing  # the thread with its message count
     page = operator.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).content.decode()
+    # Each message once, in the thread (not also as a flash notice above the heading).
+    assert page.count("I switched to neovim last week") == 1 and 'class="flash' not in page
     message_block = page.split(f'id="m-{conversation["message"].pk}"')[1].split("</li>")[0]
     assert "I switched to neovim last week" in message_block
     assert "Alice uses neovim" in message_block  # message -> facts
@@ -38,6 +40,15 @@ def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produc
     detail = operator.get(reverse("fact_detail", args=[tenant.slug, conversation["fact"].pk])).content.decode()
     target = reverse("conversation", args=[tenant.slug, conversation["thread"].pk])
     assert f'{target}#m-{conversation["message"].pk}' in detail  # fact -> message
+
+
+def test_the_conversations_page_keeps_the_account_bar_and_the_user_filter(operator, tenant, conversation):
+    # The filter was passed to the template as "user", hiding the signed-in account (and Sign out).
+    for params in ({}, {"user": "alice"}):
+        page = operator.get(reverse("conversations", args=[tenant.slug]), params).content.decode()
+        account = page.split('<div class="account">')[1].split("</div>")[0]
+        assert "Sign out" in account and "operator" in account
+    assert 'name="user" value="alice"' in page and "support-42" in page
 
 
 def test_members_cannot_open_conversations(member, tenant, conversation):
@@ -86,3 +97,21 @@ def test_the_playground_compares_two_budgets_and_says_what_was_dropped(operator,
 def test_members_do_not_get_search_or_the_playground(member, tenant):
     assert member.get(reverse("search", args=[tenant.slug]), {"q": "x"}).status_code == 403
     assert member.get(reverse("playground", args=[tenant.slug])).status_code == 403
+
+
+def test_the_playground_says_in_words_what_was_left_out(operator, tenant, memory_user, make_fact):
+    from memory_admin.models import Episode, Notebook, Thread
+
+    Notebook.objects.create(tenant=tenant, memory_user=memory_user, content="# Alice\n\n" + "- likes tea\n" * 40,
+                            version=3)
+    thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="chat-9")
+    Episode.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, started_at=timezone.now(),
+                           ended_at=timezone.now(), summary="Planned the tea tasting", outcome="success")
+    make_fact(memory_user, "Alice likes green tea")
+    url = reverse("playground", args=[tenant.slug])
+    body = operator.get(url, {"user": "alice", "task": "tea", "budget_a": "90", "budget_b": "4000"}).content.decode()
+    left_out = body.split('id="budget-1"')[1].split("</section>")[0].split("Left out")[1]
+    assert "User notebook: the whole notebook (version 3)" in left_out
+    assert "Recent episodes: episode " in left_out and "Planned the tea tasting" in left_out
+    raw_id = f"notebook:{Notebook.objects.get(memory_user=memory_user).pk}"
+    assert raw_id not in left_out and "item " not in left_out  # no raw item ids

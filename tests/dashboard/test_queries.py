@@ -58,8 +58,9 @@ PAGES = [
     ("notebook", lambda s, u: reverse("user_notebook", args=[s, u]), 8),
     ("conversations", lambda s, u: reverse("conversations", args=[s]), 6),
     ("conversation", lambda s, u: reverse("conversation", args=[s, Thread.objects.get(external_id="t").pk]), 8),
-    # search: one fact_search (2 queries) per candidate user, at most SEARCH_USERS (10) of them.
-    ("search", lambda s, u: reverse("search", args=[s]) + "?q=Alice+fact+number", 26),
+    # search: candidate users (1, +1 for a sampled count), their users, one fact_search_users statement
+    # and its facts: the same for 1 or SEARCH_USERS (10) users.
+    ("search", lambda s, u: reverse("search", args=[s]) + "?q=Alice+fact+number", 9),
     ("playground", lambda s, u: reverse("playground", args=[s]) + "?user=alice&task=tea&budget_a=200&budget_b=900",
      24),  # two context_block calls (about 9 queries each)
     ("fact_detail", lambda s, u: reverse("fact_detail", args=[s, Fact.objects.filter(key="k.1").get().pk]), 14),
