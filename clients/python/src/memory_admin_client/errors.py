@@ -49,7 +49,7 @@ class AlreadySuperseded(Conflict):
 
 
 class TooLarge(MemoryAdminError):
-    """413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`)."""
+    """413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`)."""
 
     @property
     def limit(self) -> int | None:
@@ -135,6 +135,7 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "batch_too_large": TooLarge,
     "metadata_too_large": TooLarge,
     "too_many_messages": TooLarge,
+    "too_many_items": TooLarge,
     "invalid": Invalid,
     "blocked": Blocked,
     "instruction_like": InstructionLike,
