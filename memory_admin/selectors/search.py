@@ -26,6 +26,7 @@ Every query starts from `visible()`, the one access check.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import re
@@ -44,7 +45,7 @@ from pgvector import Vector
 from memory_admin import scoring
 from memory_admin.embeddings import embed_query
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.selectors.access import CURATE, Principal, visible
+from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
@@ -209,49 +210,83 @@ def _ef_default() -> int:
     return _ef_defaults[raw_connection]
 
 
-def _candidates(
-    principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float] | None,
-    statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
-) -> tuple[str | None, list[tuple]]:
-    """(tenant search weights as JSON text, candidate rows) in one statement."""
-    branches: list[tuple[str, tuple]] = []
-    distance = RawSQL(_DISTANCE if vector is not None else "NULL::float8", ())  # noqa: S611 - constant
-    own = visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=statuses))
-    tsq = or_tsquery(query) if query else ""
+# Per-request values stand in the cached statement as these sentinels (no real user id is negative, no
+# query text holds a NUL character); `_bind` puts the request's values in their place.
+_USER_SENTINEL = -7_340_033
+_TSQ_SENTINEL = "\x00search-tsquery\x00"
+
+
+def _branches(
+    principal: Principal, statuses: tuple[str, ...], *, has_vector: bool, has_text: bool, n_shared: int,
+    own_by_keyword: bool,
+) -> list[tuple[str, tuple]]:
+    """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the user
+    and the tsquery as sentinels."""
+    tsq = _TSQ_SENTINEL if has_text else ""
+    distance = RawSQL(_DISTANCE if has_vector else "NULL::float8", ())  # noqa: S611 - constant
+    own = visible(principal, Fact.objects.filter(memory_user_id=_USER_SENTINEL, status__in=statuses))
     if own_by_keyword:
         # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
         own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
     own = own.annotate(distance=distance)
-    if vector is not None and not own_by_keyword:
+    if has_vector and not own_by_keyword:
         own = own.order_by("distance")
-    branches.append(_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT]))
-    if n_shared and not own_by_keyword:
-        shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
-        if vector is not None:
-            # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-            nearest = (shared.filter(status=Fact.Status.ACTIVE).annotate(distance=distance)
-                       .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
-            branches.append(_compiled(nearest))
-        if tsq:
-            sq = SearchQuery(tsq, search_type="raw", config="english")
-            # Rank only a bounded number of matches (a common word can match most of a large org scope),
-            # and keep only the best n of them.
-            matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
-            sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
-            branches.append((
-                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
-                f" DESC LIMIT {int(n_shared)}",
-                (*params, tsq),
-            ))
+    branches = [_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT])]
+    if not n_shared or own_by_keyword:
+        return branches
+    shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
+    if has_vector:
+        # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
+        nearest = (shared.filter(status=Fact.Status.ACTIVE).annotate(distance=distance)
+                   .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
+        branches.append(_compiled(nearest))
+    if tsq:
+        sq = SearchQuery(tsq, search_type="raw", config="english")
+        # Rank only a bounded number of matches (a common word can match most of a large org scope),
+        # and keep only the best n of them.
+        matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
+        sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
+        branches.append((
+            f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+            f" DESC LIMIT {int(n_shared)}",
+            (*params, tsq),
+        ))
+    return branches
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(
+    principal: Principal, statuses: tuple[str, ...], has_vector: bool, has_text: bool, n_shared: int,
+    own_by_keyword: bool,
+) -> tuple[str, tuple]:
+    """The whole candidate statement and its parameters after the first three (vector, query text,
+    tenant), compiled once per principal and shape. The access filter is `visible()`'s own SQL: keyed by
+    the whole (frozen) principal, so any field the access check reads gets its own entry."""
+    branches = _branches(principal, statuses, has_vector=has_vector, has_text=has_text, n_shared=n_shared,
+                         own_by_keyword=own_by_keyword)
     columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
     union = " UNION ALL ".join(f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)"
                                for i, (sql, _) in enumerate(branches))
     rows_sql = _ROW_SQL.format(eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"),
                                union=union)
-    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql)
-    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id]
-    for _, branch_params in branches:
-        params.extend(branch_params)
+    return _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql), tuple(p for _, ps in branches for p in ps)
+
+
+def _bind(params: tuple, user_id: int, tsq: str) -> list[Any]:
+    """The cached parameters with the request's user and tsquery in place of the sentinels."""
+    values = {_USER_SENTINEL: user_id, _TSQ_SENTINEL: tsq}
+    return [values.get(p, p) if isinstance(p, int | str) else p for p in params]
+
+
+def _candidates(
+    principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float] | None,
+    statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
+) -> tuple[str | None, list[tuple]]:
+    """(tenant search weights as JSON text, candidate rows) in one statement."""
+    tsq = or_tsquery(query) if query else ""
+    statement, cached = _statement(principal, statuses, vector is not None, bool(tsq), n_shared, own_by_keyword)
+    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id,
+                         *_bind(cached, memory_user.pk, tsq)]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
     # when the session's value is lower.
@@ -264,6 +299,34 @@ def _candidates(
         result = cursor.fetchall()
     weights = result[0][0] if result else None
     return weights, [row[1:] for row in result if row[1] is not None]
+
+
+_IDS_SENTINEL = object()
+_NOT_SHOWN = ("embedding", "embedding_next", "search_vector")  # FactOut shows none of them
+
+
+@functools.lru_cache(maxsize=256)
+def _fetch_statement(principal: Principal) -> tuple[str, tuple]:
+    """The SQL reading the chosen facts (without their vectors) by id, through `visible()`; the ids
+    are one array parameter (in place of `_IDS_SENTINEL`), so the statement is compiled once."""
+    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS_SENTINEL,))  # noqa: S611 - a bound parameter
+    qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+    return _compiled(qs)
+
+
+def _facts_by_id(principal: Principal, ids: list, *, with_notebook: bool) -> dict[Any, Fact]:
+    """The visible facts among `ids` as model instances, by id."""
+    if with_notebook:
+        qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+        return {fact.pk: fact for fact in qs.select_related("superseded_by_notebook")}
+    if not ids:
+        return {}
+    sql, params = _fetch_statement(principal)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ids if p is _IDS_SENTINEL else p for p in params])
+        names = [column.name for column in cursor.description]
+        rows = cursor.fetchall()
+    return {fact.pk: fact for fact in from_rows(Fact, names, rows)}
 
 
 def fact_search(
@@ -309,15 +372,10 @@ def fact_search(
         rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts_qs = visible(principal, Fact.objects.filter(pk__in=[row[0] for _, row, _ in top])).defer(
-        "embedding", "search_vector")
-    if "superseded" in statuses:
-        facts_qs = facts_qs.select_related("superseded_by_notebook")
-    facts = {}
-    for fact in facts_qs:
+    facts = _facts_by_id(principal, [row[0] for _, row, _ in top], with_notebook="superseded" in statuses)
+    for fact in facts.values():
         if fact.memory_user_id == memory_user.pk:
             fact.memory_user = memory_user  # known already: no join, no extra query
-        facts[fact.pk] = fact
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage

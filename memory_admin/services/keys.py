@@ -6,12 +6,18 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import Principal
 
 KEY_PREFIX = "mem_"
+_KEY_SQL = (
+    "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name"
+    f" FROM {ApiKey._meta.db_table} AS k JOIN {Agent._meta.db_table} AS a ON a.id = k.agent_id"
+    " WHERE k.key_hash = %s AND k.revoked_at IS NULL LIMIT 1"
+)
 
 
 def hash_key(raw: str) -> str:
@@ -41,19 +47,23 @@ def principal_for_key(raw: str) -> Principal | None:
     """The principal of a bearer key, or None for a missing, unknown or revoked key."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    key = ApiKey.objects.select_related("agent").filter(key_hash=hash_key(raw), revoked_at__isnull=True).first()
-    if key is None:
+    with connection.cursor() as cursor:
+        # Every API request asks this: fixed SQL, no ORM query built per request.
+        cursor.execute(_KEY_SQL, [hash_key(raw)])
+        row = cursor.fetchone()
+    if row is None:
         return None
+    key_id, tenant_id, agent_id, is_admin, allowed_user_ids, last_used_at, agent_name = row
     now = timezone.now()
     # last_used_at at minute resolution: not one write per request.
-    if key.last_used_at is None or now - key.last_used_at > timedelta(minutes=1):
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    if last_used_at is None or now - last_used_at > timedelta(minutes=1):
+        ApiKey.objects.filter(pk=key_id).update(last_used_at=now)
     return Principal(
-        tenant_id=key.tenant_id,
-        role="agent_admin" if key.is_admin else "agent",
-        actor=f"agent:{key.agent.name}",
+        tenant_id=tenant_id,
+        role="agent_admin" if is_admin else "agent",
+        actor=f"agent:{agent_name}",
         actor_type="agent",
-        agent_id=key.agent_id,
-        api_key_id=key.pk,
-        allowed_external_ids=tuple(key.allowed_user_ids),
+        agent_id=agent_id,
+        api_key_id=key_id,
+        allowed_external_ids=tuple(allowed_user_ids or ()),
     )
