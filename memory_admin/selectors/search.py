@@ -453,5 +453,6 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
         relevance = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
     scored = [(parts["final"], row, parts) for row, parts in out]
-    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1][ID])))
+    # Ties by id: a UUID orders as its canonical text does (fixed-width lowercase hex), without the text.
+    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], item[1][ID]))
     return scored
