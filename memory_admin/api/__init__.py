@@ -16,15 +16,13 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from memory_admin.errors import DomainError, RateLimited
-from memory_admin.services.keys import principal_for_key
-from memory_admin.services.throttle import api_key_hit
+from memory_admin.services.keys import principal_for_request
 
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        principal = principal_for_key(token)
+        principal = principal_for_request(token)  # counted too: RateLimited, 429 with Retry-After
         if principal is not None:
-            api_key_hit(principal.api_key_id)  # RateLimited: 429 with Retry-After
             request.principal = principal
         return principal
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import Principal
+from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
 KEY_PREFIX = "mem_"
 _KEY_SQL = (
@@ -51,8 +52,29 @@ def principal_for_key(raw: str) -> Principal | None:
         # Every API request asks this: fixed SQL, no ORM query built per request.
         cursor.execute(_KEY_SQL, [hash_key(raw)])
         row = cursor.fetchone()
+    return _principal(row) if row is not None else None
+
+
+def principal_for_request(raw: str) -> Principal | None:
+    """principal_for_key and the key's request count (throttle.api_key_hit) in one statement, so one
+    round trip: RateLimited past the key's limit, None for a missing, unknown or revoked key (not
+    counted)."""
+    count = api_key_count_sql("k.id")
+    if count is None or not raw or not raw.startswith(KEY_PREFIX):
+        return principal_for_key(raw)
+    count_sql, count_params, retry_after = count
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH k AS ({_KEY_SQL}), c AS ({count_sql}) SELECT k.*, (SELECT hits FROM c) FROM k",
+                       [hash_key(raw), *count_params])
+        row = cursor.fetchone()
     if row is None:
         return None
+    principal = _principal(row[:-1])
+    api_key_check(row[-1], retry_after)
+    return principal
+
+
+def _principal(row: tuple) -> Principal:
     key_id, tenant_id, agent_id, is_admin, allowed_user_ids, last_used_at, agent_name = row
     now = timezone.now()
     # last_used_at at minute resolution: not one write per request.
