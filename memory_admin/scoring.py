@@ -106,6 +106,12 @@ def is_stale(fact, now: datetime | None = None) -> bool:
     return fact.status == "stale" or staleness(fact, now) > STALE_THRESHOLD
 
 
+def scores(fact, now: datetime | None = None) -> tuple[float, float, bool]:
+    """(effective confidence, staleness, is_stale) from one evaluation of the terms."""
+    t = terms(fact, now)
+    return t["effective"], t["staleness"], fact.status == "stale" or t["staleness"] > STALE_THRESHOLD
+
+
 # --- SQL forms, for ordering and filtering inside queries (alias-free: table columns by name) ---
 # Ages in float8 (date_part), not numeric (EXTRACT returns numeric since Postgres 14): numeric exp()
 # and division cost ~10 µs a row, which a search describing 200 candidates pays on every request.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
@@ -17,15 +18,13 @@ from ninja.security import HttpBearer
 from memory_admin.api import facts, memory, messages, retrieval, system
 from memory_admin.api.schemas import ErrorOut
 from memory_admin.errors import DomainError, RateLimited
-from memory_admin.services.keys import principal_for_key
-from memory_admin.services.throttle import api_key_hit
+from memory_admin.services.keys import principal_for_request
 
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        principal = principal_for_key(token)
+        principal = principal_for_request(token)  # counted too: RateLimited, 429 with Retry-After
         if principal is not None:
-            api_key_hit(principal.api_key_id)  # RateLimited: 429 with Retry-After
             request.principal = principal
         return principal
 
@@ -110,7 +109,13 @@ def _known_query_only(api: NinjaAPI, view):
 def _json_method_not_allowed(view):
     @functools.wraps(view)  # keeps csrf_exempt
     def wrapper(request, *args, **kwargs):
+        started = time.perf_counter()
         response = view(request, *args, **kwargs)
+        # The whole API view (key check, rate count, handler, rendering) for Server-Timing, beside the
+        # parts a handler reports itself (bench/: server time of the request, not only of the query).
+        view_ms = f"view_ms;dur={(time.perf_counter() - started) * 1000:.3f}"
+        timing = response.get("Server-Timing")
+        response["Server-Timing"] = f"{timing}, {view_ms}" if timing else view_ms
         if response.status_code == 405:
             allowed = response.get("Allow", "")
             response = JsonResponse(

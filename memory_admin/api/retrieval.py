@@ -37,12 +37,17 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     user = memory_user_for(request.principal, user_id)
     result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
     _server_timing(response, result.timings)
-    weights: dict[str, Any] = result.weights
-    return {
-        "user_id": user.external_id, "query": q, "k": k, "include": list(wanted), "weights": weights,
-        "candidates": result.candidates, "timings": result.timings,
+    # Exactly what SearchOut would dump (its field order, floats as floats), rendered without a second
+    # pass of validation over every hit and fact (about a third of the Python time of a search); a test
+    # holds this body equal to its validated form.
+    body: dict[str, Any] = {
+        "user_id": user.external_id, "query": q, "k": k, "include": list(wanted),
+        "weights": {name: float(value) for name, value in result.weights.items()},
+        "candidates": result.candidates,
         "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
+        "timings": result.timings,
     }
+    return api.create_response(request, body, temporal_response=response)
 
 
 @router.get("/users/{user_id}/context", response=ContextOut)

@@ -199,6 +199,7 @@ class FactOut(Schema):
 
     @staticmethod
     def of(fact: Fact) -> dict[str, Any]:
+        effective, staleness, stale = scoring.scores(fact)
         return {
             "id": fact.pk,
             "user_id": fact.memory_user.external_id if fact.memory_user_id else None,
@@ -209,9 +210,9 @@ class FactOut(Schema):
             "category": fact.category,
             "kind": fact.kind,
             "confidence": fact.confidence,
-            "effective_confidence": round(scoring.effective_confidence(fact), 4),
-            "staleness": scoring.staleness(fact),
-            "stale": scoring.is_stale(fact),
+            "effective_confidence": round(effective, 4),
+            "staleness": staleness,
+            "stale": stale,
             "source": fact.source,
             "status": fact.status,
             "status_reason": fact.status_reason,

@@ -7,12 +7,13 @@ filtered out by the query itself, so they look exactly like objects that do not 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TypeVar
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 
 from memory_admin.errors import Forbidden, NotFound
@@ -161,9 +162,43 @@ def get_visible(principal: Principal, queryset: models.QuerySet[M], **lookup) ->
         raise NotFound(f"No {queryset.model._meta.verbose_name} with that id is visible to you.") from exc
 
 
+def from_rows(model: type[M], names: list[str], rows: list[tuple]) -> list[M]:
+    """Model instances from rows of raw SQL whose columns are the model's attnames (the others are
+    deferred), converted as the ORM's compiler converts them (each field's from_db_value)."""
+    fields = {f.attname: f for f in model._meta.concrete_fields}
+    converters = [(i, fields[name]) for i, name in enumerate(names) if hasattr(fields[name], "from_db_value")]
+    objects = []
+    for row in rows:
+        values = list(row)
+        for i, model_field in converters:
+            values[i] = model_field.from_db_value(values[i], None, connection)
+        objects.append(model.from_db(connection.alias, names, values))
+    return objects
+
+
+_EXTERNAL_ID = "\x00external-id\x00"  # stands for the request's external id in the cached SQL
+
+
+@functools.lru_cache(maxsize=256)
+def _memory_user_statement(principal: Principal) -> tuple[str, tuple]:
+    """The lookup of one memory user by external id through `visible()`, compiled once per principal
+    (the whole frozen principal is the key: whatever the access check reads gets its own entry)."""
+    sql, params = visible(principal, MemoryUser.objects.filter(external_id=_EXTERNAL_ID))[:1].query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _visible_memory_user(principal: Principal, external_id: str) -> MemoryUser | None:
+    sql, params = _memory_user_statement(principal)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [external_id if p == _EXTERNAL_ID else p for p in params])
+        names = [column.name for column in cursor.description]
+        users = from_rows(MemoryUser, names, cursor.fetchall())
+    return users[0] if users else None
+
+
 def memory_user_for(principal: Principal, external_id: str, *, create: bool = False) -> MemoryUser:
     """The memory user with this external id. Reads never create; the first write does (SPEC §8)."""
-    user = visible(principal, MemoryUser.objects.all()).filter(external_id=external_id).first()
+    user = _visible_memory_user(principal, external_id)
     if user is not None:
         if user.erased_at is not None and not create:
             raise NotFound("No memory user with that id is visible to you.")

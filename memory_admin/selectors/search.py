@@ -26,6 +26,7 @@ Every query starts from `visible()`, the one access check.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import re
@@ -44,7 +45,7 @@ from pgvector import Vector
 from memory_admin import metrics, scoring
 from memory_admin.embeddings import embed_query
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.selectors.access import CURATE, Principal, visible
+from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
@@ -209,51 +210,94 @@ def _ef_default() -> int:
     return _ef_defaults[raw_connection]
 
 
+# Per-request values stand in the cached statement as these sentinels (no real user id is negative, no
+# query text holds a NUL character); `_bind` puts the request's values in their place. Branch i's user
+# is `_USER_SENTINEL - i`.
+_USER_SENTINEL = -7_340_033
+_TSQ_SENTINEL = "\x00search-tsquery\x00"
+
+
+def _own_branch(principal: Principal, statuses: tuple[str, ...], sentinel: int, *, distance: RawSQL, tsq: str,
+                has_vector: bool, own_by_keyword: bool) -> tuple[str, tuple]:
+    """One user's own facts (the user a sentinel), nearest first when there is a vector."""
+    own = visible(principal, Fact.objects.for_user(sentinel).filter(status__in=statuses))
+    if own_by_keyword:
+        # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
+        own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+    own = own.annotate(distance=distance)
+    if has_vector and not own_by_keyword:
+        own = own.order_by("distance")
+    return _compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT])
+
+
+def _branches(
+    principal: Principal, statuses: tuple[str, ...], *, n_users: int, has_vector: bool, has_text: bool,
+    n_shared: int, own_by_keyword: bool,
+) -> list[tuple[str, tuple]]:
+    """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the users
+    and the tsquery as sentinels: one branch per user, then the shared ones."""
+    tsq = _TSQ_SENTINEL if has_text else ""
+    distance = RawSQL(_DISTANCE if has_vector else "NULL::float8", ())  # noqa: S611 - constant
+    branches = [_own_branch(principal, statuses, _USER_SENTINEL - i, distance=distance, tsq=tsq,
+                            has_vector=has_vector, own_by_keyword=own_by_keyword) for i in range(n_users)]
+    if not n_shared or own_by_keyword:
+        return branches
+    shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
+    if has_vector:
+        # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
+        nearest = (shared.active().annotate(distance=distance)
+                   .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
+        branches.append(_compiled(nearest))
+    if tsq:
+        sq = SearchQuery(tsq, search_type="raw", config="english")
+        # Rank only a bounded number of matches (a common word can match most of a large org scope),
+        # and keep only the best n of them.
+        matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
+        sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
+        branches.append((
+            f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+            f" DESC LIMIT {int(n_shared)}",
+            (*params, tsq),
+        ))
+    return branches
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(
+    principal: Principal, statuses: tuple[str, ...], n_users: int, has_vector: bool, has_text: bool,
+    n_shared: int, own_by_keyword: bool,
+) -> tuple[str, tuple]:
+    """The whole candidate statement and its parameters after the first three (vector, query text,
+    tenant), compiled once per principal and shape. The access filter is `visible()`'s own SQL: keyed by
+    the whole (frozen) principal, so any field the access check reads gets its own entry."""
+    branches = _branches(principal, statuses, n_users=n_users, has_vector=has_vector, has_text=has_text,
+                         n_shared=n_shared, own_by_keyword=own_by_keyword)
+    columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
+    union = " UNION ALL ".join(f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)"
+                               for i, (sql, _) in enumerate(branches))
+    rows_sql = _ROW_SQL.format(eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"),
+                               union=union)
+    return _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql), tuple(p for _, ps in branches for p in ps)
+
+
+def _bind(params: tuple, user_ids: list[int], tsq: str) -> list[Any]:
+    """The cached parameters with the request's users and tsquery in place of the sentinels."""
+    values: dict[Any, Any] = {_USER_SENTINEL - i: user_id for i, user_id in enumerate(user_ids)}
+    values[_TSQ_SENTINEL] = tsq
+    return [values.get(p, p) if isinstance(p, int | str) else p for p in params]
+
+
 def _candidates(
     principal: Principal, memory_users: list[MemoryUser], *, query: str, vector: list[float] | None,
     statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
 ) -> tuple[str | None, list[tuple]]:
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
     `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
-    branches: list[tuple[str, tuple]] = []
-    distance = RawSQL(_DISTANCE if vector is not None else "NULL::float8", ())  # noqa: S611 - constant
     tsq = or_tsquery(query) if query else ""
-    for memory_user in memory_users:
-        own = visible(principal, Fact.objects.for_user(memory_user).filter(status__in=statuses))
-        if own_by_keyword:
-            # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
-            own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
-        own = own.annotate(distance=distance)
-        if vector is not None and not own_by_keyword:
-            own = own.order_by("distance")
-        branches.append(_compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT]))
-    if n_shared and not own_by_keyword:
-        shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
-        if vector is not None:
-            # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-            nearest = (shared.active().annotate(distance=distance)
-                       .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
-            branches.append(_compiled(nearest))
-        if tsq:
-            sq = SearchQuery(tsq, search_type="raw", config="english")
-            # Rank only a bounded number of matches (a common word can match most of a large org scope),
-            # and keep only the best n of them.
-            matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
-            sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
-            branches.append((
-                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
-                f" DESC LIMIT {int(n_shared)}",
-                (*params, tsq),
-            ))
-    columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
-    union = " UNION ALL ".join(f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)"
-                               for i, (sql, _) in enumerate(branches))
-    rows_sql = _ROW_SQL.format(eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"),
-                               union=union)
-    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql)
-    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id]
-    for _, branch_params in branches:
-        params.extend(branch_params)
+    statement, cached = _statement(principal, statuses, len(memory_users), vector is not None, bool(tsq),
+                                   n_shared, own_by_keyword)
+    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id,
+                         *_bind(cached, [u.pk for u in memory_users], tsq)]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
     # when the session's value is lower.
@@ -266,6 +310,42 @@ def _candidates(
         result = cursor.fetchall()
     weights = result[0][0] if result else None
     return weights, [row[1:] for row in result if row[1] is not None]
+
+
+_IDS_SENTINEL = object()
+_NOT_SHOWN = ("embedding", "embedding_next", "search_vector")  # FactOut shows none of them
+
+
+@functools.lru_cache(maxsize=256)
+def _fetch_statement(principal: Principal) -> tuple[str, tuple]:
+    """The SQL reading the chosen facts (without their vectors) by id, through `visible()`; the ids
+    are one array parameter (in place of `_IDS_SENTINEL`), so the statement is compiled once."""
+    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS_SENTINEL,))  # noqa: S611 - a bound parameter
+    qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+    return _compiled(qs)
+
+
+def _facts_by_id(principal: Principal, ids: list, *, with_notebook: bool,
+                 memory_users: list[MemoryUser]) -> dict[Any, Fact]:
+    """The visible facts among `ids` as model instances, by id, their memory user attached without a
+    join when it is one of `memory_users`."""
+    if with_notebook:
+        qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+        facts = list(qs.select_related("superseded_by_notebook"))
+    elif not ids:
+        return {}
+    else:
+        sql, params = _fetch_statement(principal)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [ids if p is _IDS_SENTINEL else p for p in params])
+            names = [column.name for column in cursor.description]
+            rows = cursor.fetchall()
+        facts = from_rows(Fact, names, rows)
+    users = {u.pk: u for u in memory_users}
+    for fact in facts:
+        if fact.memory_user_id in users:
+            fact.memory_user = users[fact.memory_user_id]  # known already: no join, no extra query
+    return {fact.pk: fact for fact in facts}
 
 
 @metrics.observe_search
@@ -311,7 +391,8 @@ def fact_search(
         rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts = _facts_of(principal, [row[0] for _, row, _ in top], statuses, [memory_user])
+    facts = _facts_by_id(principal, [row[0] for _, row, _ in top], with_notebook="superseded" in statuses,
+                         memory_users=[memory_user])
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage
@@ -328,21 +409,6 @@ def fact_search(
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:
     stored = json.loads(weights_json) if weights_json else tenant_settings(tenant_id).search_weights
     return {**{"vector": 0.4, "keyword": 0.3, "recency": 0.2, "importance": 0.1}, **stored}
-
-
-def _facts_of(principal: Principal, ids: list, statuses: tuple[str, ...],
-              memory_users: list[MemoryUser]) -> dict[Any, Fact]:
-    """The facts of the ranked rows, by id (one query), their memory user attached without a join."""
-    facts_qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer("embedding", "search_vector")
-    if "superseded" in statuses:
-        facts_qs = facts_qs.select_related("superseded_by_notebook")
-    users = {u.pk: u for u in memory_users}
-    facts = {}
-    for fact in facts_qs:
-        if fact.memory_user_id in users:
-            fact.memory_user = users[fact.memory_user_id]  # known already: no join, no extra query
-        facts[fact.pk] = fact
-    return facts
 
 
 def fact_search_users(
@@ -380,7 +446,8 @@ def fact_search_users(
                                               include=include, query_vector=vec, shared=False, record=False).hits
         else:
             tops[memory_user.pk] = _score(own, weights)[:k]
-    facts = _facts_of(principal, [row[ID] for top in tops.values() for _, row, _ in top], statuses, memory_users)
+    facts = _facts_by_id(principal, [row[ID] for top in tops.values() for _, row, _ in top],
+                         with_notebook="superseded" in statuses, memory_users=memory_users)
     for user_id, top in tops.items():
         out[user_id] = [Hit(fact=facts[row[ID]], **parts) for _, row, parts in top if row[ID] in facts]
     return out
@@ -450,5 +517,6 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
         relevance = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = relevance * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
     scored = [(parts["final"], row, parts) for row, parts in out]
-    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], str(item[1][ID])))
+    # Ties by id: a UUID orders as its canonical text does (fixed-width lowercase hex), without the text.
+    scored.sort(key=lambda item: (-item[0], -item[2]["vector"], item[1][ID]))
     return scored

@@ -6,12 +6,19 @@ import hashlib
 import secrets
 from datetime import timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import Principal
+from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
 KEY_PREFIX = "mem_"
+_KEY_SQL = (
+    "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name"
+    f" FROM {ApiKey._meta.db_table} AS k JOIN {Agent._meta.db_table} AS a ON a.id = k.agent_id"
+    " WHERE k.key_hash = %s AND k.revoked_at IS NULL LIMIT 1"
+)
 
 
 def hash_key(raw: str) -> str:
@@ -41,19 +48,44 @@ def principal_for_key(raw: str) -> Principal | None:
     """The principal of a bearer key, or None for a missing, unknown or revoked key."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    key = ApiKey.objects.select_related("agent").filter(key_hash=hash_key(raw), revoked_at__isnull=True).first()
-    if key is None:
+    with connection.cursor() as cursor:
+        # Every API request asks this: fixed SQL, no ORM query built per request.
+        cursor.execute(_KEY_SQL, [hash_key(raw)])
+        row = cursor.fetchone()
+    return _principal(row) if row is not None else None
+
+
+def principal_for_request(raw: str) -> Principal | None:
+    """principal_for_key and the key's request count (throttle.api_key_hit) in one statement, so one
+    round trip: RateLimited past the key's limit, None for a missing, unknown or revoked key (not
+    counted)."""
+    count = api_key_count_sql("k.id")
+    if count is None or not raw or not raw.startswith(KEY_PREFIX):
+        return principal_for_key(raw)
+    count_sql, count_params, retry_after = count
+    with connection.cursor() as cursor:
+        cursor.execute(f"WITH k AS ({_KEY_SQL}), c AS ({count_sql}) SELECT k.*, (SELECT hits FROM c) FROM k",
+                       [hash_key(raw), *count_params])
+        row = cursor.fetchone()
+    if row is None:
         return None
+    principal = _principal(row[:-1])
+    api_key_check(row[-1], retry_after)
+    return principal
+
+
+def _principal(row: tuple) -> Principal:
+    key_id, tenant_id, agent_id, is_admin, allowed_user_ids, last_used_at, agent_name = row
     now = timezone.now()
     # last_used_at at minute resolution: not one write per request.
-    if key.last_used_at is None or now - key.last_used_at > timedelta(minutes=1):
-        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    if last_used_at is None or now - last_used_at > timedelta(minutes=1):
+        ApiKey.objects.filter(pk=key_id).update(last_used_at=now)
     return Principal(
-        tenant_id=key.tenant_id,
-        role="agent_admin" if key.is_admin else "agent",
-        actor=f"agent:{key.agent.name}",
+        tenant_id=tenant_id,
+        role="agent_admin" if is_admin else "agent",
+        actor=f"agent:{agent_name}",
         actor_type="agent",
-        agent_id=key.agent_id,
-        api_key_id=key.pk,
-        allowed_external_ids=tuple(key.allowed_user_ids),
+        agent_id=agent_id,
+        api_key_id=key_id,
+        allowed_external_ids=tuple(allowed_user_ids or ()),
     )

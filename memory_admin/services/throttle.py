@@ -34,19 +34,24 @@ def _window(seconds: int) -> tuple[int, int]:
     return start, max(1, int(start + seconds - now + 0.999))
 
 
+def _count_sql(rows: str) -> str:
+    """The one counting statement: a hit for each (bucket, window_start) row of `rows`."""
+    return (f"INSERT INTO {_TABLE} (bucket, window_start, hits) {rows} "
+            f"ON CONFLICT (bucket, window_start) DO UPDATE SET hits = {_TABLE}.hits + 1 RETURNING hits")
+
+
+def _sweep(cursor) -> None:
+    if random.randrange(_SWEEP_ONE_IN) == 0:
+        cursor.execute(f"DELETE FROM {_TABLE} WHERE window_start < %s", [int(time.time()) - _KEEP_SECONDS])
+
+
 def _hit(bucket: str, seconds: int) -> tuple[int, int]:
     """Count one hit; (hits in this window so far, seconds until the window ends)."""
     start, retry_after = _window(seconds)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {_TABLE} (bucket, window_start, hits) VALUES (%s, %s, 1) "
-            f"ON CONFLICT (bucket, window_start) DO UPDATE SET hits = {_TABLE}.hits + 1 RETURNING hits",
-            [bucket, start],
-        )
+        cursor.execute(_count_sql("VALUES (%s, %s, 1)"), [bucket, start])
         hits = cursor.fetchone()[0]
-        if random.randrange(_SWEEP_ONE_IN) == 0:
-            cursor.execute(f"DELETE FROM {_TABLE} WHERE window_start < %s",
-                           [int(time.time()) - _KEEP_SECONDS])
+        _sweep(cursor)
     return hits, retry_after
 
 
@@ -56,11 +61,29 @@ def _hashed(kind: str, value: str) -> str:
 
 def api_key_hit(api_key_id: int) -> None:
     """Count one API request of this key; RateLimited past API_RATE_LIMIT in API_RATE_WINDOW_SECONDS."""
-    limit, seconds = settings.API_RATE_LIMIT, settings.API_RATE_WINDOW_SECONDS
-    if limit <= 0:
+    if settings.API_RATE_LIMIT <= 0:
         return
-    hits, retry_after = _hit(f"api:{api_key_id}", seconds)
-    if hits > limit:
+    hits, retry_after = _hit(f"api:{api_key_id}", settings.API_RATE_WINDOW_SECONDS)
+    api_key_check(hits, retry_after)
+
+
+def api_key_count_sql(key_id_sql: str) -> tuple[str, list, int] | None:
+    """api_key_hit as a data-modifying CTE body for a statement that finds the key itself (one round
+    trip per request instead of two): (SQL counting one hit of the key whose id is the SQL expression
+    `key_id_sql` over the rows of `k`, its parameters, the seconds until the window ends), or None when
+    the limit is off. The caller passes what RETURNING gave to `api_key_check`."""
+    if settings.API_RATE_LIMIT <= 0:
+        return None
+    start, retry_after = _window(settings.API_RATE_WINDOW_SECONDS)
+    with connection.cursor() as cursor:
+        _sweep(cursor)
+    return _count_sql(f"SELECT 'api:' || {key_id_sql}, %s::int8, 1 FROM k"), [start], retry_after
+
+
+def api_key_check(hits: int | None, retry_after: int) -> None:
+    """RateLimited when a key's `hits` in this window are past API_RATE_LIMIT."""
+    limit, seconds = settings.API_RATE_LIMIT, settings.API_RATE_WINDOW_SECONDS
+    if limit > 0 and hits is not None and hits > limit:
         raise RateLimited(
             f"This key made more than {limit} requests in {seconds} s. Retry in {retry_after} s.",
             retry_after=retry_after, limit=limit, window_seconds=seconds,

@@ -1,0 +1,93 @@
+"""The search request's hot path (issue 9 §2): how many statements it sends, that its statements compiled
+once serve every principal and user correctly, and that its hand-rendered body is what the schema says."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from ninja.responses import NinjaJSONEncoder
+
+from memory_admin.api.retrieval import SearchOut
+from memory_admin.embeddings import embed_one
+from memory_admin.models import Fact
+
+pytestmark = pytest.mark.django_db
+
+# Written inside the request only in the test suite (ACCESS_COUNT_FLUSH_SECONDS = 0); in production a
+# background flush writes them once a second for every request together.
+DEFERRED_WRITES = ('UPDATE "memory_admin_fact"', "INSERT INTO memory_admin_usage_day")
+
+
+def write(api, user, content):
+    r = api.post(f"users/{user}/facts", {"content": content, "source": "user_stated"})
+    assert r.status_code in (200, 201), r.content
+    return r.json()["fact"]["id"]
+
+
+def search(api, user, q, **params):
+    r = api.get(f"users/{user}/search", q=q, **params)
+    assert r.status_code == 200, r.content
+    return r
+
+
+def org_fact(tenant, content):
+    fact = Fact.objects.create(tenant=tenant, memory_user=None, scope=Fact.Scope.ORG, content=content,
+                               content_hash=content, confidence=1.0, source="user_stated",
+                               valid_from=timezone.now(), embedding=embed_one(content))
+    return str(fact.pk)
+
+
+def test_a_search_sends_four_statements(api, tenant):
+    write(api, "sam", "Sam keeps bees in the garden")
+    write(api, "sam", "Sam's sister lives in Lyon")
+    org_fact(tenant, "The office has a rooftop garden")
+    search(api, "sam", "garden bees")  # warm: compiled statements cached, connection settings read
+    with CaptureQueriesContext(connection) as ctx:
+        r = search(api, "sam", "where does the garden grow", k=5)
+    sent = [q["sql"] for q in ctx.captured_queries
+            if not q["sql"].startswith(DEFERRED_WRITES) and "SAVEPOINT" not in q["sql"]]
+    # The key with its request count (rate limit), the memory user, the candidates (own facts, shared
+    # nearest, shared full text, weights: one statement), the chosen facts.
+    assert len(sent) == 4, sent
+    assert "memory_admin_apikey" in sent[0] and "memory_admin_throttlewindow" in sent[0]
+    assert "memory_admin_memoryuser" in sent[1] and sent[2].startswith("WITH search_qv")
+    assert {h["fact"]["content"] for h in r.json()["hits"]} >= {"Sam keeps bees in the garden",
+                                                                 "The office has a rooftop garden"}
+
+
+def test_the_body_is_what_the_schema_would_render(api, admin_api):
+    write(api, "ria", "Ria collects vinyl records")
+    write(api, "ria", "Ria plays bass in a jazz trio")
+    # Whole numbers stored as weights come out as floats, as the schema's dict[str, float] has them.
+    r = admin_api.patch("settings", {"search_weights": {"vector": 1, "keyword": 1, "recency": 0, "importance": 0}})
+    assert r.status_code == 200, r.content
+    r = search(api, "ria", "jazz records", k=3)
+    validated = SearchOut.model_validate(r.json()).model_dump()
+    assert r.content.decode() == json.dumps(validated, cls=NinjaJSONEncoder)
+    assert r.json()["weights"]["vector"] == 1.0 and '"vector": 1.0' in r.content.decode()
+    assert r["Content-Type"] == "application/json; charset=utf-8"
+    assert "server_ms_excluding_embed;dur=" in r["Server-Timing"]
+
+
+def test_cached_statements_bind_each_requests_user_and_key(tenant, make_api):
+    full = make_api(tenant)
+    restricted = make_api(tenant, users=["una"], agent="una-agent")
+    una = write(full, "una", "Una grows tomatoes on the balcony")
+    vic = write(full, "vic", "Vic grows tomatoes in a greenhouse")
+    shared = org_fact(tenant, "The tenant's allotment grows tomatoes")
+
+    def hits(api, user):
+        return {h["fact"]["id"] for h in search(api, user, "who grows tomatoes").json()["hits"]}
+
+    # Same key, same query shape, another user: only that user's own facts (and the shared one).
+    assert hits(full, "una") == {una, shared}
+    assert hits(full, "vic") == {vic, shared}
+    # A restricted key after the unrestricted one warmed the caches: its own access filter.
+    assert hits(restricted, "una") == {una, shared}
+    r = restricted.get("users/vic/search", q="who grows tomatoes")
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
+    assert hits(full, "una") == {una, shared}
