@@ -790,8 +790,9 @@ SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook
 
 def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
     """A context block (services.context.context_block's answer) laid out for the playground: each
-    section's share of the budget for a token bar, and dropped items with the text of dropped facts
-    (one query) and the reason."""
+    section's share of the budget for a token bar, how many facts came in as related memory, and dropped
+    items with the text of dropped facts (one query), the reason and, for a collapsed near-duplicate, the
+    fact whose line holds it."""
     import uuid as uuid_module
 
     ids = []
@@ -811,9 +812,10 @@ def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> 
             except ValueError:
                 text = ""
             dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
-                            "is_fact": bool(text)})
+                            "is_fact": bool(text), "of": item.get("of")})
         sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
                          "tokens": section["tokens"], "included": len(section["included"]),
+                         "related": len(section.get("related", ())),
                          "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,
                          "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0})
     return {"budget": budget, "tokens": block["tokens"], "text": block["text"], "warnings": block["warnings"],
