@@ -278,11 +278,13 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
+    fields: tuple[str, ...] = (),
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
-    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
+    `fields`: load only these fields of the hits' facts (a caller that renders a few of them)."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -311,8 +313,8 @@ def fact_search(
         rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts_qs = visible(principal, Fact.objects.filter(pk__in=[row[0] for _, row, _ in top])).defer(
-        "embedding", "search_vector")
+    facts_qs = visible(principal, Fact.objects.filter(pk__in=[row[0] for _, row, _ in top]))
+    facts_qs = facts_qs.only(*fields) if fields else facts_qs.defer("embedding", "search_vector")
     if "superseded" in statuses:
         facts_qs = facts_qs.select_related("superseded_by_notebook")
     facts = {}

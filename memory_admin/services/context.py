@@ -58,9 +58,11 @@ MAX_BUDGET_TOKENS = 32000
 FACT_TOKENS_GUESS = 12
 MIN_FACT_CANDIDATES = 30
 MAX_FACT_CANDIDATES = 2000
-# Shared (org/global) candidates of each kind: the HNSW walk grows with it, and a block ranks them
-# against the user's own facts anyway.
-SHARED_CANDIDATES = 60
+# Shared (org/global) candidates of each kind (nearest, full text): one per SHARED_TOKENS_EACH tokens of
+# budget, at least MIN_SHARED_CANDIDATES. The HNSW walk grows with it (at 20, the session's default
+# ef_search serves it without a transaction to raise it), and a block ranks them against the user's own.
+SHARED_TOKENS_EACH = 100
+MIN_SHARED_CANDIDATES = 20
 # After the first fact that does not fit, this many more are tried for the room left.
 FILL_LOOKAHEAD = 40
 FULL_SHARE = 0.95
@@ -103,6 +105,8 @@ SECTION_ORDER = tuple(_TITLES)
 FACT_SECTIONS = ("pinned", "facts")
 NOTEBOOK_SECTIONS = ("notebook", "tenant_notebook")
 _STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
+# What a ranked fact needs to be rendered and to find its related memory.
+_FACT_FIELDS = ("id", "content", "valid_from", "contested", "memory_user", "message")
 
 
 # Every character that reads as an angle bracket once folded (textnorm.fold): <, ＜, ‹, «, 〈, ﹤, ≮ ...
@@ -143,6 +147,10 @@ class _Item:
     at: float = 0.0
     words: str = ""
     related: bool = False
+    # A ranked fact is rendered only when the block reaches it (most of a large ranking never is).
+    fact: Fact | None = None
+    effective: float = 1.0
+    stale: bool = False
 
 
 @dataclass
@@ -270,13 +278,14 @@ def _gather_pinned(principal: Principal, memory_user: MemoryUser, section: _Sect
     return {f.pk for f in pinned}
 
 
-def _gather_facts(principal: Principal, memory_user: MemoryUser, task: str, k: int, section: _Section,
-                  pinned: set) -> tuple[dict[str, float], bool]:
+def _gather_facts(principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, k: int,
+                  section: _Section, pinned: set) -> tuple[dict[str, float], bool]:
     """Facts by effective confidence and relevance (the search ranking, which multiplies the two), then
     the related memory of the strongest. Returns the search's timings and whether it ranked more
     candidates than it returned."""
     result = fact_search(principal=principal, memory_user=memory_user, query=task, k=k, record=False,
-                         exclude_ids=pinned, n_shared=SHARED_CANDIDATES)
+                         exclude_ids=pinned, fields=_FACT_FIELDS,
+                         n_shared=max(MIN_SHARED_CANDIDATES, budget_tokens // SHARED_TOKENS_EACH))
     ranked = {}
     for hit in result.hits:
         item = _fact_item(hit.fact, effective=hit.effective_confidence, stale=hit.stale)
@@ -346,12 +355,12 @@ def _gather_episodes(principal: Principal, memory_user: MemoryUser, section: _Se
         section.items.append(_Item(str(ep.pk), f"- [{ep.ended_at:%Y-%m-%d}, {ep.outcome}] {summary}\n"))
 
 
-def _gather(principal: Principal, memory_user: MemoryUser, task: str,
+def _gather(principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int,
             fact_k: int) -> tuple[list[_Section], dict[str, float], bool]:
     sections = {name: _Section(name) for name in SECTION_ORDER}
     _gather_notebooks(principal, memory_user, sections)
     pinned = _gather_pinned(principal, memory_user, sections["pinned"])
-    timings, more = _gather_facts(principal, memory_user, task, fact_k, sections["facts"], pinned)
+    timings, more = _gather_facts(principal, memory_user, task, budget_tokens, fact_k, sections["facts"], pinned)
     _gather_skills(principal, memory_user, task, sections["skills"])
     _gather_episodes(principal, memory_user, sections["episodes"])
     return [sections[name] for name in SECTION_ORDER], timings, more
@@ -366,7 +375,7 @@ def _notes(fact: Fact, content: str, effective: float, stale: bool) -> list[str]
 
 
 def _words(content: str) -> str:
-    return " ".join(w.casefold() for w in WORD.findall(fold(content)))
+    return " ".join(WORD.findall(fold(content).casefold()))
 
 
 def _pinned_item(fact: Fact) -> _Item:
@@ -379,14 +388,22 @@ def _pinned_item(fact: Fact) -> _Item:
 
 
 def _fact_item(fact: Fact, *, effective: float | None = None, stale: bool | None = None) -> _Item:
+    """A fact to place: its line is rendered when the block reaches it (`_rendered`)."""
     effective = scoring.effective_confidence(fact) if effective is None else effective
     stale = scoring.is_stale(fact) if stale is None else stale
+    return _Item(str(fact.pk), "", fact=fact, effective=effective, stale=stale)
+
+
+def _rendered(item: _Item) -> _Item:
+    fact = item.fact
+    if fact is None or item.text:
+        return item
     content = _one_line(fact.content)
-    notes = _notes(fact, content, effective, stale)
+    notes = _notes(fact, content, item.effective, item.stale)
     # The block's note comes first: nothing in the content can stand in for it.
-    line = f"- [{', '.join(notes)}] {content}\n" if notes else (_QUOTE + content).rstrip() + "\n"
-    return _Item(str(fact.pk), line, day=f"{fact.valid_from:%Y-%m-%d}", at=fact.valid_from.timestamp(),
-                 words=_words(content))
+    item.text = f"- [{', '.join(notes)}] {content}\n" if notes else (_QUOTE + content).rstrip() + "\n"
+    item.day, item.at, item.words = f"{fact.valid_from:%Y-%m-%d}", fact.valid_from.timestamp(), _words(content)
+    return item
 
 
 # --- Fitting: what goes in, within the budget -------------------------------------------------------------
@@ -419,6 +436,7 @@ def _fill(section: _Section, items: Iterable[_Item], room: _Room, *, keep: int =
         if misses > lookahead:
             left.append(item)
             continue
+        _rendered(item)
         same = room.duplicate_of(item) if section.name == "facts" else None
         if same is not None:
             section.placed.add(item.id)
@@ -593,7 +611,8 @@ def _build(principal: Principal, memory_user: MemoryUser, task: str,
     """Gather and fit; when short facts leave the budget unfilled and more were ranked than fetched,
     once more with as many as the budget could possibly hold."""
     for wide in (False, True):
-        sections, timings, more = _gather(principal, memory_user, task, _fact_candidates(budget_tokens, wide=wide))
+        sections, timings, more = _gather(principal, memory_user, task, budget_tokens,
+                                          _fact_candidates(budget_tokens, wide=wide))
         warnings: list[str] = []
         room = _fit(sections, budget_tokens, warnings)
         if not more or room.left <= budget_tokens * (1 - FULL_SHARE):
