@@ -55,7 +55,7 @@ MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
 # Facts ranked for a block: as many as the budget could hold at FACT_TOKENS_GUESS tokens a line (a
 # second, wider ranking follows when shorter facts leave the budget unfilled).
-FACT_TOKENS_GUESS = 12
+FACT_TOKENS_GUESS = 16
 MIN_FACT_CANDIDATES = 30
 MAX_FACT_CANDIDATES = 2000
 # Shared (org/global) candidates of each kind (nearest, full text): one per SHARED_TOKENS_EACH tokens of
