@@ -16,9 +16,10 @@ The block is fenced as data, and no content can pass for its structure (issue 8)
 * the fence carries a random nonce drawn for each response (memory was stored before it was drawn, so it
   cannot contain it); the preamble says the closing marker has the same nonce;
 * every line of stored text starts with "> " (notebooks, skills, facts) or is one "- [...] " line whose
-  bracket is written by the block (facts with a note, the dates of facts, episodes): only the block's own
-  headers start with "#", and only the fence starts with "<<<". A fact that itself starts with a bracket
-  always gets the block's note first, so a plain quoted fact cannot pass for a noted one;
+  bracket is written by the block (pinned facts and facts with a note, the dates of facts, episodes):
+  only the block's own headers start with "#", and only the fence starts with "<<<". A fact that itself
+  starts with a bracket always gets the block's note first, so a plain quoted fact cannot pass for a
+  noted one. Pinned facts keep a full note each (date, confidence): few, and chosen by people;
 * runs of angle brackets in content, in any of their look-alike forms (fullwidth, guillemets, zero-width
   characters between them), are spaced out ("< < <"), so not even the folded text holds a fence;
   invisible characters are dropped and other line separators become line breaks (then prefixed);
