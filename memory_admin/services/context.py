@@ -72,7 +72,7 @@ CONFIDENCE_NOTE_BELOW = 0.7
 # left for facts (more when the ranked facts leave room).
 RELATED_SHARE = 0.2
 RELATED_ANCHORS = 3
-RELATED_LIMIT = 200
+RELATED_LIMIT = 100
 # A fact collapses into a listed one whose words contain its own only from this many words on (two
 # words, "thanks, Ana", are contained in too many lines to mean the same thing).
 CONTAINED_MIN_WORDS = 4
@@ -106,8 +106,11 @@ SECTION_ORDER = tuple(_TITLES)
 FACT_SECTIONS = ("pinned", "facts")
 NOTEBOOK_SECTIONS = ("notebook", "tenant_notebook")
 _STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
-# What a ranked fact needs to be rendered and to find its related memory.
+# What a ranked fact needs to be rendered and to find its related memory; a related fact also what its
+# effective confidence and staleness need (scoring.py).
 _FACT_FIELDS = ("id", "content", "valid_from", "contested", "memory_user", "message")
+_RELATED_FIELDS = (*_FACT_FIELDS, "status", "kind", "confidence", "pinned", "access_count", "last_accessed_at",
+                   "created_at")
 
 
 # Every character that reads as an angle bracket once folded (textnorm.fold): <, ＜, ‹, «, 〈, ﹤, ≮ ...
@@ -317,7 +320,7 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
               .values("fact_id"))
     qs = (visible(principal, Fact.objects.filter(memory_user=memory_user, status__in=_STATUSES))
           .filter(near).exclude(pk__in={a.pk for a in anchors} | set(exclude))
-          .defer("embedding", "search_vector").order_by("valid_from", "id")[:RELATED_LIMIT])
+          .only(*_RELATED_FIELDS).order_by("valid_from", "id")[:RELATED_LIMIT])
     facts = list(qs)
     for fact in facts:
         fact.memory_user = memory_user
@@ -389,16 +392,18 @@ def _pinned_item(fact: Fact) -> _Item:
 
 
 def _fact_item(fact: Fact, *, effective: float | None = None, stale: bool | None = None) -> _Item:
-    """A fact to place: its line is rendered when the block reaches it (`_rendered`)."""
-    effective = scoring.effective_confidence(fact) if effective is None else effective
-    stale = scoring.is_stale(fact) if stale is None else stale
-    return _Item(str(fact.pk), "", fact=fact, effective=effective, stale=stale)
+    """A fact to place: its line is rendered when the block reaches it (`_rendered`); a related fact's
+    effective confidence and staleness are computed then too (scoring.py)."""
+    return _Item(str(fact.pk), "", fact=fact, effective=-1.0 if effective is None else effective,
+                 stale=bool(stale))
 
 
 def _rendered(item: _Item) -> _Item:
     fact = item.fact
     if fact is None or item.text:
         return item
+    if item.effective < 0:
+        item.effective, item.stale = scoring.effective_confidence(fact), scoring.is_stale(fact)
     content = _one_line(fact.content)
     notes = _notes(fact, content, item.effective, item.stale)
     # The block's note comes first: nothing in the content can stand in for it.
