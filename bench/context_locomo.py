@@ -44,7 +44,12 @@ def in_block(body: dict, dia_ids_of: dict[str, set]) -> set[str]:
     return set().union(*(dia_ids_of.get(i, set()) for i in ids)) if ids else set()
 
 
-def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, set], budgets: tuple[int, ...]):
+Recall = dict[int, dict[int, list[float]]]  # budget -> category -> per-question recall
+PerBudget = dict[int, list]
+
+
+def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, set],
+             budgets: tuple[int, ...]) -> tuple[Recall, PerBudget, PerBudget, PerBudget, int]:
     client = Client(port, key)
     recall: dict[int, dict[int, list[float]]] = {b: collections.defaultdict(list) for b in budgets}
     tokens: dict[int, list[int]] = collections.defaultdict(list)
@@ -70,7 +75,8 @@ def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, s
     return recall, tokens, build, build_excl, dips
 
 
-def report(recall, tokens, build, build_excl, dips: int, budgets: tuple[int, ...]) -> None:
+def report(recall: Recall, tokens: PerBudget, build: PerBudget, build_excl: PerBudget, dips: int,
+           budgets: tuple[int, ...]) -> None:
     cats = sorted(CATEGORIES)
     header = (f"{'budget':>7}{'tokens':>8}{'fill':>7}" + "".join(f"{CATEGORIES[c]:>13}" for c in cats)
               + f"{'pooled':>9}{'build p50':>11}{'excl.emb':>10}")
