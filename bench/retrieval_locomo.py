@@ -91,6 +91,44 @@ def report(per_cat: dict[int, list[dict]]) -> None:
           + "".join(f"{sum(r[c] for r in pooled) / len(pooled):>9.3f}" for c in columns))
 
 
+def bench_keys() -> tuple[str, str]:
+    """A fresh tenant with an agent key and an admin key (Django must be set up)."""
+    from memory_admin.services.keys import api_key_create
+    from memory_admin.services.tenants import tenant_create
+
+    tenant = tenant_create(slug="locomo")
+    _, key = api_key_create(tenant_id=tenant.pk, agent_name="locomo-bench")
+    _, admin_key = api_key_create(tenant_id=tenant.pk, agent_name="locomo-admin", is_admin=True)
+    return key, admin_key
+
+
+def ingest_or_reuse(port: int, key: str, admin_key: str, turns: list[dict], state: Path,
+                    reuse: bool) -> dict[str, set]:
+    """Every conversation ingested through the API (or the saved map of a previous run): fact id -> dia_ids."""
+    by_sample: dict[str, list[dict]] = collections.defaultdict(list)
+    for turn in turns:
+        by_sample[turn["sample_id"]].append(turn)
+    if reuse:
+        saved = json.loads(state.read_text())
+        print(f"reusing ingest; write outcomes: {saved['outcomes']}")
+        return {f: set(ids) for f, ids in saved["map"].items()}
+    # A conversation has hundreds of turns: lift the per-user cap of active facts (default 100)
+    # so the benchmark measures retrieval, not eviction.
+    status, body, _ = Client(port, admin_key).request("PATCH", "/api/v1/settings", {"fact_cap": 100000})
+    assert status == 200, body
+    t0 = time.time()
+    with ThreadPoolExecutor(len(by_sample)) as pool:
+        results = list(pool.map(lambda s: ingest(port, key, s, by_sample[s]), by_sample))
+    outcomes = sum((r[0] for r in results), collections.Counter())
+    dia_ids_of = {fid: ids for r in results for fid, ids in r[1].items()}
+    state.write_text(json.dumps({"outcomes": outcomes, "map": {f: sorted(i) for f, i in dia_ids_of.items()}}))
+    print(f"ingested {len(turns)} turns of {len(by_sample)} conversations in {time.time() - t0:.0f} s; "
+          f"write outcomes: {dict(outcomes)}")
+    merged = sum(len(ids) - 1 for ids in dia_ids_of.values() if len(ids) > 1)
+    print(f"turns folded into another turn's fact (merged/deduplicated): {merged}")
+    return dia_ids_of
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("/work/shared/eval/locomo-dev"))
@@ -105,37 +143,9 @@ def main() -> int:
     if not args.reuse:
         migrate(url)
     setup_django(url)
-    from memory_admin.services.keys import api_key_create
-    from memory_admin.services.tenants import tenant_create
-
-    tenant = tenant_create(slug="locomo")
-    _, key = api_key_create(tenant_id=tenant.pk, agent_name="locomo-bench")
-    _, admin_key = api_key_create(tenant_id=tenant.pk, agent_name="locomo-admin", is_admin=True)
-
-    by_sample: dict[str, list[dict]] = collections.defaultdict(list)
-    for turn in turns:
-        by_sample[turn["sample_id"]].append(turn)
+    key, admin_key = bench_keys()
     with Server(url) as server:
-        if not args.reuse:
-            # A conversation has hundreds of turns: lift the per-user cap of active facts (default 100)
-            # so the benchmark measures retrieval, not eviction.
-            status, body, _ = Client(server.port, admin_key).request("PATCH", "/api/v1/settings",
-                                                                     {"fact_cap": 100000})
-            assert status == 200, body
-            t0 = time.time()
-            with ThreadPoolExecutor(len(by_sample)) as pool:
-                results = list(pool.map(lambda s: ingest(server.port, key, s, by_sample[s]), by_sample))
-            outcomes = sum((r[0] for r in results), collections.Counter())
-            dia_ids_of = {fid: ids for r in results for fid, ids in r[1].items()}
-            state.write_text(json.dumps({"outcomes": outcomes, "map": {f: sorted(i) for f, i in dia_ids_of.items()}}))
-            print(f"ingested {len(turns)} turns of {len(by_sample)} conversations in {time.time() - t0:.0f} s; "
-                  f"write outcomes: {dict(outcomes)}")
-            merged = sum(len(ids) - 1 for ids in dia_ids_of.values() if len(ids) > 1)
-            print(f"turns folded into another turn's fact (merged/deduplicated): {merged}")
-        else:
-            saved = json.loads(state.read_text())
-            dia_ids_of = {f: set(ids) for f, ids in saved["map"].items()}
-            print(f"reusing ingest; write outcomes: {saved['outcomes']}")
+        dia_ids_of = ingest_or_reuse(server.port, key, admin_key, turns, state, args.reuse)
         per_cat, latencies = evaluate(server.port, key, questions, dia_ids_of, args.k)
     print(f"{len(questions)} questions (categories 1-4 with evidence); search latency p50 "
           f"{sorted(latencies)[len(latencies) // 2]:.1f} ms (including query embedding)")

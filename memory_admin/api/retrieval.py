@@ -47,6 +47,8 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
         "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
         "timings": result.timings,
     }
+    from memory_admin.api import api  # at call time: router modules never import the api package at load
+
     return api.create_response(request, body, temporal_response=response)
 
 

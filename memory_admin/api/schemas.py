@@ -587,12 +587,14 @@ class SearchOut(Schema):
 class DroppedOut(Schema):
     id: str
     reason: str
+    of: str | None = None  # reason "duplicate": the fact whose line holds this one
 
 
 class SectionOut(Schema):
     name: str
     tokens: int
     included: list[str]
+    related: list[str] = []  # of the included: facts observed next to a strong match
     truncated: list[str]
     dropped: list[DroppedOut]
 

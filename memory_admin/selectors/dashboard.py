@@ -921,8 +921,9 @@ def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
 
 def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
     """A context block (services.context.context_block's answer) laid out for the playground: each
-    section's share of the budget for a token bar, and dropped items with the reason and what they are
-    in words (the text of a dropped fact, an episode's summary: a query each)."""
+    section's share of the budget for a token bar, how many facts came in as related memory, and dropped
+    items with the reason and what they are in words (the text of a dropped fact, an episode's summary: a
+    query each) and, for a collapsed near-duplicate, the fact whose line holds it."""
     facts, episodes = _dropped_texts(principal, block)
     sections = []
     for index, section in enumerate(block["sections"]):
@@ -930,9 +931,11 @@ def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> 
         for item in section["dropped"]:
             text = facts.get(_as_uuid(item["id"]), "") if section["name"] != "episodes" else ""
             dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
-                            "is_fact": bool(text), "label": _dropped_label(section["name"], str(item["id"]), episodes)})
+                            "is_fact": bool(text), "label": _dropped_label(section["name"], str(item["id"]), episodes),
+                            "of": item.get("of")})
         sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
                          "tokens": section["tokens"], "included": len(section["included"]),
+                         "related": len(section.get("related", ())),
                          "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,
                          "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0})
     return {"budget": budget, "tokens": block["tokens"], "text": block["text"], "warnings": block["warnings"],

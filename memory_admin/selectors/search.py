@@ -360,10 +360,12 @@ def fact_search(
     shared: bool = True,
     record: bool = True,
     exclude_ids: set | None = None,
+    n_shared: int | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
-    Reads of the returned facts are counted (services.access_counts) unless `record` is false."""
+    Reads of the returned facts are counted (services.access_counts) unless `record` is false.
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -375,7 +377,7 @@ def fact_search(
         query_vector = embed_query(query)
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
     vec = query_vector if query else None
-    n_shared = max(2 * k, 20) if shared and query else 0
+    n_shared = (max(2 * k, 20) if n_shared is None else n_shared) if shared and query else 0
 
     weights_json, rows = _candidates(principal, [memory_user], query=query, vector=vec, statuses=statuses,
                                      n_shared=n_shared)

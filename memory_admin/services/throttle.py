@@ -15,6 +15,7 @@ import time
 
 from django.conf import settings
 from django.db import connection
+from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest
 from django.utils.crypto import salted_hmac
 
@@ -40,7 +41,7 @@ def _count_sql(rows: str) -> str:
             f"ON CONFLICT (bucket, window_start) DO UPDATE SET hits = {_TABLE}.hits + 1 RETURNING hits")
 
 
-def _sweep(cursor) -> None:
+def _sweep(cursor: CursorWrapper) -> None:
     if random.randrange(_SWEEP_ONE_IN) == 0:
         cursor.execute(f"DELETE FROM {_TABLE} WHERE window_start < %s", [int(time.time()) - _KEEP_SECONDS])
 

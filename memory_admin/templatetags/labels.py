@@ -33,6 +33,7 @@ LABELS: dict[str, tuple[str, str | None]] = {
     "rejected_low_confidence": ("rejected: low confidence", None), "blocked": ("blocked", None),
     "redacted": ("redacted", None), "flagged": ("flagged", None), "capped": ("over the fact cap", None),
     "over_budget": ("over the token budget", None),
+    "duplicate": ("same words as a listed fact", None),
     # review resolutions
     "keep_a": ("kept A", None), "keep_b": ("kept B", None), "both_true": ("both true", None),
     "dismiss": ("dismissed", None), "merge": ("merged", None),

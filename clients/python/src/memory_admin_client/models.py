@@ -191,6 +191,7 @@ class SearchResult:
 class Dropped:
     id: str
     reason: str
+    of: str | None = None  # reason "duplicate": the fact whose line holds this one
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,7 @@ class ContextSection:
     name: str
     tokens: int
     included: list[str] = field(default_factory=list)
+    related: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
 

@@ -1,0 +1,80 @@
+"""The context playground shows what the agent API serves (issue 15 item 5): the tokens of every section,
+how many facts came in as related memory, and what was left out and why, a collapsed near-duplicate
+with the fact whose line holds it."""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from memory_admin.selectors.dashboard import SECTION_LABELS
+
+pytestmark = pytest.mark.django_db
+ROW = re.compile(r'<th scope="row"><i class="swatch s\d+"></i> ([^<]+?)(?: <span[^>]*>[^<]*</span>)?</th>'
+                 r'<td class="num">(\d+)</td><td class="num">(\d+)(?: <small class="muted">\((\d+) related\)</small>)?'
+                 r'</td><td class="num">(\d+)</td>')
+
+
+@pytest.fixture
+def baker(memory_user, make_fact):
+    now = timezone.now()
+    for i in range(40):
+        make_fact(memory_user, f"Status update {i}: the quarterly report number {i} is filed",
+                  valid_from=now - timedelta(hours=2 * i))
+    session = now - timedelta(days=100)
+    turns = ["Ben: I have been baking a lot lately", "Alice: What did you bake?",
+             "Ben: A sourdough loaf with rye flour", "Alice: How long did it take?",
+             "Ben: Two days, most of it waiting for the starter"]
+    rows = [make_fact(memory_user, text, valid_from=session + timedelta(seconds=30 * i))
+            for i, text in enumerate(turns)]
+    holder = make_fact(memory_user, "Alice bakes sourdough bread every Sunday morning",
+                       valid_from=now - timedelta(days=3))
+    copy = make_fact(memory_user, "alice bakes sourdough bread, every Sunday morning!",
+                     valid_from=now - timedelta(days=2))
+    return {"turns": rows, "holder": holder, "copy": copy}
+
+
+def column(page: str, number: int) -> str:
+    return page.split(f'id="budget-{number}"')[1].split("</section>")[0]
+
+
+def rows(col: str) -> dict[str, tuple[int, int, int, int]]:
+    """Section label -> (tokens, included, related, dropped) as the table shows them."""
+    return {label: (int(tokens), int(included), int(related or 0), int(dropped))
+            for label, tokens, included, related, dropped in ROW.findall(col)}
+
+
+def test_the_playground_shows_the_numbers_of_the_api_and_why_facts_were_left_out(operator, api, tenant, baker):
+    page = operator.get(reverse("playground", args=[tenant.slug]),
+                        {"user": "alice", "task": "sourdough loaf", "budget_a": "300", "budget_b": "2000"})
+    assert page.status_code == 200
+    body = page.content.decode()
+    for number, budget in ((1, 300), (2, 2000)):
+        col = column(body, number)
+        served = api.get("users/alice/context", task="sourdough loaf", budget_tokens=budget).json()
+        shown = rows(col)
+        # Every section, with the tokens, included, related and dropped counts the agent API reports.
+        assert shown == {SECTION_LABELS[s["name"]]: (s["tokens"], len(s["included"]), len(s["related"]),
+                                                      len(s["dropped"])) for s in served["sections"]}
+        # The total differs from the API's only by the width of the fence's random nonce.
+        used = int(re.search(r"(\d+) used", col).group(1))
+        assert f"{budget} tokens" in col and sum(t for t, *_ in shown.values()) < used <= budget
+        facts = shown["Facts"]
+        # At the small budget, related memory came in around the best match (the large one holds all).
+        assert facts[0] > 0 and (facts[2] >= 1 if budget == 300 else facts[3] == 1)
+        left_out = html.unescape(col.split("<h3>Left out</h3>")[1].split("</ul>")[0])
+        # The near-duplicate is named, with the reason, and links to the fact whose line holds it.
+        copy, holder = baker["copy"], baker["holder"]
+        duplicates = [d for s in served["sections"] for d in s["dropped"] if d["reason"] == "duplicate"]
+        assert len(duplicates) == 1
+        collapsed, kept = (copy, holder) if duplicates[0]["id"] == str(copy.pk) else (holder, copy)
+        assert duplicates[0]["of"] == str(kept.pk)
+        assert f'{collapsed.content}</a> <span class="muted">— same words as a listed fact' in left_out
+        assert reverse("fact_detail", args=[tenant.slug, kept.pk]) in col
+    small = column(body, 1)
+    assert "over the token budget" in small and "over_budget" not in small
