@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
 from django.db import connection
 from django.db.models import (
@@ -17,6 +18,7 @@ from django.db.models import (
     FloatField,
     Func,
     IntegerField,
+    Model,
     OuterRef,
     Q,
     QuerySet,
@@ -135,7 +137,7 @@ SCORE_SAMPLE_ROWS = 5_000
 SCORE_SAMPLE_MIN = 500
 
 
-def _table_rows(model) -> float:
+def _table_rows(model: type[Model]) -> float:
     """The planner's row estimate of a table (kept by ANALYZE/autovacuum): free, never a scan."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT reltuples FROM pg_class WHERE oid = %s::regclass", [model._meta.db_table])
@@ -461,7 +463,7 @@ def _in_score_bands(qs: QuerySet[Fact], filters: dict[str, str]) -> QuerySet[Fac
     return qs
 
 
-def fact_with_scores(principal: Principal, fact_id) -> Fact:
+def fact_with_scores(principal: Principal, fact_id: UUID | str) -> Fact:
     from memory_admin.selectors.access import get_visible
 
     return get_visible(
