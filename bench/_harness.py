@@ -49,8 +49,13 @@ def database_url(name: str, *, fresh: bool) -> str:
 
 def django_env(url: str, **extra: str) -> dict[str, str]:
     # Benchmarks drive one key far past the production rate limit; the counting itself stays on.
-    return {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
-            "API_RATE_LIMIT": os.environ.get("API_RATE_LIMIT", "1000000000"), **extra}
+    return {
+        **os.environ,
+        "DATABASE_URL": url,
+        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
+        "API_RATE_LIMIT": os.environ.get("API_RATE_LIMIT", "1000000000"),
+        **extra,
+    }
 
 
 def migrate(url: str) -> None:
@@ -77,10 +82,27 @@ class Server:
     def __init__(self, url: str, *, workers: int = 2, threads: int = 8, **env: str):
         self.port = free_port()
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "gunicorn", "memory_admin.wsgi:application", "-b", f"127.0.0.1:{self.port}",
-             "-k", "gthread", "--workers", str(workers), "--threads", str(threads), "--timeout", "120",
-             "--log-level", "warning"],
-            cwd=ROOT, env=django_env(url, **env), start_new_session=True,
+            [
+                PYTHON,
+                "-m",
+                "gunicorn",
+                "memory_admin.wsgi:application",
+                "-b",
+                f"127.0.0.1:{self.port}",
+                "-k",
+                "gthread",
+                "--workers",
+                str(workers),
+                "--threads",
+                str(threads),
+                "--timeout",
+                "120",
+                "--log-level",
+                "warning",
+            ],
+            cwd=ROOT,
+            env=django_env(url, **env),
+            start_new_session=True,
         )
         deadline = time.time() + 120
         while time.time() < deadline:

@@ -48,8 +48,9 @@ Recall = dict[int, dict[int, list[float]]]  # budget -> category -> per-question
 PerBudget = dict[int, list]
 
 
-def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, set],
-             budgets: tuple[int, ...]) -> tuple[Recall, PerBudget, PerBudget, PerBudget, int]:
+def evaluate(
+    port: int, key: str, questions: list[dict], dia_ids_of: dict[str, set], budgets: tuple[int, ...]
+) -> tuple[Recall, PerBudget, PerBudget, PerBudget, int]:
     client = Client(port, key)
     recall: dict[int, dict[int, list[float]]] = {b: collections.defaultdict(list) for b in budgets}
     tokens: dict[int, list[int]] = collections.defaultdict(list)
@@ -60,8 +61,11 @@ def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, s
         evidence = set(q["evidence"])
         previous = -1.0
         for budget in budgets:
-            status, body, headers = client.request("GET", f"/api/v1/users/{q['sample_id']}/context",
-                                                   params={"task": q["question"], "budget_tokens": budget})
+            status, body, headers = client.request(
+                "GET",
+                f"/api/v1/users/{q['sample_id']}/context",
+                params={"task": q["question"], "budget_tokens": budget},
+            )
             assert status == 200, body
             assert body["tokens"] <= budget, (budget, body["tokens"])
             share = len(evidence & in_block(body, dia_ids_of)) / len(evidence)
@@ -75,22 +79,29 @@ def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, s
     return recall, tokens, build, build_excl, dips
 
 
-def report(recall: Recall, tokens: PerBudget, build: PerBudget, build_excl: PerBudget, dips: int,
-           budgets: tuple[int, ...]) -> None:
+def report(
+    recall: Recall, tokens: PerBudget, build: PerBudget, build_excl: PerBudget, dips: int, budgets: tuple[int, ...]
+) -> None:
     cats = sorted(CATEGORIES)
-    header = (f"{'budget':>7}{'tokens':>8}{'fill':>7}" + "".join(f"{CATEGORIES[c]:>13}" for c in cats)
-              + f"{'pooled':>9}{'build p50':>11}{'excl.emb':>10}")
+    header = (
+        f"{'budget':>7}{'tokens':>8}{'fill':>7}"
+        + "".join(f"{CATEGORIES[c]:>13}" for c in cats)
+        + f"{'pooled':>9}{'build p50':>11}{'excl.emb':>10}"
+    )
     print(header)
     for budget in budgets:
         pooled = [x for c in cats for x in recall[budget][c]]
         mean_tokens = statistics.fmean(tokens[budget])
-        print(f"{budget:>7}{mean_tokens:>8.0f}{mean_tokens / budget:>7.1%}"
-              + "".join(f"{statistics.fmean(recall[budget][c]):>13.3f}" for c in cats)
-              + f"{statistics.fmean(pooled):>9.3f}{statistics.median(build[budget]):>9.1f}ms"
-              + f"{statistics.median(build_excl[budget]):>8.1f}ms")
+        print(
+            f"{budget:>7}{mean_tokens:>8.0f}{mean_tokens / budget:>7.1%}"
+            + "".join(f"{statistics.fmean(recall[budget][c]):>13.3f}" for c in cats)
+            + f"{statistics.fmean(pooled):>9.3f}{statistics.median(build[budget]):>9.1f}ms"
+            + f"{statistics.median(build_excl[budget]):>8.1f}ms"
+        )
     n = {c: len(recall[budgets[0]][c]) for c in cats}
-    print("questions per category: " + ", ".join(f"{CATEGORIES[c]} {n[c]}" for c in cats)
-          + f"; pooled {sum(n.values())}")
+    print(
+        "questions per category: " + ", ".join(f"{CATEGORIES[c]} {n[c]}" for c in cats) + f"; pooled {sum(n.values())}"
+    )
     print(f"questions whose recall fell when the budget grew (monotone if 0): {dips}")
 
 
@@ -114,8 +125,10 @@ def main() -> int:
         dia_ids_of = ingest_or_reuse(server.port, key, admin_key, turns, state, args.reuse)
         t0 = time.time()
         results = evaluate(server.port, key, questions, dia_ids_of, budgets)
-    print(f"{len(questions)} questions × {len(budgets)} budgets in {time.time() - t0:.0f} s "
-          f"(categories 1-4 with evidence; evidence recall = share of a question's evidence turns in the block)")
+    print(
+        f"{len(questions)} questions × {len(budgets)} budgets in {time.time() - t0:.0f} s "
+        f"(categories 1-4 with evidence; evidence recall = share of a question's evidence turns in the block)"
+    )
     report(*results, budgets)
     return 0
 

@@ -57,8 +57,10 @@ def main() -> None:
             if show_misses:
                 for item, f, score in results:
                     if f != (label == "instruction_like"):
-                        print(f"    {'MISS' if label == 'instruction_like' else 'FP  '} {score:5.2f} "
-                              f"[{item['kind']}] {item['text'][:100]!r}")
+                        print(
+                            f"    {'MISS' if label == 'instruction_like' else 'FP  '} {score:5.2f} "
+                            f"[{item['kind']}] {item['text'][:100]!r}"
+                        )
             if label == "instruction_like" and part == "held_out" or show_misses:
                 kinds = Counter(item["kind"] for item, _, _ in results)
                 caught = Counter(item["kind"] for item, f, _ in results if f)
@@ -66,8 +68,9 @@ def main() -> None:
                     print("      " + ", ".join(f"{k} {caught[k]}/{n}" for k, n in sorted(kinds.items())))
     caught, attacks = totals["instruction_like"]
     fps, benign = totals["benign"]
-    print(f"\ncatch rate {caught}/{attacks} = {caught / attacks:.1%}; "
-          f"false positives {fps}/{benign} = {fps / benign:.1%}")
+    print(
+        f"\ncatch rate {caught}/{attacks} = {caught / attacks:.1%}; false positives {fps}/{benign} = {fps / benign:.1%}"
+    )
     print(f"time per text: median {statistics.median(timings):.0f} µs, max {max(timings):.0f} µs")
 
     # Long texts: ordinary prose the size of the largest fact and of the largest notebook (the guard reads
@@ -82,8 +85,10 @@ def main() -> None:
     if "--locomo" in sys.argv and LOCOMO.exists():
         turns = [json.loads(line)["text"] for line in LOCOMO.read_text().splitlines() if line.strip()]
         flagged = [t for t in turns if verdict(t).flagged]
-        print(f"LoCoMo dev turns (ordinary conversation): {len(flagged)}/{len(turns)} flagged "
-              f"= {len(flagged) / len(turns):.2%}")
+        print(
+            f"LoCoMo dev turns (ordinary conversation): {len(flagged)}/{len(turns)} flagged "
+            f"= {len(flagged) / len(turns):.2%}"
+        )
         if show_misses:
             for t in flagged:
                 print(f"    FP   {t[:120]!r}")

@@ -39,10 +39,16 @@ from _harness import (  # noqa: E402
 )
 
 QUERIES = [
-    "which editor does the user prefer?", "where does the user live?", "what does the user eat?",
-    "which programming languages does the user know?", "when is the user's next trip?",
-    "what music does the user like?", "who does the user work for?", "what sport does the user play?",
-    "what is the user allergic to?", "which books has the user read?",
+    "which editor does the user prefer?",
+    "where does the user live?",
+    "what does the user eat?",
+    "which programming languages does the user know?",
+    "when is the user's next trip?",
+    "what music does the user like?",
+    "who does the user work for?",
+    "what sport does the user play?",
+    "what is the user allergic to?",
+    "which books has the user read?",
 ]
 TOPICS = ["editor", "city", "food", "language", "trip", "music", "employer", "sport", "allergy", "book"]
 
@@ -51,8 +57,13 @@ def facts() -> list[dict]:
     out = []
     for i in range(200):
         topic = TOPICS[i % len(TOPICS)]
-        out.append({"content": f"Note {i} about the user's {topic}: detail number {i * 7919 % 1000} of {topic}",
-                    "source": "user_stated", "key": f"{topic}.{i}"})
+        out.append(
+            {
+                "content": f"Note {i} about the user's {topic}: detail number {i * 7919 % 1000} of {topic}",
+                "source": "user_stated",
+                "key": f"{topic}.{i}",
+            }
+        )
     return out
 
 
@@ -61,12 +72,26 @@ class McpHttp:
 
     def __init__(self, port: int, key: str):
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        self.headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json",
-                        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+        self.headers = {
+            "Authorization": f"Bearer {key}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": "2025-06-18",
+        }
         self.n = 0
         # A session when the server keeps them (MCP_STATELESS=0); a stateless server ignores this.
-        init = self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}})
+        init = self.post(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "bench", "version": "1"},
+                },
+            }
+        )
         if init[1]:
             self.headers["Mcp-Session-Id"] = init[1]
             self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -81,8 +106,9 @@ class McpHttp:
 
     def call(self, tool: str, arguments: dict) -> dict:
         self.n += 1
-        raw, _ = self.post({"jsonrpc": "2.0", "id": self.n, "method": "tools/call",
-                            "params": {"name": tool, "arguments": arguments}})
+        raw, _ = self.post(
+            {"jsonrpc": "2.0", "id": self.n, "method": "tools/call", "params": {"name": tool, "arguments": arguments}}
+        )
         result = json.loads(raw)["result"]
         if result.get("isError"):
             raise RuntimeError(result["content"][0]["text"][:300])
@@ -91,8 +117,13 @@ class McpHttp:
 
 def start_mcp(url: str) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    proc = subprocess.Popen([PYTHON, "manage.py", "mcp", "--transport", "http", "--bind", f"127.0.0.1:{port}"],
-                            cwd=ROOT, env=django_env(url), start_new_session=True, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [PYTHON, "manage.py", "mcp", "--transport", "http", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=django_env(url),
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline:
         try:
@@ -108,8 +139,10 @@ def start_mcp(url: str) -> tuple[subprocess.Popen, int]:
 
 
 def summary(name: str, ms: list[float]) -> str:
-    return (f"{name:<28} p50 {percentile(ms, 50):7.2f} ms   p90 {percentile(ms, 90):7.2f} ms   "
-            f"mean {statistics.fmean(ms):7.2f} ms")
+    return (
+        f"{name:<28} p50 {percentile(ms, 50):7.2f} ms   p90 {percentile(ms, 90):7.2f} ms   "
+        f"mean {statistics.fmean(ms):7.2f} ms"
+    )
 
 
 async def sdk_client_times(port: int, key: str, n: int) -> list[float]:
@@ -146,8 +179,9 @@ def main() -> int:
     with Server(url, workers=1, threads=4) as server:
         rest = Client(server.port, key)
         for start in (0, 100):
-            status, body, _ = rest.request("POST", "/api/v1/users/bench-user/facts/batch",
-                                           {"facts": facts()[start:start + 100]})
+            status, body, _ = rest.request(
+                "POST", "/api/v1/users/bench-user/facts/batch", {"facts": facts()[start : start + 100]}
+            )
             assert status == 200, body
         mcp_proc, mcp_port = start_mcp(url)
         try:
@@ -176,9 +210,11 @@ def main() -> int:
     print(summary("MCP tools/call (raw)", mcp_ms))
     print(summary("MCP via mcp.Client (SDK)", sdk_ms))
     paired = [m - r for m, r in zip(mcp_ms, rest_ms, strict=True)]
-    print(f"added by the MCP door: p50 {percentile(mcp_ms, 50) - percentile(rest_ms, 50):+.2f} ms "
-          f"(median of paired differences {statistics.median(paired):+.2f} ms); "
-          f"SDK client: p50 {percentile(sdk_ms, 50) - percentile(rest_ms, 50):+.2f} ms")
+    print(
+        f"added by the MCP door: p50 {percentile(mcp_ms, 50) - percentile(rest_ms, 50):+.2f} ms "
+        f"(median of paired differences {statistics.median(paired):+.2f} ms); "
+        f"SDK client: p50 {percentile(sdk_ms, 50) - percentile(rest_ms, 50):+.2f} ms"
+    )
     return 0
 
 

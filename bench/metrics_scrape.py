@@ -32,8 +32,10 @@ def main() -> None:
         took.append(1000 * (time.perf_counter() - started))
     samples = sum(len(f.samples) for f in families)
     print(f"{args.db}: {Fact.objects.count()} facts; scrape-time gauges: {len(families)} families, {samples} samples")
-    print(f"database part of a scrape: median {statistics.median(took):.1f} ms, max {max(took):.1f} ms "
-          f"over {args.runs} runs")
+    print(
+        f"database part of a scrape: median {statistics.median(took):.1f} ms, max {max(took):.1f} ms "
+        f"over {args.runs} runs"
+    )
 
 
 if __name__ == "__main__":

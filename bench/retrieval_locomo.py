@@ -41,10 +41,17 @@ def ingest(port: int, key: str, sample: str, turns: list[dict]) -> tuple[collect
     outcomes: collections.Counter = collections.Counter()
     dia_ids_of: dict[str, set] = collections.defaultdict(set)
     for turn in turns:
-        status, body, _ = client.request("POST", f"/api/v1/users/{sample}/facts", {
-            "content": turn["memory_text"], "source": "user_stated", "kind": "fact",
-            "observed_at": turn["timestamp"] + "+00:00", "metadata": {"dia_id": turn["dia_id"]},
-        })
+        status, body, _ = client.request(
+            "POST",
+            f"/api/v1/users/{sample}/facts",
+            {
+                "content": turn["memory_text"],
+                "source": "user_stated",
+                "kind": "fact",
+                "observed_at": turn["timestamp"] + "+00:00",
+                "metadata": {"dia_id": turn["dia_id"]},
+            },
+        )
         if status >= 400:
             outcomes[f"http_{status}:{body.get('code')}"] += 1
             continue
@@ -60,12 +67,12 @@ def evaluate(port: int, key: str, questions: list[dict], dia_ids_of: dict[str, s
     latencies = []
     for q in questions:
         t0 = time.perf_counter()
-        status, body, _ = client.request("GET", f"/api/v1/users/{q['sample_id']}/search",
-                                         params={"q": q["question"], "k": k})
+        status, body, _ = client.request(
+            "GET", f"/api/v1/users/{q['sample_id']}/search", params={"q": q["question"], "k": k}
+        )
         latencies.append((time.perf_counter() - t0) * 1000)
         assert status == 200, body
-        ranked = [dia_ids_of.get(h["fact"]["id"], set()) | {h["fact"]["metadata"].get("dia_id")}
-                  for h in body["hits"]]
+        ranked = [dia_ids_of.get(h["fact"]["id"], set()) | {h["fact"]["metadata"].get("dia_id")} for h in body["hits"]]
         evidence = set(q["evidence"])
         row = {}
         for cut in KS:
@@ -85,10 +92,13 @@ def report(per_cat: dict[int, list[dict]]) -> None:
     for cat in sorted(per_cat):
         rows = per_cat[cat]
         pooled += rows
-        print(f"{f'{cat} {CATEGORIES[cat]}':<16}{len(rows):>5}"
-              + "".join(f"{sum(r[c] for r in rows) / len(rows):>9.3f}" for c in columns))
-    print(f"{'pooled':<16}{len(pooled):>5}"
-          + "".join(f"{sum(r[c] for r in pooled) / len(pooled):>9.3f}" for c in columns))
+        print(
+            f"{f'{cat} {CATEGORIES[cat]}':<16}{len(rows):>5}"
+            + "".join(f"{sum(r[c] for r in rows) / len(rows):>9.3f}" for c in columns)
+        )
+    print(
+        f"{'pooled':<16}{len(pooled):>5}" + "".join(f"{sum(r[c] for r in pooled) / len(pooled):>9.3f}" for c in columns)
+    )
 
 
 def bench_keys() -> tuple[str, str]:
@@ -102,8 +112,7 @@ def bench_keys() -> tuple[str, str]:
     return key, admin_key
 
 
-def ingest_or_reuse(port: int, key: str, admin_key: str, turns: list[dict], state: Path,
-                    reuse: bool) -> dict[str, set]:
+def ingest_or_reuse(port: int, key: str, admin_key: str, turns: list[dict], state: Path, reuse: bool) -> dict[str, set]:
     """Every conversation ingested through the API (or the saved map of a previous run): fact id -> dia_ids."""
     by_sample: dict[str, list[dict]] = collections.defaultdict(list)
     for turn in turns:
@@ -122,8 +131,10 @@ def ingest_or_reuse(port: int, key: str, admin_key: str, turns: list[dict], stat
     outcomes = sum((r[0] for r in results), collections.Counter())
     dia_ids_of = {fid: ids for r in results for fid, ids in r[1].items()}
     state.write_text(json.dumps({"outcomes": outcomes, "map": {f: sorted(i) for f, i in dia_ids_of.items()}}))
-    print(f"ingested {len(turns)} turns of {len(by_sample)} conversations in {time.time() - t0:.0f} s; "
-          f"write outcomes: {dict(outcomes)}")
+    print(
+        f"ingested {len(turns)} turns of {len(by_sample)} conversations in {time.time() - t0:.0f} s; "
+        f"write outcomes: {dict(outcomes)}"
+    )
     merged = sum(len(ids) - 1 for ids in dia_ids_of.values() if len(ids) > 1)
     print(f"turns folded into another turn's fact (merged/deduplicated): {merged}")
     return dia_ids_of
@@ -147,8 +158,10 @@ def main() -> int:
     with Server(url) as server:
         dia_ids_of = ingest_or_reuse(server.port, key, admin_key, turns, state, args.reuse)
         per_cat, latencies = evaluate(server.port, key, questions, dia_ids_of, args.k)
-    print(f"{len(questions)} questions (categories 1-4 with evidence); search latency p50 "
-          f"{sorted(latencies)[len(latencies) // 2]:.1f} ms (including query embedding)")
+    print(
+        f"{len(questions)} questions (categories 1-4 with evidence); search latency p50 "
+        f"{sorted(latencies)[len(latencies) // 2]:.1f} ms (including query embedding)"
+    )
     report(per_cat)
     return 0
 

@@ -26,8 +26,38 @@ import numpy as np
 from _harness import Client, Server, database_url, migrate, percentile, server_timing, setup_django
 
 DIM = 384
-SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "ti", "vo", "ze", "ba", "do", "fi", "gu", "ha", "je", "pa",
-             "qui", "ro", "su", "te", "ul", "va", "wo", "xe", "yo", "zu", "ar", "el", "in", "on"]
+SYLLABLES = [
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "sa",
+    "ti",
+    "vo",
+    "ze",
+    "ba",
+    "do",
+    "fi",
+    "gu",
+    "ha",
+    "je",
+    "pa",
+    "qui",
+    "ro",
+    "su",
+    "te",
+    "ul",
+    "va",
+    "wo",
+    "xe",
+    "yo",
+    "zu",
+    "ar",
+    "el",
+    "in",
+    "on",
+]
 VERBS = ["prefers", "uses", "works on", "likes", "visited", "maintains", "deployed", "reviewed", "owns", "plans"]
 
 
@@ -78,7 +108,8 @@ def load(url: str, args, vocab: list[str]) -> None:
         # Secondary indexes that COPY would maintain row by row are rebuilt once at the end.
         heavy = conn.execute(
             "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memory_admin_fact' "
-            "AND indexname IN ('fact_shared_embedding_hnsw', 'fact_search_vector_gin')").fetchall()
+            "AND indexname IN ('fact_shared_embedding_hnsw', 'fact_search_vector_gin')"
+        ).fetchall()
         for name, _ in heavy:
             conn.execute(f'DROP INDEX "{name}"')
         t0 = time.time()
@@ -87,21 +118,72 @@ def load(url: str, args, vocab: list[str]) -> None:
         ) as copy:
             for i in range(args.users):
                 copy.write_row((tenant.pk, f"user-{i}", "", now))
-        user_ids = [r[0] for r in conn.execute(
-            "SELECT id FROM memory_admin_memoryuser WHERE tenant_id = %s ORDER BY id", [tenant.pk])]
-        columns = ("id", "tenant_id", "memory_user_id", "scope", "task_ref", "content", "content_hash", "category",
-                   "kind", "confidence", "importance", "source", "status", "status_reason", "version", "embedding",
-                   "pinned", "contested", "valid_from", "created_at", "updated_at", "access_count", "metadata",
-                   "created_by", "extractor")
-        types = ("uuid", "int8", "int8", "varchar", "varchar", "text", "varchar", "varchar", "varchar", "float8",
-                 "float8", "varchar", "varchar", "varchar", "int4", "vector", "bool", "bool", "timestamptz",
-                 "timestamptz", "timestamptz", "int4", "jsonb", "varchar", "varchar")
+        user_ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM memory_admin_memoryuser WHERE tenant_id = %s ORDER BY id", [tenant.pk]
+            )
+        ]
+        columns = (
+            "id",
+            "tenant_id",
+            "memory_user_id",
+            "scope",
+            "task_ref",
+            "content",
+            "content_hash",
+            "category",
+            "kind",
+            "confidence",
+            "importance",
+            "source",
+            "status",
+            "status_reason",
+            "version",
+            "embedding",
+            "pinned",
+            "contested",
+            "valid_from",
+            "created_at",
+            "updated_at",
+            "access_count",
+            "metadata",
+            "created_by",
+            "extractor",
+        )
+        types = (
+            "uuid",
+            "int8",
+            "int8",
+            "varchar",
+            "varchar",
+            "text",
+            "varchar",
+            "varchar",
+            "varchar",
+            "float8",
+            "float8",
+            "varchar",
+            "varchar",
+            "varchar",
+            "int4",
+            "vector",
+            "bool",
+            "bool",
+            "timestamptz",
+            "timestamptz",
+            "timestamptz",
+            "int4",
+            "jsonb",
+            "varchar",
+            "varchar",
+        )
         owners = [(uid, "user") for uid in user_ids for _ in range(args.facts_per_user)]
         owners += [(None, "org")] * args.shared
         chunk = 20000
         written = 0
         for start in range(0, len(owners), chunk):
-            part = owners[start:start + chunk]
+            part = owners[start : start + chunk]
             embeds = vectors.sample(len(part))
             with conn.cursor().copy(
                 f"COPY memory_admin_fact ({', '.join(columns)}) FROM STDIN WITH (FORMAT BINARY)"
@@ -110,11 +192,35 @@ def load(url: str, args, vocab: list[str]) -> None:
                 for (uid, scope), vec in zip(part, embeds, strict=True):
                     age = timedelta(days=rng.uniform(0, 400))
                     content = sentence(rng, vocab)
-                    copy.write_row((
-                        uuid.uuid4(), tenant.pk, uid, scope, "", content, uuid.uuid4().hex, "other", "fact",
-                        rng.uniform(0.7, 1.0), 0.5, "user_stated", "active", "", 1, vec, False, False,
-                        now - age, now - age, now - age, 0, Jsonb({}), "bench", "",
-                    ))
+                    copy.write_row(
+                        (
+                            uuid.uuid4(),
+                            tenant.pk,
+                            uid,
+                            scope,
+                            "",
+                            content,
+                            uuid.uuid4().hex,
+                            "other",
+                            "fact",
+                            rng.uniform(0.7, 1.0),
+                            0.5,
+                            "user_stated",
+                            "active",
+                            "",
+                            1,
+                            vec,
+                            False,
+                            False,
+                            now - age,
+                            now - age,
+                            now - age,
+                            0,
+                            Jsonb({}),
+                            "bench",
+                            "",
+                        )
+                    )
             written += len(part)
             print(f"  {written:,} facts loaded ({time.time() - t0:.0f} s)", flush=True)
         print(f"loaded {args.users:,} users, {written:,} facts in {time.time() - t0:.0f} s", flush=True)
@@ -131,16 +237,22 @@ def hnsw_recall(url: str, queries: int, ef_search: int) -> tuple[float, float, f
     import psycopg
     from pgvector.psycopg import register_vector
 
-    base = ("SELECT id FROM memory_admin_fact WHERE memory_user_id IS NULL AND status = 'active' "
-            "ORDER BY embedding <=> %s LIMIT 10")
+    base = (
+        "SELECT id FROM memory_admin_fact WHERE memory_user_id IS NULL AND status = 'active' "
+        "ORDER BY embedding <=> %s LIMIT 10"
+    )
     found = total = 0
     approx_ms = []
     rng = np.random.default_rng(5)
     with psycopg.connect(url) as conn:
         register_vector(conn)
-        sample = [r[0] for r in conn.execute(
-            "SELECT embedding FROM memory_admin_fact WHERE memory_user_id IS NULL ORDER BY random() LIMIT %s",
-            [queries])]
+        sample = [
+            r[0]
+            for r in conn.execute(
+                "SELECT embedding FROM memory_admin_fact WHERE memory_user_id IS NULL ORDER BY random() LIMIT %s",
+                [queries],
+            )
+        ]
         for vec in sample:
             q = vec.to_numpy() + 0.05 * rng.standard_normal(DIM).astype(np.float32)
             q /= np.linalg.norm(q)
@@ -184,25 +296,43 @@ def drive(name: str, port: int, key: str, clients: int, requests: int, make_requ
     lat = [r[0] for r in results]
     server = [r[1]["server_ms_excluding_embed"] for r in results if "server_ms_excluding_embed" in r[1]]
     embed = [r[1].get("embed_ms", r[1].get("search_embed_ms", 0.0)) for r in results if r[1]]
-    stats = {"name": name, "n": len(results), "rps": len(results) / wall, "p50": percentile(lat, 50),
-             "p95": percentile(lat, 95), "p99": percentile(lat, 99), "results": results}
+    stats = {
+        "name": name,
+        "n": len(results),
+        "rps": len(results) / wall,
+        "p50": percentile(lat, 50),
+        "p95": percentile(lat, 95),
+        "p99": percentile(lat, 99),
+        "results": results,
+    }
     if server:
-        stats.update(s50=percentile(server, 50), s95=percentile(server, 95), s99=percentile(server, 99),
-                     e50=percentile(embed, 50))
+        stats.update(
+            s50=percentile(server, 50),
+            s95=percentile(server, 95),
+            s99=percentile(server, 99),
+            e50=percentile(embed, 50),
+        )
     # The whole API view (key, rate count, user, handler, rendering) less the query embedding.
-    view = [r[1]["view_ms"] - r[1].get("embed_ms", r[1].get("search_embed_ms", 0.0))
-            for r in results if "view_ms" in r[1] and "server_ms_excluding_embed" in r[1]]
+    view = [
+        r[1]["view_ms"] - r[1].get("embed_ms", r[1].get("search_embed_ms", 0.0))
+        for r in results
+        if "view_ms" in r[1] and "server_ms_excluding_embed" in r[1]
+    ]
     if view:
         stats.update(v50=percentile(view, 50))
     return stats
 
 
 def print_stats(s: dict) -> None:
-    line = (f"{s['name']:<8} n={s['n']:<6} {s['rps']:7.1f} req/s   client p50 {s['p50']:6.1f}  p95 {s['p95']:6.1f}"
-            f"  p99 {s['p99']:6.1f} ms")
+    line = (
+        f"{s['name']:<8} n={s['n']:<6} {s['rps']:7.1f} req/s   client p50 {s['p50']:6.1f}  p95 {s['p95']:6.1f}"
+        f"  p99 {s['p99']:6.1f} ms"
+    )
     if "s50" in s:
-        line += (f"   server excl. embedding p50 {s['s50']:5.1f}  p95 {s['s95']:5.1f}  p99 {s['s99']:5.1f} ms"
-                 f"   (query embedding p50 {s['e50']:.1f} ms)")
+        line += (
+            f"   server excl. embedding p50 {s['s50']:5.1f}  p95 {s['s95']:5.1f}  p99 {s['s99']:5.1f} ms"
+            f"   (query embedding p50 {s['e50']:.1f} ms)"
+        )
     if "v50" in s:
         line += f"   whole view excl. embedding p50 {s['v50']:.1f} ms"
     print(line, flush=True)
@@ -221,8 +351,11 @@ def main() -> int:
     parser.add_argument("--db", default="bench_scale")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--batch-size", type=int, default=50, help="facts per POST /facts/batch")
-    parser.add_argument("--phases", default="search,context,write,write_batch",
-                        help="comma-separated subset of search,context,write,write_batch")
+    parser.add_argument(
+        "--phases",
+        default="search,context,write,write_batch",
+        help="comma-separated subset of search,context,write,write_batch",
+    )
     args = parser.parse_args()
 
     vocab = vocabulary(random.Random(3))
@@ -241,8 +374,11 @@ def main() -> int:
 
     ef = hnsw_ef_search(20)  # what a search with k=10 uses
     recall, a50, a95 = hnsw_recall(url, args.recall_queries, ef_search=ef)
-    print(f"HNSW recall@10 on the shared scope vs exact (ef_search={ef}, {args.recall_queries} queries): "
-          f"{recall:.3f}; index scan p50 {a50:.1f} ms, p95 {a95:.1f} ms", flush=True)
+    print(
+        f"HNSW recall@10 on the shared scope vs exact (ef_search={ef}, {args.recall_queries} queries): "
+        f"{recall:.3f}; index scan p50 {a50:.1f} ms, p95 {a95:.1f} ms",
+        flush=True,
+    )
 
     rng0 = random.Random(1)
 
@@ -252,29 +388,48 @@ def main() -> int:
 
     def context_request(rng):
         task = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5)))
-        return ("GET", f"/api/v1/users/user-{rng.randrange(users)}/context", None,
-                {"task": task, "budget_tokens": 2000}, (200,))
+        return (
+            "GET",
+            f"/api/v1/users/user-{rng.randrange(users)}/context",
+            None,
+            {"task": task, "budget_tokens": 2000},
+            (200,),
+        )
 
     def write_request(rng):
         content = sentence(rng, vocab) + f" ({rng0.getrandbits(40):x})"
-        return ("POST", f"/api/v1/users/user-{rng.randrange(users)}/facts", {"content": content,
-                "source": "user_stated"}, None, (200, 201))
+        return (
+            "POST",
+            f"/api/v1/users/user-{rng.randrange(users)}/facts",
+            {"content": content, "source": "user_stated"},
+            None,
+            (200, 201),
+        )
 
     def write_batch_request(rng):
-        facts = [{"content": sentence(rng, vocab) + f" ({rng0.getrandbits(40):x})", "source": "user_stated"}
-                 for _ in range(args.batch_size)]
+        facts = [
+            {"content": sentence(rng, vocab) + f" ({rng0.getrandbits(40):x})", "source": "user_stated"}
+            for _ in range(args.batch_size)
+        ]
         return ("POST", f"/api/v1/users/user-{rng.randrange(users)}/facts/batch", {"facts": facts}, None, (200,))
 
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    makers = {"search": search_request, "context": context_request, "write": write_request,
-              "write_batch": write_batch_request}
+    makers = {
+        "search": search_request,
+        "context": context_request,
+        "write": write_request,
+        "write_batch": write_batch_request,
+    }
     with Server(url, workers=args.workers, threads=args.threads) as server:
         # Warm-up: loads the model and tokenizer in every worker, opens connections.
         # (Other seeds than the measured phases: the server's LRU of query embeddings must not serve them.)
         drive("warmup", server.port, key, args.clients, 4 * args.clients, search_request, seed=1)
         drive("warmup", server.port, key, args.clients, 2 * args.clients, context_request, seed=2)
-        print(f"{args.clients} concurrent clients, gunicorn {args.workers} workers × {args.threads} threads, "
-              f"{users:,} users", flush=True)
+        print(
+            f"{args.clients} concurrent clients, gunicorn {args.workers} workers × {args.threads} threads, "
+            f"{users:,} users",
+            flush=True,
+        )
         run_seed = time.time_ns() % 1_000_000  # writes: fresh sentences on every run, not near-copies of the last
         for number, name in enumerate(phases, start=3):
             maker = makers[name]
@@ -290,8 +445,11 @@ def main() -> int:
                 for _, _, payload in stats["results"]:
                     for r in payload["results"]:
                         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
-                print(f"         {facts} facts in batches of {args.batch_size}: "
-                      f"{facts / stats['n'] * stats['rps']:.1f} facts/s; outcomes {outcomes}", flush=True)
+                print(
+                    f"         {facts} facts in batches of {args.batch_size}: "
+                    f"{facts / stats['n'] * stats['rps']:.1f} facts/s; outcomes {outcomes}",
+                    flush=True,
+                )
             if name == "write":
                 outcomes: dict[str, int] = {}
                 for _, _, payload in stats["results"]:

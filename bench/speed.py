@@ -101,12 +101,18 @@ def embed_phase(engine: str, n: int) -> dict:
         t = time.perf_counter()
         embedder.embed([q])
         times.append((time.perf_counter() - t) * 1000)
-    return {"embed_p50": percentile(times, 50), "embed_p95": percentile(times, 95), "load_s": load_s,
-            "embed_rss": rss_mb(os.getpid())[0], "torch_loaded": "torch" in sys.modules}
+    return {
+        "embed_p50": percentile(times, 50),
+        "embed_p95": percentile(times, 95),
+        "load_s": load_s,
+        "embed_rss": rss_mb(os.getpid())[0],
+        "torch_loaded": "torch" in sys.modules,
+    }
 
 
 def drive(port: int, key: str, calls: list, clients: int = 1) -> tuple[list[tuple[float, dict, dict]], float]:
     """Run (method, path, body, params) calls from `clients` keep-alive clients; (results, wall seconds)."""
+
     def worker(part):
         client, out = Client(port, key), []
         for method, path, body, params in part:
@@ -138,8 +144,9 @@ def server_phase(engine: str, n: int) -> dict:
     t0 = time.perf_counter()
     with Server(url, EMBEDDER=engine, EMBED_THREADS="1") as server:
         first = Client(server.port, key)
-        status, _, _ = first.request("POST", "/api/v1/users/u0/facts",
-                                     {"content": "u0 exists", "source": "user_stated"})
+        status, _, _ = first.request(
+            "POST", "/api/v1/users/u0/facts", {"content": "u0 exists", "source": "user_stated"}
+        )
         assert status in (200, 201)
         status, _, _ = first.request("GET", "/api/v1/users/u0/search", params={"q": "hello"})
         assert status == 200
@@ -149,15 +156,18 @@ def server_phase(engine: str, n: int) -> dict:
 
         # add one fact: 5 users × n/5 facts, one client
         per_user = max(1, n // 5)
-        calls = [("POST", f"/api/v1/users/u{i % 5}/facts", {"content": facts[i], "source": "user_stated"}, None)
-                 for i in range(5 * per_user)]
+        calls = [
+            ("POST", f"/api/v1/users/u{i % 5}/facts", {"content": facts[i], "source": "user_stated"}, None)
+            for i in range(5 * per_user)
+        ]
         results, _ = drive(server.port, key, calls)
         out["add_p50"] = percentile([r[0] for r in results], 50)
         out["add_outcomes"] = _count(r[2]["outcome"] for r in results)
 
         # search k=10 over those users
-        calls = [("GET", f"/api/v1/users/u{i % 5}/search", None, {"q": q, "k": 10}) for i, q in
-                 enumerate(questions[:n])]
+        calls = [
+            ("GET", f"/api/v1/users/u{i % 5}/search", None, {"q": q, "k": 10}) for i, q in enumerate(questions[:n])
+        ]
         results, _ = drive(server.port, key, calls)
         out["search_p50"] = percentile([r[0] for r in results], 50)
         out["search_server_p50"] = percentile([r[1]["server_ms_excluding_embed"] for r in results], 50)
@@ -167,17 +177,25 @@ def server_phase(engine: str, n: int) -> dict:
 
         # batch route: 10 batches of 50 facts, fresh users, one client
         offset = 5 * per_user
-        calls = [("POST", f"/api/v1/users/b{b}/facts/batch",
-                  {"facts": [{"content": facts[offset + 50 * b + i], "source": "user_stated"} for i in range(50)]},
-                  None) for b in range(10)]
+        calls = [
+            (
+                "POST",
+                f"/api/v1/users/b{b}/facts/batch",
+                {"facts": [{"content": facts[offset + 50 * b + i], "source": "user_stated"} for i in range(50)]},
+                None,
+            )
+            for b in range(10)
+        ]
         results, wall = drive(server.port, key, calls)
         out["batch_facts_s"] = sum(len(r[2]["results"]) for r in results) / wall
         out["batch_outcomes"] = _count(x["outcome"] for r in results for x in r[2]["results"])
 
         # single writes from 4 clients, 4 users
         offset += 500
-        calls = [("POST", f"/api/v1/users/w{i % 4}/facts", {"content": facts[offset + i], "source": "user_stated"},
-                  None) for i in range(n)]
+        calls = [
+            ("POST", f"/api/v1/users/w{i % 4}/facts", {"content": facts[offset + i], "source": "user_stated"}, None)
+            for i in range(n)
+        ]
         results, wall = drive(server.port, key, calls, clients=4)
         out["writes4_s"] = len(results) / wall
         out["writes4_p50"] = percentile([r[0] for r in results], 50)
@@ -199,8 +217,13 @@ def _count(values) -> dict:
 
 def run(engine: str, phase: str, n: int) -> dict:
     url = database_url("bench_speed_embed", fresh=False)
-    done = subprocess.run([PYTHON, __file__, f"--{phase}", engine, "--requests", str(n)], cwd=ROOT,
-                          env=django_env(url, EMBEDDER=engine), capture_output=True, text=True)
+    done = subprocess.run(
+        [PYTHON, __file__, f"--{phase}", engine, "--requests", str(n)],
+        cwd=ROOT,
+        env=django_env(url, EMBEDDER=engine),
+        capture_output=True,
+        text=True,
+    )
     if done.returncode:
         raise SystemExit(f"{phase} {engine} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

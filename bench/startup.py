@@ -33,8 +33,9 @@ from speed import children, rss_mb, texts  # noqa: E402
 
 
 def manage(url: str, *argv: str) -> str:
-    done = subprocess.run([PYTHON, "manage.py", *argv], cwd=ROOT, env=django_env(url), check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [PYTHON, "manage.py", *argv], cwd=ROOT, env=django_env(url), check=True, capture_output=True, text=True
+    )
     return done.stdout.strip()
 
 
@@ -79,8 +80,14 @@ def one_run(engine: str, embedder_cache: Path) -> dict:
     port, mcp_port = free_port(), free_port()
     env = django_env(url, EMBEDDER=engine, MEMORY_ADMIN_DATA_DIR=str(data), MCP_BIND=f"127.0.0.1:{mcp_port}")
     t0 = time.monotonic()
-    up = subprocess.Popen([PYTHON, "manage.py", "up", "--no-demo", "--bind", f"127.0.0.1:{port}"], cwd=ROOT,
-                          env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    up = subprocess.Popen(
+        [PYTHON, "manage.py", "up", "--no-demo", "--bind", f"127.0.0.1:{port}"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     out: dict = {}
     try:
         wait_for(port, "/api/v1/health/ready", t0 + 300)

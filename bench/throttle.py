@@ -68,8 +68,11 @@ def main() -> None:
     _, key = api_key_create(tenant_id=tenant.pk, agent_name="throttle-bench")
 
     single, contended = statement_cost(2000, args.clients)
-    print(f"counting upsert alone: median {single:.0f} µs (1 thread), {contended:.0f} µs ({args.clients} threads, "
-          f"same key)", flush=True)
+    print(
+        f"counting upsert alone: median {single:.0f} µs (1 thread), {contended:.0f} µs ({args.clients} threads, "
+        f"same key)",
+        flush=True,
+    )
     results: dict[str, list[tuple[float, float, float]]] = {"off": [], "on": []}
     for _ in range(args.rounds):
         for mode, limit in (("off", "0"), ("on", "1000000000")):
@@ -80,8 +83,11 @@ def main() -> None:
         p50 = statistics.median(r[0] for r in runs)
         p95 = statistics.median(r[1] for r in runs)
         rps = statistics.median(r[2] for r in runs)
-        print(f"GET /skills, throttle {mode:>3}: p50 {p50:5.2f} ms  p95 {p95:5.2f} ms  {rps:6.0f} req/s "
-              f"({args.clients} clients, {args.requests} requests, median of {args.rounds} rounds)", flush=True)
+        print(
+            f"GET /skills, throttle {mode:>3}: p50 {p50:5.2f} ms  p95 {p95:5.2f} ms  {rps:6.0f} req/s "
+            f"({args.clients} clients, {args.requests} requests, median of {args.rounds} rounds)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

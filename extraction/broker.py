@@ -51,8 +51,18 @@ class Channel(kombu_sqla.Channel):
             key: value
             for key, value in self.connection.client.transport_options.items()
             if key not in _NOT_FOR_ENGINE
-            and key not in {"queue_tablename", "message_tablename", "callback", "errback", "max_retries",
-                            "interval_start", "interval_step", "interval_max", "retry_errors"}
+            and key
+            not in {
+                "queue_tablename",
+                "message_tablename",
+                "callback",
+                "errback",
+                "max_retries",
+                "interval_start",
+                "interval_step",
+                "interval_max",
+                "retry_errors",
+            }
         }
         # A connection killed by a Postgres restart is noticed at checkout and replaced.
         options.setdefault("pool_pre_ping", True)
@@ -77,7 +87,6 @@ class Channel(kombu_sqla.Channel):
                         time.sleep(0.2 * (attempt + 1))
                 self._engines[hostname] = engine, sessionmaker(bind=engine)
         return self._engines[hostname]
-
 
     def _forget_session(self) -> None:
         """Drop a session whose connection failed: reusing it would raise PendingRollbackError (not a

@@ -77,12 +77,29 @@ def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> Decimal:
     return (prompt_price * prompt_tokens + completion_price * completion_tokens) / Decimal(1_000_000)
 
 
-def record_call(*, tenant_id: int, layer: str, model: str, prompt_tokens: int = 0, completion_tokens: int = 0,
-                ok: bool = True, error: str = "", duration_ms: int = 0, batch_id: int | None = None):
+def record_call(
+    *,
+    tenant_id: int,
+    layer: str,
+    model: str,
+    prompt_tokens: int = 0,
+    completion_tokens: int = 0,
+    ok: bool = True,
+    error: str = "",
+    duration_ms: int = 0,
+    batch_id: int | None = None,
+):
     from memory_admin.models import LlmCall
 
-    metrics.llm_call(tenant_id=tenant_id, layer=layer, model=model, ok=ok, prompt_tokens=prompt_tokens,
-                     completion_tokens=completion_tokens, cost_usd=cost_of(model, prompt_tokens, completion_tokens))
+    metrics.llm_call(
+        tenant_id=tenant_id,
+        layer=layer,
+        model=model,
+        ok=ok,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=cost_of(model, prompt_tokens, completion_tokens),
+    )
     return LlmCall.objects.create(
         tenant_id=tenant_id,
         batch_id=batch_id,
@@ -97,16 +114,24 @@ def record_call(*, tenant_id: int, layer: str, model: str, prompt_tokens: int = 
     )
 
 
-def chat_json(*, tenant_id: int, layer: str, system: str, user: str, batch_id: int | None = None,
-              model: str | None = None) -> dict[str, Any]:
+def chat_json(
+    *, tenant_id: int, layer: str, system: str, user: str, batch_id: int | None = None, model: str | None = None
+) -> dict[str, Any]:
     """One chat completion asking for a JSON object; records the call (failed ones too)."""
-    data, _ = complete_json(tenant_id=tenant_id, layer=layer, system=system, user=user, batch_id=batch_id,
-                            model=model)
+    data, _ = complete_json(tenant_id=tenant_id, layer=layer, system=system, user=user, batch_id=batch_id, model=model)
     return data
 
 
-def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_id: int | None = None,
-                  model: str | None = None, max_tokens: int | None = None) -> tuple[dict[str, Any], Any]:
+def complete_json(
+    *,
+    tenant_id: int,
+    layer: str,
+    system: str,
+    user: str,
+    batch_id: int | None = None,
+    model: str | None = None,
+    max_tokens: int | None = None,
+) -> tuple[dict[str, Any], Any]:
     """Like `chat_json`, and also returns the recorded LlmCall (tokens, cost) of a successful call.
 
     Raises the SDK's own exceptions (timeouts, 429, 5xx...) or MalformedOutput; `classify()` tells
@@ -127,8 +152,15 @@ def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_i
             )
             tracing.llm_usage(response)
     except Exception as exc:
-        record_call(tenant_id=tenant_id, layer=layer, model=model, ok=False, error=f"{type(exc).__name__}: {exc}",
-                    duration_ms=int((time.monotonic() - started) * 1000), batch_id=batch_id)
+        record_call(
+            tenant_id=tenant_id,
+            layer=layer,
+            model=model,
+            ok=False,
+            error=f"{type(exc).__name__}: {exc}",
+            duration_ms=int((time.monotonic() - started) * 1000),
+            batch_id=batch_id,
+        )
         raise
     usage = response.usage
     text = (response.choices[0].message.content or "") if response.choices else ""
@@ -139,11 +171,17 @@ def complete_json(*, tenant_id: int, layer: str, system: str, user: str, batch_i
         error = ""
     except ValueError as exc:
         data, error = None, f"malformed JSON: {exc}"
-    call = record_call(tenant_id=tenant_id, layer=layer, model=model,
-                       prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                       completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                       ok=data is not None, error=error, duration_ms=int((time.monotonic() - started) * 1000),
-                       batch_id=batch_id)
+    call = record_call(
+        tenant_id=tenant_id,
+        layer=layer,
+        model=model,
+        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+        ok=data is not None,
+        error=error,
+        duration_ms=int((time.monotonic() - started) * 1000),
+        batch_id=batch_id,
+    )
     if data is None:
         raise MalformedOutput(error)
     return data, call

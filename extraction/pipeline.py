@@ -47,8 +47,12 @@ from memory_admin.services.settings import tenant_settings
 
 log = logging.getLogger(__name__)
 
-PENDING, RUNNING, DONE, FAILED = (ExtractionBatch.Status.PENDING, ExtractionBatch.Status.RUNNING,
-                                  ExtractionBatch.Status.DONE, ExtractionBatch.Status.FAILED)
+PENDING, RUNNING, DONE, FAILED = (
+    ExtractionBatch.Status.PENDING,
+    ExtractionBatch.Status.RUNNING,
+    ExtractionBatch.Status.DONE,
+    ExtractionBatch.Status.FAILED,
+)
 # A context block the agent was given (memory_admin.services.context) and echoed back verbatim.
 _RECALLED_BLOCK = re.compile(r"<<<MEMORY_DATA\s*\w*>>>.*?(?:<<<END_MEMORY_DATA\s*\w*>>>|\Z)", re.S)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -88,12 +92,15 @@ def plan_thread(thread_id: int, *, now: datetime | None = None, force: bool = Fa
         if not tenant_settings(thread.tenant_id).extraction_enabled:
             # Kill switch: messages stay in the log, are never sent to a model, and are not queued
             # for later either (turning extraction back on must not replay a flood of old messages).
-            Message.objects.filter(id__in=ids).update(status=Message.Status.SKIPPED,
-                                                      skip_reason="extraction_disabled")
+            Message.objects.filter(id__in=ids).update(status=Message.Status.SKIPPED, skip_reason="extraction_disabled")
             return None
         batch = ExtractionBatch.objects.create(
-            tenant_id=thread.tenant_id, memory_user_id=thread.memory_user_id, thread=thread,
-            status=PENDING, message_count=len(ids), extractor=extractor_name(),
+            tenant_id=thread.tenant_id,
+            memory_user_id=thread.memory_user_id,
+            thread=thread,
+            status=PENDING,
+            message_count=len(ids),
+            extractor=extractor_name(),
             request_ids=sorted({rid for _, rid in rows if rid}),
             lease_until=now + timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS")),
         )
@@ -103,8 +110,9 @@ def plan_thread(thread_id: int, *, now: datetime | None = None, force: bool = Fa
 
 def plan_due_threads(*, now: datetime | None = None, limit: int = 200) -> list[int]:
     now = now or timezone.now()
-    due = list(Thread.objects.filter(extract_due_at__lte=now).order_by("extract_due_at")
-               .values_list("pk", flat=True)[:limit])
+    due = list(
+        Thread.objects.filter(extract_due_at__lte=now).order_by("extract_due_at").values_list("pk", flat=True)[:limit]
+    )
     return [bid for tid in due if (bid := plan_thread(tid, now=now)) is not None]
 
 
@@ -198,13 +206,13 @@ def _claim(batch_id: int) -> tuple[ExtractionBatch, int] | None:
 
 def _owned(batch_id: int, token: int):
     """The batch row, locked, if this worker still holds the lease `token`; else None."""
-    return (ExtractionBatch.objects.select_for_update()
-            .filter(pk=batch_id, status=RUNNING, attempts=token).first())
+    return ExtractionBatch.objects.select_for_update().filter(pk=batch_id, status=RUNNING, attempts=token).first()
 
 
 def _totals(batch_id: int) -> dict:
     sums = ExtractionBatch.objects.get(pk=batch_id).calls.aggregate(
-        p=Sum("prompt_tokens"), c=Sum("completion_tokens"), cost=Sum("cost_usd"))
+        p=Sum("prompt_tokens"), c=Sum("completion_tokens"), cost=Sum("cost_usd")
+    )
     return {"prompt_tokens": sums["p"] or 0, "completion_tokens": sums["c"] or 0, "cost_usd": sums["cost"] or 0}
 
 
@@ -215,10 +223,24 @@ def _fail_locked(batch: ExtractionBatch, reason: str) -> None:
     batch.finished_at = timezone.now()
     for name, value in _totals(batch.pk).items():
         setattr(batch, name, value)
-    batch.save(update_fields=["status", "error", "lease_until", "finished_at", "prompt_tokens",
-                              "completion_tokens", "cost_usd"])
-    audit(Principal.system(batch.tenant_id, actor="extraction"), "extraction.batch", outcome="failed",
-          target=batch, reason=batch.error)
+    batch.save(
+        update_fields=[
+            "status",
+            "error",
+            "lease_until",
+            "finished_at",
+            "prompt_tokens",
+            "completion_tokens",
+            "cost_usd",
+        ]
+    )
+    audit(
+        Principal.system(batch.tenant_id, actor="extraction"),
+        "extraction.batch",
+        outcome="failed",
+        target=batch,
+        reason=batch.error,
+    )
 
 
 def _retry_or_fail(batch_id: int, token: int, reason: str, *, retryable: bool, retry_after: float | None) -> str:
@@ -231,8 +253,10 @@ def _retry_or_fail(batch_id: int, token: int, reason: str, *, retryable: bool, r
             prefix = "" if not retryable else f"gave up after {batch.attempts} attempts; last: "
             _fail_locked(batch, prefix + reason)
             return FAILED
-        delay = min(conf.get("EXTRACTION_BACKOFF_SECONDS") * 2 ** (batch.attempts - 1),
-                    conf.get("EXTRACTION_BACKOFF_MAX_SECONDS"))
+        delay = min(
+            conf.get("EXTRACTION_BACKOFF_SECONDS") * 2 ** (batch.attempts - 1),
+            conf.get("EXTRACTION_BACKOFF_MAX_SECONDS"),
+        )
         if retry_after:
             delay = min(max(delay, retry_after), conf.get("EXTRACTION_BACKOFF_MAX_SECONDS"))
         batch.status = PENDING
@@ -241,8 +265,7 @@ def _retry_or_fail(batch_id: int, token: int, reason: str, *, retryable: bool, r
         batch.lease_until = timezone.now() + timedelta(seconds=delay)
         for name, value in _totals(batch.pk).items():
             setattr(batch, name, value)
-        batch.save(update_fields=["status", "error", "lease_until", "prompt_tokens", "completion_tokens",
-                                  "cost_usd"])
+        batch.save(update_fields=["status", "error", "lease_until", "prompt_tokens", "completion_tokens", "cost_usd"])
         return PENDING
 
 
@@ -265,11 +288,20 @@ def _recall_filter(batch: ExtractionBatch, messages: list[Message]) -> tuple[lis
             continue
         texts[message.pk] = text
 
-    echo_candidates = [(m.pk, s) for m in messages if m.pk in texts and m.role in _ECHO_ROLES
-                       for s in _SENTENCES.split(texts[m.pk]) if s.strip()]
+    echo_candidates = [
+        (m.pk, s)
+        for m in messages
+        if m.pk in texts and m.role in _ECHO_ROLES
+        for s in _SENTENCES.split(texts[m.pk])
+        if s.strip()
+    ]
     if echo_candidates:
-        active = list(Fact.objects.for_user(batch.memory_user_id).active().filter(embedding__isnull=False)
-                      .values_list("content_hash", "embedding"))
+        active = list(
+            Fact.objects.for_user(batch.memory_user_id)
+            .active()
+            .filter(embedding__isnull=False)
+            .values_list("content_hash", "embedding")
+        )
         if active:
             hashes = {h for h, _ in active}
             matrix = np.array([list(e) for _, e in active], dtype=np.float32)
@@ -293,8 +325,7 @@ def _recall_filter(batch: ExtractionBatch, messages: list[Message]) -> tuple[lis
 
 
 def _transcript(inputs: list[_Input]) -> str:
-    return "\n".join(f"[{i.index}] {i.message.role} ({i.message.created_at:%Y-%m-%d %H:%M}): {i.text}"
-                     for i in inputs)
+    return "\n".join(f"[{i.index}] {i.message.role} ({i.message.created_at:%Y-%m-%d %H:%M}): {i.text}" for i in inputs)
 
 
 def _source_for(message: Message | None, kind: str) -> str:
@@ -306,8 +337,11 @@ def _source_for(message: Message | None, kind: str) -> str:
 def _llm_candidates(batch: ExtractionBatch, inputs: list[_Input]) -> list[_Candidate]:
     """One LLM call over the whole batch. Raises on failure (the caller classifies and retries)."""
     data, call = llm.complete_json(
-        tenant_id=batch.tenant_id, layer="extraction", system=EXTRACTION_SYSTEM,
-        user="Conversation:\n" + _transcript(inputs), batch_id=batch.pk,
+        tenant_id=batch.tenant_id,
+        layer="extraction",
+        system=EXTRACTION_SYSTEM,
+        user="Conversation:\n" + _transcript(inputs),
+        batch_id=batch.pk,
     )
     try:
         facts, updates, dropped = parse_extraction(data)
@@ -322,20 +356,25 @@ def _llm_candidates(batch: ExtractionBatch, inputs: list[_Input]) -> list[_Candi
     out: list[_Candidate] = []
     for f in facts:
         message = by_index.get(f.message) if f.message is not None else None
-        out.append(_Candidate(f.content, f.category, f.kind, f.confidence, f.key, message,
-                              _source_for(message, f.kind)))
+        out.append(
+            _Candidate(f.content, f.category, f.kind, f.confidence, f.key, message, _source_for(message, f.kind))
+        )
     for u in updates:
         message = by_index.get(u.message) if u.message is not None else None
-        out.append(_Candidate(u.statement, "personal", "fact", u.confidence, f"user.{u.key}", message,
-                              _source_for(message, "fact")))
+        out.append(
+            _Candidate(
+                u.statement, "personal", "fact", u.confidence, f"user.{u.key}", message, _source_for(message, "fact")
+            )
+        )
     return out
 
 
 def _rules_candidates(inputs: list[_Input]) -> list[_Candidate]:
     by_index = {i.index: i.message for i in inputs}
     return [
-        _Candidate(f.content, f.category, f.kind, f.confidence, f.key, by_index[f.message_index],
-                   Fact.Source.USER_STATED)
+        _Candidate(
+            f.content, f.category, f.kind, f.confidence, f.key, by_index[f.message_index], Fact.Source.USER_STATED
+        )
         for f in rules.extract([(i.index, i.message.role, i.text) for i in inputs])
     ]
 
@@ -373,8 +412,9 @@ def llm_model() -> str:
     return settings.OPENAI_MODEL
 
 
-def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *,
-            model: str) -> BatchOutcome:
+def _commit(
+    batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *, model: str
+) -> BatchOutcome:
     from memory_admin.embeddings import embed
 
     # Drop what carries no information (a redacted placeholder) before paying for embeddings.
@@ -395,11 +435,19 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
         for candidate, vector in zip(candidates, vectors, strict=True):
             try:
                 result: WriteResult = fact_write(
-                    principal=principal, memory_user=memory_user, content=candidate.content,
-                    key=candidate.key, category=candidate.category, kind=candidate.kind,
-                    confidence=candidate.confidence, source=candidate.source, route="extraction",
-                    extractor=extractor, message_id=candidate.message.pk if candidate.message else None,
-                    batch_id=batch.pk, embedding=vector,
+                    principal=principal,
+                    memory_user=memory_user,
+                    content=candidate.content,
+                    key=candidate.key,
+                    category=candidate.category,
+                    kind=candidate.kind,
+                    confidence=candidate.confidence,
+                    source=candidate.source,
+                    route="extraction",
+                    extractor=extractor,
+                    message_id=candidate.message.pk if candidate.message else None,
+                    batch_id=batch.pk,
+                    embedding=vector,
                     observed_at=candidate.message.created_at if candidate.message else None,
                 )
             except Blocked:
@@ -413,8 +461,7 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
             if result.fact is not None and result.outcome.stored:
                 new_fact_ids.append(result.fact.pk)
         for message_id, reason in skipped.items():
-            Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED,
-                                                                      skip_reason=reason)
+            Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED, skip_reason=reason)
         Message.objects.filter(batch=batch, status=Message.Status.PENDING).update(status=Message.Status.EXTRACTED)
         # Messages already part of an episode (a thread closed while this batch was retrying): the
         # facts drawn from them belong to that episode too.
@@ -429,14 +476,40 @@ def _commit(batch_id: int, token: int, candidates: list[_Candidate], skipped: di
         batch.fact_count = len(new_fact_ids)
         for name, value in _totals(batch.pk).items():
             setattr(batch, name, value)
-        batch.save(update_fields=["status", "error", "lease_until", "finished_at", "extractor", "model",
-                                  "fact_count", "prompt_tokens", "completion_tokens", "cost_usd"])
-        audit(principal, "extraction.batch", outcome="done", target=batch,
-              after={"messages": batch.message_count, "skipped": len(skipped), "outcomes": outcomes,
-                     "prompt_tokens": batch.prompt_tokens, "completion_tokens": batch.completion_tokens,
-                     "cost_usd": str(batch.cost_usd)})
-    log.info("batch %s done: %d new facts", batch_id, len(new_fact_ids),
-             extra={"batch_id": batch_id, "fact_ids": [str(pk) for pk in new_fact_ids], "outcomes": outcomes})
+        batch.save(
+            update_fields=[
+                "status",
+                "error",
+                "lease_until",
+                "finished_at",
+                "extractor",
+                "model",
+                "fact_count",
+                "prompt_tokens",
+                "completion_tokens",
+                "cost_usd",
+            ]
+        )
+        audit(
+            principal,
+            "extraction.batch",
+            outcome="done",
+            target=batch,
+            after={
+                "messages": batch.message_count,
+                "skipped": len(skipped),
+                "outcomes": outcomes,
+                "prompt_tokens": batch.prompt_tokens,
+                "completion_tokens": batch.completion_tokens,
+                "cost_usd": str(batch.cost_usd),
+            },
+        )
+    log.info(
+        "batch %s done: %d new facts",
+        batch_id,
+        len(new_fact_ids),
+        extra={"batch_id": batch_id, "fact_ids": [str(pk) for pk in new_fact_ids], "outcomes": outcomes},
+    )
     return BatchOutcome(batch_id, DONE, outcomes=outcomes)
 
 
@@ -476,14 +549,14 @@ def _summarize(thread: Thread, messages: list[Message]) -> tuple[str, str, str]:
         budget = int(conf.get("EXTRACTION_MAX_INPUT_CHARS"))
         transcript = "\n".join(f"{m.role}: {m.content}" for m in messages)[-budget:]
         try:
-            data, _ = llm.complete_json(tenant_id=thread.tenant_id, layer="summary", system=SUMMARY_SYSTEM,
-                                        user=transcript)
+            data, _ = llm.complete_json(
+                tenant_id=thread.tenant_id, layer="summary", system=SUMMARY_SYSTEM, user=transcript
+            )
             parsed = SummaryOutput.model_validate(data)
             # The model read the raw transcript: a summary it was talked into is not served to agents.
             if not verdict(parsed.summary, tenant_id=thread.tenant_id).flagged:
                 return parsed.summary, parsed.outcome, f"llm:{llm_model()}"
-            log.warning("episode summary of thread %s read as instructions to a model; summarised by rules",
-                        thread.pk)
+            log.warning("episode summary of thread %s read as instructions to a model; summarised by rules", thread.pk)
         except Exception as exc:  # noqa: BLE001 - an episode without a model summary beats no episode
             _, reason, _ = llm.classify(exc)
             log.warning("episode summary of thread %s fell back to rules: %s", thread.pk, reason)
@@ -509,15 +582,25 @@ def episode_build(thread_id: int, *, outcome: str | None = None) -> Episode | No
         ids = [m.pk for m in messages]
         with transaction.atomic():
             episode = Episode.objects.create(
-                tenant_id=thread.tenant_id, memory_user_id=thread.memory_user_id, thread=thread,
-                started_at=min(m.created_at for m in messages), ended_at=max(m.created_at for m in messages),
-                summary=summary, outcome=outcome or guessed, summarizer=summarizer,
+                tenant_id=thread.tenant_id,
+                memory_user_id=thread.memory_user_id,
+                thread=thread,
+                started_at=min(m.created_at for m in messages),
+                ended_at=max(m.created_at for m in messages),
+                summary=summary,
+                outcome=outcome or guessed,
+                summarizer=summarizer,
             )
             Message.objects.filter(pk__in=ids, episode__isnull=True).update(episode=episode)
             episode.facts.set(Fact.objects.filter(message_id__in=ids))
-            audit(Principal.system(thread.tenant_id, actor="extraction"), "episode.create",
-                  outcome=episode.outcome, target=episode, memory_user_id=thread.memory_user_id,
-                  after={"thread": thread.external_id, "messages": len(ids), "summarizer": summarizer})
+            audit(
+                Principal.system(thread.tenant_id, actor="extraction"),
+                "episode.create",
+                outcome=episode.outcome,
+                target=episode,
+                memory_user_id=thread.memory_user_id,
+                after={"thread": thread.external_id, "messages": len(ids), "summarizer": summarizer},
+            )
         return episode
 
 
@@ -530,9 +613,11 @@ def idle_threads(*, now: datetime | None = None, limit: int = 200) -> list[int]:
 
     now = now or timezone.now()
     loose = Message.objects.filter(thread=OuterRef("pk"), episode__isnull=True)
-    candidates = (Thread.objects.filter(Exists(loose), extract_due_at__isnull=True)
-                  .filter(Q(closed_at__isnull=False) | Q(last_message_at__lte=now - timedelta(minutes=1)))
-                  .values_list("pk", "tenant_id", "closed_at", "last_message_at")[: limit * 5])
+    candidates = (
+        Thread.objects.filter(Exists(loose), extract_due_at__isnull=True)
+        .filter(Q(closed_at__isnull=False) | Q(last_message_at__lte=now - timedelta(minutes=1)))
+        .values_list("pk", "tenant_id", "closed_at", "last_message_at")[: limit * 5]
+    )
     idle_minutes = dict(TenantSettings.objects.values_list("tenant_id", "episode_idle_minutes"))
     out = []
     for pk, tenant_id, closed_at, last in candidates:

@@ -30,7 +30,8 @@ _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
 _CLAUSE_SPLIT = re.compile(r",?\s+(?:and|but|so|also)\s+(?=(?:i|i'm|i've|my)\b)", re.I)
 _HEDGE = re.compile(
     r"\b(maybe|perhaps|probably|might|not sure|i think|i guess|i wonder|if i|would i|should i|"
-    r"could i|do i|am i|can i|was wondering|hypothetically|imagine|pretend|let's say)\b", re.I
+    r"could i|do i|am i|can i|was wondering|hypothetically|imagine|pretend|let's say)\b",
+    re.I,
 )
 _NAME_VALUE = r"([A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,2})"
 _VALUE = r"(.{2,160}?)"
@@ -38,43 +39,120 @@ _END = r"\s*[.!]?$"
 
 # (pattern over one clause, category, kind, key, template). Templates use {0}, {1} for groups.
 _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
-    (re.compile(rf"^(?:my name is|call me|i am called|i'm called)\s+{_NAME_VALUE}{_END}", re.I),
-     "personal", "fact", "user.name", "The user's name is {0}."),
-    (re.compile(rf"^my timezone is\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", "user.timezone", "The user's timezone is {0}."),
-    (re.compile(rf"^i(?:'m| am) (?:based|located) in\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", "user.location", "The user is based in {0}."),
-    (re.compile(rf"^i live in\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", "user.location", "The user lives in {0}."),
-    (re.compile(rf"^i(?:'m| am) from\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", None, "The user is from {0}."),
-    (re.compile(rf"^i (?:work|am working|'m working) (?:at|for)\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", "work.employer", "The user works at {0}."),
-    (re.compile(rf"^i (?:work|am working|'m working) on\s+{_VALUE}{_END}", re.I),
-     "project", "fact", None, "The user works on {0}."),
-    (re.compile(rf"^i(?:'m| am) (?:a|an)\s+{_VALUE}(?: at\s+(.{{2,80}}?))?{_END}", re.I),
-     "personal", "fact", "work.role", "The user is a {0}."),
-    (re.compile(rf"^my (?:job|role|title) is\s+{_VALUE}{_END}", re.I),
-     "personal", "fact", "work.role", "The user's role is {0}."),
-    (re.compile(rf"^my (?:favou?rite)\s+([\w .+#-]{{2,40}}?)\s+is\s+{_VALUE}{_END}", re.I),
-     "preference", "preference", None, "The user's favourite {0} is {1}."),
-    (re.compile(rf"^i (?:really |strongly )?(prefer|like|love|enjoy|hate|dislike|avoid)\s+{_VALUE}{_END}", re.I),
-     "preference", "preference", None, "The user {0}s {1}."),
-    (re.compile(rf"^i (?:don't|do not) (like|use|want|enjoy)\s+{_VALUE}{_END}", re.I),
-     "preference", "preference", None, "The user does not {0} {1}."),
-    (re.compile(rf"^(?:i|we) (?:mostly |usually |always |mainly )?(?:use|am using|'m using|are using|'re using)\s+"
-                rf"{_VALUE}{_END}", re.I),
-     "technical", "fact", None, "The user uses {0}."),
-    (re.compile(rf"^i (?:switched|moved|migrated) (?:from\s+(.{{2,60}}?)\s+)?to\s+{_VALUE}{_END}", re.I),
-     "technical", "fact", None, "The user switched to {1}."),
-    (re.compile(rf"^my (?:main |primary )?(editor|language|os|shell|ide|stack|laptop|setup) is\s+{_VALUE}{_END}", re.I),
-     "technical", "fact", "tools.{0}", "The user's {0} is {1}."),
-    (re.compile(rf"^i(?:'ve| have) decided to\s+{_VALUE}{_END}|^i decided to\s+{_VALUE}{_END}", re.I),
-     "project", "decision", None, "The user decided to {0}."),
-    (re.compile(rf"^i(?:'m| am) (?:planning|going|about) to\s+{_VALUE}{_END}|^i plan to\s+{_VALUE}{_END}", re.I),
-     "project", "fact", None, "The user plans to {0}."),
-    (re.compile(rf"^my (?:goal|plan) is to\s+{_VALUE}{_END}", re.I),
-     "project", "fact", None, "The user plans to {0}."),
+    (
+        re.compile(rf"^(?:my name is|call me|i am called|i'm called)\s+{_NAME_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "user.name",
+        "The user's name is {0}.",
+    ),
+    (
+        re.compile(rf"^my timezone is\s+{_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "user.timezone",
+        "The user's timezone is {0}.",
+    ),
+    (
+        re.compile(rf"^i(?:'m| am) (?:based|located) in\s+{_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "user.location",
+        "The user is based in {0}.",
+    ),
+    (re.compile(rf"^i live in\s+{_VALUE}{_END}", re.I), "personal", "fact", "user.location", "The user lives in {0}."),
+    (re.compile(rf"^i(?:'m| am) from\s+{_VALUE}{_END}", re.I), "personal", "fact", None, "The user is from {0}."),
+    (
+        re.compile(rf"^i (?:work|am working|'m working) (?:at|for)\s+{_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "work.employer",
+        "The user works at {0}.",
+    ),
+    (
+        re.compile(rf"^i (?:work|am working|'m working) on\s+{_VALUE}{_END}", re.I),
+        "project",
+        "fact",
+        None,
+        "The user works on {0}.",
+    ),
+    (
+        re.compile(rf"^i(?:'m| am) (?:a|an)\s+{_VALUE}(?: at\s+(.{{2,80}}?))?{_END}", re.I),
+        "personal",
+        "fact",
+        "work.role",
+        "The user is a {0}.",
+    ),
+    (
+        re.compile(rf"^my (?:job|role|title) is\s+{_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "work.role",
+        "The user's role is {0}.",
+    ),
+    (
+        re.compile(rf"^my (?:favou?rite)\s+([\w .+#-]{{2,40}}?)\s+is\s+{_VALUE}{_END}", re.I),
+        "preference",
+        "preference",
+        None,
+        "The user's favourite {0} is {1}.",
+    ),
+    (
+        re.compile(rf"^i (?:really |strongly )?(prefer|like|love|enjoy|hate|dislike|avoid)\s+{_VALUE}{_END}", re.I),
+        "preference",
+        "preference",
+        None,
+        "The user {0}s {1}.",
+    ),
+    (
+        re.compile(rf"^i (?:don't|do not) (like|use|want|enjoy)\s+{_VALUE}{_END}", re.I),
+        "preference",
+        "preference",
+        None,
+        "The user does not {0} {1}.",
+    ),
+    (
+        re.compile(
+            rf"^(?:i|we) (?:mostly |usually |always |mainly )?(?:use|am using|'m using|are using|'re using)\s+"
+            rf"{_VALUE}{_END}",
+            re.I,
+        ),
+        "technical",
+        "fact",
+        None,
+        "The user uses {0}.",
+    ),
+    (
+        re.compile(rf"^i (?:switched|moved|migrated) (?:from\s+(.{{2,60}}?)\s+)?to\s+{_VALUE}{_END}", re.I),
+        "technical",
+        "fact",
+        None,
+        "The user switched to {1}.",
+    ),
+    (
+        re.compile(
+            rf"^my (?:main |primary )?(editor|language|os|shell|ide|stack|laptop|setup) is\s+{_VALUE}{_END}", re.I
+        ),
+        "technical",
+        "fact",
+        "tools.{0}",
+        "The user's {0} is {1}.",
+    ),
+    (
+        re.compile(rf"^i(?:'ve| have) decided to\s+{_VALUE}{_END}|^i decided to\s+{_VALUE}{_END}", re.I),
+        "project",
+        "decision",
+        None,
+        "The user decided to {0}.",
+    ),
+    (
+        re.compile(rf"^i(?:'m| am) (?:planning|going|about) to\s+{_VALUE}{_END}|^i plan to\s+{_VALUE}{_END}", re.I),
+        "project",
+        "fact",
+        None,
+        "The user plans to {0}.",
+    ),
+    (re.compile(rf"^my (?:goal|plan) is to\s+{_VALUE}{_END}", re.I), "project", "fact", None, "The user plans to {0}."),
 ]
 
 _PRONOUNS = [
@@ -88,8 +166,15 @@ _PRONOUNS = [
     (re.compile(r"\bI've\b"), "they have"),
     (re.compile(r"\bI\b"), "they"),
 ]
-_VERB_S = {"prefer": "prefers", "like": "likes", "love": "loves", "enjoy": "enjoys", "hate": "hates",
-           "dislike": "dislikes", "avoid": "avoids"}
+_VERB_S = {
+    "prefer": "prefers",
+    "like": "likes",
+    "love": "loves",
+    "enjoy": "enjoys",
+    "hate": "hates",
+    "dislike": "dislikes",
+    "avoid": "avoids",
+}
 
 
 def _third_person(text: str) -> str:
@@ -106,8 +191,13 @@ def statements(text: str) -> list[str]:
             continue
         # Leading discourse words carry nothing: "Oh, and I use vim" / "Also I live in Berlin".
         for clause in _CLAUSE_SPLIT.split(sentence):
-            clause = re.sub(r"^(?:(?:oh|well|also|btw|by the way|and|actually|so|yes|yeah|ok|okay|fyi|hi|hello|"
-                            r"hey)[,!]?\s+)+", "", clause.strip(), flags=re.I)
+            clause = re.sub(
+                r"^(?:(?:oh|well|also|btw|by the way|and|actually|so|yes|yeah|ok|okay|fyi|hi|hello|"
+                r"hey)[,!]?\s+)+",
+                "",
+                clause.strip(),
+                flags=re.I,
+            )
             if clause:
                 out.append(clause)
     return out
@@ -128,8 +218,9 @@ def extract(messages: list[tuple[int, str, str]]) -> list[RuleFact]:
                 continue
             content, category, kind, slot = fact
             seen.add(content.lower())
-            found.append(RuleFact(content=content, category=category, kind=kind, confidence=0.9, key=slot,
-                                  message_index=index))
+            found.append(
+                RuleFact(content=content, category=category, kind=kind, confidence=0.9, key=slot, message_index=index)
+            )
     return found
 
 
@@ -156,10 +247,16 @@ def _clause_fact(clause: str) -> tuple[str, str, str, str | None] | None:
     return None
 
 
-_SUCCESS = re.compile(r"\b(thanks?|thank you|that worked|it works|works now|worked|fixed|solved|perfect|great|"
-                      r"done|resolved|all good|awesome)\b", re.I)
-_FAILURE = re.compile(r"\b(still (?:fails|failing|broken|doesn't work|not working)|doesn't work|didn't work|"
-                      r"not working|give up|gave up|no luck|still an error|won't work|failed)\b", re.I)
+_SUCCESS = re.compile(
+    r"\b(thanks?|thank you|that worked|it works|works now|worked|fixed|solved|perfect|great|"
+    r"done|resolved|all good|awesome)\b",
+    re.I,
+)
+_FAILURE = re.compile(
+    r"\b(still (?:fails|failing|broken|doesn't work|not working)|doesn't work|didn't work|"
+    r"not working|give up|gave up|no luck|still an error|won't work|failed)\b",
+    re.I,
+)
 
 
 def outcome_of(messages: list[tuple[str, str]]) -> str:

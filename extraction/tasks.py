@@ -45,13 +45,14 @@ class _HeartbeatPublisher(threading.Thread):
     def run(self) -> None:
         while not self.stopped.is_set():
             try:
-                self.app.send_task("extraction.worker_heartbeat", args=[self.hostname],
-                                   expires=max(3 * self.period, 30),
-                                   retry_policy={"max_retries": 2, "interval_start": 0.5, "interval_step": 1,
-                                                 "interval_max": 2})
+                self.app.send_task(
+                    "extraction.worker_heartbeat",
+                    args=[self.hostname],
+                    expires=max(3 * self.period, 30),
+                    retry_policy={"max_retries": 2, "interval_start": 0.5, "interval_step": 1, "interval_max": 2},
+                )
             except Exception as exc:  # noqa: BLE001 - the outage is what /health/ready reports
-                log.warning("worker heartbeat not published (%s); retrying in %.0f s", type(exc).__name__,
-                            self.period)
+                log.warning("worker heartbeat not published (%s); retrying in %.0f s", type(exc).__name__, self.period)
             self.stopped.wait(self.period)
 
 

@@ -65,22 +65,35 @@ class Db:
     @classmethod
     def from_django(cls, entry: dict[str, Any], name: str | None = None) -> Db:
         options = tuple(sorted((str(k), str(v)) for k, v in (entry.get("OPTIONS") or {}).items()))
-        return cls(name=name or entry["NAME"], host=entry.get("HOST") or "", port=str(entry.get("PORT") or ""),
-                   user=entry.get("USER") or "", password=entry.get("PASSWORD") or "", options=options)
+        return cls(
+            name=name or entry["NAME"],
+            host=entry.get("HOST") or "",
+            port=str(entry.get("PORT") or ""),
+            user=entry.get("USER") or "",
+            password=entry.get("PASSWORD") or "",
+            options=options,
+        )
 
     def named(self, name: str) -> Db:
         return Db(name, self.host, self.port, self.user, self.password, self.options)
 
     def connect(self, *, autocommit: bool = False) -> psycopg.Connection:
-        params = {k: v for k, v in (("host", self.host), ("port", self.port), ("user", self.user),
-                                    ("password", self.password)) if v}
+        params = {
+            k: v
+            for k, v in (("host", self.host), ("port", self.port), ("user", self.user), ("password", self.password))
+            if v
+        }
         return psycopg.connect(dbname=self.name, autocommit=autocommit, **params, **dict(self.options))
 
     def libpq_env(self) -> dict[str, str]:
         """The connection for pg_dump/pg_restore/psql as libpq variables (no password on a command line)."""
         env = {**os.environ, "PGDATABASE": self.name}
-        for var, value in (("PGHOST", self.host), ("PGPORT", self.port), ("PGUSER", self.user),
-                           ("PGPASSWORD", self.password)):
+        for var, value in (
+            ("PGHOST", self.host),
+            ("PGPORT", self.port),
+            ("PGUSER", self.user),
+            ("PGPASSWORD", self.password),
+        ):
             if value:
                 env[var] = value
         for key, value in self.options:
@@ -176,12 +189,28 @@ def backup_create(target: Path, db: Db, *, secrets: dict[str, str] | None = None
             cursor.execute("SELECT pg_export_snapshot(), current_setting('server_version')")
             snapshot, server_version = cursor.fetchone()
             state = database_state(cursor)
-            _run([pg_tool("pg_dump"), "--format=custom", f"--snapshot={snapshot}", "--no-owner",
-                  "--no-privileges", f"--file={dump}"], db)
+            _run(
+                [
+                    pg_tool("pg_dump"),
+                    "--format=custom",
+                    f"--snapshot={snapshot}",
+                    "--no-owner",
+                    "--no-privileges",
+                    f"--file={dump}",
+                ],
+                db,
+            )
             conn.rollback()
-        manifest = {"format": FORMAT, "created_at": datetime.now(UTC).isoformat(), "database": db.name,
-                    "server_version": server_version, "dump_sha256": _sha256(dump),
-                    "dump_bytes": dump.stat().st_size, "secrets": sorted(secrets or {}), **state}
+        manifest = {
+            "format": FORMAT,
+            "created_at": datetime.now(UTC).isoformat(),
+            "database": db.name,
+            "server_version": server_version,
+            "dump_sha256": _sha256(dump),
+            "dump_bytes": dump.stat().st_size,
+            "secrets": sorted(secrets or {}),
+            **state,
+        }
         _write_archive(target, dump, manifest, secrets or {})
     return manifest
 
@@ -227,11 +256,15 @@ def opened_backup(path: Path) -> Iterator[Backup]:
                 manifest = json.loads(_member(archive, members, MANIFEST_MEMBER))
                 dump = Path(work) / DUMP_MEMBER
                 _copy_member(archive, members, DUMP_MEMBER, dump)
-                secrets = {name: _member(archive, members, f"install/{name}").decode().strip()
-                           for name in SECRET_NAMES if f"install/{name}" in members}
+                secrets = {
+                    name: _member(archive, members, f"install/{name}").decode().strip()
+                    for name in SECRET_NAMES
+                    if f"install/{name}" in members
+                }
         except (tarfile.TarError, EOFError, OSError, ValueError, KeyError) as exc:
-            raise BackupError(f"{path} is not a readable backup (damaged or truncated: {exc}). "
-                              "Nothing was changed.") from exc
+            raise BackupError(
+                f"{path} is not a readable backup (damaged or truncated: {exc}). Nothing was changed."
+            ) from exc
         _check_manifest(path, manifest, dump)
         yield Backup(manifest, dump, secrets)
 
@@ -283,8 +316,18 @@ def restore_into_new_database(backup: Backup, db: Db, name: str) -> Db:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     target = db.named(name)
     try:
-        _run([pg_tool("pg_restore"), "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
-              f"--dbname={name}", str(backup.dump)], target)
+        _run(
+            [
+                pg_tool("pg_restore"),
+                "--no-owner",
+                "--no-privileges",
+                "--exit-on-error",
+                "--single-transaction",
+                f"--dbname={name}",
+                str(backup.dump),
+            ],
+            target,
+        )
     except BackupError:
         drop_database(db, name)
         raise
@@ -302,11 +345,16 @@ def verify_restored(backup: Backup, restored: Db) -> list[tuple[str, str]]:
     with restored.connect() as conn, conn.cursor() as cursor:
         state = database_state(cursor)
     expected = backup.manifest.get("row_counts", {})
-    wrong = {t: (expected.get(t), state["row_counts"].get(t))
-             for t in set(expected) | set(state["row_counts"]) if expected.get(t) != state["row_counts"].get(t)}
+    wrong = {
+        t: (expected.get(t), state["row_counts"].get(t))
+        for t in set(expected) | set(state["row_counts"])
+        if expected.get(t) != state["row_counts"].get(t)
+    }
     if wrong:
-        raise BackupError(f"the restored database differs from the backup's manifest (table: expected, found): "
-                          f"{dict(sorted(wrong.items())[:5])}. Nothing was changed.")
+        raise BackupError(
+            f"the restored database differs from the backup's manifest (table: expected, found): "
+            f"{dict(sorted(wrong.items())[:5])}. Nothing was changed."
+        )
     applied = {tuple(m) for m in state["migrations"]}
     if applied != {tuple(m) for m in backup.manifest.get("migrations", [])}:
         raise BackupError("the restored migrations differ from the backup's manifest. Nothing was changed.")
@@ -315,8 +363,10 @@ def verify_restored(backup: Backup, restored: Db) -> list[tuple[str, str]]:
     known = set(MigrationLoader(None, ignore_no_migrations=True).disk_migrations)
     unknown = sorted(applied - known)
     if unknown:
-        raise BackupError(f"the backup was made by a newer version (migrations unknown here: {unknown[:3]}); "
-                          "restore it with that version. Nothing was changed.")
+        raise BackupError(
+            f"the backup was made by a newer version (migrations unknown here: {unknown[:3]}); "
+            "restore it with that version. Nothing was changed."
+        )
     return sorted(known - applied)
 
 
@@ -327,8 +377,7 @@ def database_url(db: Db) -> str:
     auth = quote(db.user) + (f":{quote(db.password)}" if db.password else "") + "@" if db.user else ""
     socket = db.host.startswith("/")
     netloc = auth + ("" if socket else db.host) + (f":{db.port}" if db.port and not socket else "")
-    query = dict(db.options) | ({"host": db.host} if socket else {}) | ({"port": db.port} if socket and db.port
-                                                                        else {})
+    query = dict(db.options) | ({"host": db.host} if socket else {}) | ({"port": db.port} if socket and db.port else {})
     return f"postgresql://{netloc}/{quote(db.name)}" + (f"?{urlencode(query)}" if query else "")
 
 
@@ -336,17 +385,23 @@ def migrate_database(restored: Db) -> None:
     """Bring a backup made by an older version up to this code's migrations, before it is swapped in."""
     from django.conf import settings
 
-    result = subprocess.run([sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "migrate", "--noinput"],
-                            env={**os.environ, "DATABASE_URL": database_url(restored)}, capture_output=True,
-                            text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "migrate", "--noinput"],
+        env={**os.environ, "DATABASE_URL": database_url(restored)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if result.returncode != 0:
-        raise BackupError(f"migrating the restored database failed: {result.stderr.strip()[-800:]}. "
-                          "Nothing was changed.")
+        raise BackupError(
+            f"migrating the restored database failed: {result.stderr.strip()[-800:]}. Nothing was changed."
+        )
 
 
 def _other_sessions(admin: psycopg.Connection, name: str) -> int:
-    row = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-                        [name]).fetchone()
+    row = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [name]
+    ).fetchone()
     return row[0]
 
 
@@ -366,16 +421,19 @@ def swap_databases(db: Db, restored: Db, *, terminate: bool) -> str:
             return ""
         sessions = _other_sessions(admin, db.name)
         if sessions and not terminate:
-            raise BackupError(f"{sessions} other session(s) use {db.name}: stop the web server, worker and beat "
-                              "(or pass --terminate). Nothing was changed.")
+            raise BackupError(
+                f"{sessions} other session(s) use {db.name}: stop the web server, worker and beat "
+                "(or pass --terminate). Nothing was changed."
+            )
         admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS false").format(current))
         try:
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                          "WHERE datname = %s AND pid <> pg_backend_pid()", [db.name])
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                [db.name],
+            )
             with admin.transaction():
                 admin.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(current, sql.Identifier(keep_as)))
-                admin.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(restored.name),
-                                                                              current))
+                admin.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(restored.name), current))
         except psycopg.Error:
             admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS true").format(current))
             raise

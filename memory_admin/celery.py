@@ -51,8 +51,9 @@ class Scheduler(PersistentScheduler):
             now = time.monotonic()
             self._failing_since = self._failing_since or now
             if now - self._failing_since > self.give_up_seconds:
-                log.critical("beat: nothing published for %.0f s; exiting so a fresh beat is started",
-                             now - self._failing_since)
+                log.critical(
+                    "beat: nothing published for %.0f s; exiting so a fresh beat is started", now - self._failing_since
+                )
                 try:
                     self.close()
                 finally:
@@ -72,8 +73,11 @@ class Scheduler(PersistentScheduler):
             log.error("beat: broker unreachable (%s); trying again in %.0f s", type(exc).__name__, interval)
 
         return self.connection.ensure_connection(
-            _error_handler, self.app.conf.broker_connection_max_retries,
-            interval_start=1, interval_step=1, interval_max=5,
+            _error_handler,
+            self.app.conf.broker_connection_max_retries,
+            interval_start=1,
+            interval_step=1,
+            interval_max=5,
         )
 
     def _drop_publisher(self) -> None:
@@ -143,5 +147,6 @@ def dispatch(task: str, *args: object) -> None:
     try:
         app.send_task(task, args=list(args))
     except Exception:  # noqa: BLE001 - a lost dispatch is recovered by the sweeper
-        logging.getLogger("memory_admin.dispatch").warning("could not dispatch %s%s; the sweeper will retry", task,
-                                                           args, exc_info=True)
+        logging.getLogger("memory_admin.dispatch").warning(
+            "could not dispatch %s%s; the sweeper will retry", task, args, exc_info=True
+        )

@@ -45,9 +45,7 @@ class LocalEmbedder:
         if not texts:
             return []
         with _lock:
-            vectors = self._model.encode(
-                list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False
-            )
+            vectors = self._model.encode(list(texts), batch_size=64, normalize_embeddings=True, show_progress_bar=False)
         return [v.tolist() for v in vectors]
 
 
@@ -86,10 +84,15 @@ class OnnxEmbedder:
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         np, run = self._np, self._session.run
         out = []
-        for encoding in self._tokenizer.encode_batch(list(texts)) if len(texts) > 1 else (
-                [self._tokenizer.encode(texts[0])] if texts else []):
-            feeds = {"input_ids": np.array([encoding.ids], dtype=np.int64),
-                     "attention_mask": np.array([encoding.attention_mask], dtype=np.int64)}
+        for encoding in (
+            self._tokenizer.encode_batch(list(texts))
+            if len(texts) > 1
+            else ([self._tokenizer.encode(texts[0])] if texts else [])
+        ):
+            feeds = {
+                "input_ids": np.array([encoding.ids], dtype=np.int64),
+                "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+            }
             out.append(run(["sentence_embedding"], feeds)[0][0].tolist())
         return out
 
@@ -159,7 +162,7 @@ class _MicroBatcher:
         try:
             while not item.done:
                 with self._cond:
-                    batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH:]
+                    batch, self._queue = self._queue[: self.MAX_BATCH], self._queue[self.MAX_BATCH :]
                 try:
                     vectors = encode([p.text for p in batch])
                     for pending, vector in zip(batch, vectors, strict=True):

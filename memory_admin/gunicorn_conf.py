@@ -14,11 +14,14 @@ if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": "memory_admin.requestlog.JsonFormatter"}},
-        "handlers": {"error_console": {"class": "logging.StreamHandler", "formatter": "json",
-                                       "stream": "ext://sys.stderr"},
-                     "console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"}},
-        "loggers": {"gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
-                    "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False}},
+        "handlers": {
+            "error_console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"},
+            "console": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stdout"},
+        },
+        "loggers": {
+            "gunicorn.error": {"level": "INFO", "handlers": ["error_console"], "propagate": False},
+            "gunicorn.access": {"level": "INFO", "handlers": ["console"], "propagate": False},
+        },
     }
 wsgi_app = "memory_admin.wsgi:application"
 

@@ -50,8 +50,9 @@ def unreadable_field(data: Mapping) -> tuple[str, str] | None:
     return None
 
 
-def whole_number(raw: str | None, *, field: str, default: int | None = None, minimum: int = 0,
-                 maximum: int = INT4_MAX) -> int | None:
+def whole_number(
+    raw: str | None, *, field: str, default: int | None = None, minimum: int = 0, maximum: int = INT4_MAX
+) -> int | None:
     """A form's whole number: `default` when absent or blank, else digits within [minimum, maximum];
     anything else raises Invalid naming the field."""
     raw = (raw or "").strip()
@@ -85,8 +86,9 @@ def check_size(content: str, *, limit: int, what: str) -> None:
     `what` names the thing in the sentence ("A notebook")."""
     size = len(content.encode())
     if size > limit:
-        raise TooLarge(f"{what} may hold at most {limit} bytes; this one has {size}.", code="content_too_large",
-                       limit=limit)
+        raise TooLarge(
+            f"{what} may hold at most {limit} bytes; this one has {size}.", code="content_too_large", limit=limit
+        )
 
 
 def unit_score(raw: str | None, *, field: str) -> float | None:

@@ -15,10 +15,15 @@ import secrets
 from pathlib import Path
 
 # Keys that were ever public (an old default) or are placeholders: never accepted with DEBUG off.
-PUBLIC_KEYS = frozenset({
-    "dev-only-insecure-secret-key-change-me-in-production-0123456789",
-    "change-me", "changeme", "secret", "insecure",
-})
+PUBLIC_KEYS = frozenset(
+    {
+        "dev-only-insecure-secret-key-change-me-in-production-0123456789",
+        "change-me",
+        "changeme",
+        "secret",
+        "insecure",
+    }
+)
 
 
 def install_secret(data_dir: Path, name: str, env_value: str | None) -> str:

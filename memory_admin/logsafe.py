@@ -89,8 +89,9 @@ def install() -> None:
         try:
             # A path passed as an argument ("Not Found: %s") is masked whole, spaces and all.
             if isinstance(record.args, tuple) and record.args:
-                record.args = tuple(mask_path(a) if isinstance(a, str) and a.startswith("/") else a
-                                    for a in record.args)
+                record.args = tuple(
+                    mask_path(a) if isinstance(a, str) and a.startswith("/") else a for a in record.args
+                )
             message = record.getMessage()
             record.msg, record.args = sanitize(message), ()
             if record.exc_info and record.exc_info[0] is not None:

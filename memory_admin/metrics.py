@@ -47,30 +47,47 @@ log = logging.getLogger("memory_admin.write")
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-FACT_WRITES = Counter("memory_admin_fact_writes", "Fact writes by outcome (SPEC §4) and route.",
-                      ["route", "outcome"])
-PII_BLOCKS = Counter("memory_admin_pii_blocks", "Secrets/PII found by the scan, by kind and what was done.",
-                     ["route", "action", "kind"])
-QUARANTINES = Counter("memory_admin_quarantines", "Facts stored for review only (poisoning guard or external "
-                      "source).", ["route"])
-SEARCH_SECONDS = Histogram("memory_admin_search_seconds", "Ranked search (fact_search), seconds; caller "
-                           "`context` is the search inside a context block.", ["caller"], buckets=_LATENCY)
+FACT_WRITES = Counter("memory_admin_fact_writes", "Fact writes by outcome (SPEC §4) and route.", ["route", "outcome"])
+PII_BLOCKS = Counter(
+    "memory_admin_pii_blocks", "Secrets/PII found by the scan, by kind and what was done.", ["route", "action", "kind"]
+)
+QUARANTINES = Counter(
+    "memory_admin_quarantines", "Facts stored for review only (poisoning guard or external source).", ["route"]
+)
+SEARCH_SECONDS = Histogram(
+    "memory_admin_search_seconds",
+    "Ranked search (fact_search), seconds; caller `context` is the search inside a context block.",
+    ["caller"],
+    buckets=_LATENCY,
+)
 CONTEXT_SECONDS = Histogram("memory_admin_context_seconds", "Context block assembly, seconds.", buckets=_LATENCY)
-CONTEXT_TOKENS = Histogram("memory_admin_context_tokens", "Tokens of each context block served.",
-                           buckets=(100, 250, 500, 1000, 2000, 4000, 8000, 16000, 32000))
-EMBEDDING_SECONDS = Histogram("memory_admin_embedding_seconds", "One embedding call (a text or a batch), seconds.",
-                              ["call"], buckets=_LATENCY)
-BATCHES = Counter("memory_admin_extraction_batches", "Extraction batch runs by result (done, failed, retry "
-                  "= pending again, lost, not_claimed).", ["status"])
-BATCH_LAG = Histogram("memory_admin_extraction_lag_seconds", "From a batch's first message received to the "
-                      "batch done (includes the debounce window).",
-                      buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600))
-LLM_CALLS = Counter("memory_admin_llm_calls", "Model calls by tenant, layer, model and success.",
-                    ["tenant", "layer", "model", "ok"])
-LLM_TOKENS = Counter("memory_admin_llm_tokens", "Model tokens by tenant, layer, model and type.",
-                     ["tenant", "layer", "model", "type"])
-LLM_COST = Counter("memory_admin_llm_cost_usd", "Model cost in USD by tenant, layer and model.",
-                   ["tenant", "layer", "model"])
+CONTEXT_TOKENS = Histogram(
+    "memory_admin_context_tokens",
+    "Tokens of each context block served.",
+    buckets=(100, 250, 500, 1000, 2000, 4000, 8000, 16000, 32000),
+)
+EMBEDDING_SECONDS = Histogram(
+    "memory_admin_embedding_seconds", "One embedding call (a text or a batch), seconds.", ["call"], buckets=_LATENCY
+)
+BATCHES = Counter(
+    "memory_admin_extraction_batches",
+    "Extraction batch runs by result (done, failed, retry = pending again, lost, not_claimed).",
+    ["status"],
+)
+BATCH_LAG = Histogram(
+    "memory_admin_extraction_lag_seconds",
+    "From a batch's first message received to the batch done (includes the debounce window).",
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+LLM_CALLS = Counter(
+    "memory_admin_llm_calls", "Model calls by tenant, layer, model and success.", ["tenant", "layer", "model", "ok"]
+)
+LLM_TOKENS = Counter(
+    "memory_admin_llm_tokens", "Model tokens by tenant, layer, model and type.", ["tenant", "layer", "model", "type"]
+)
+LLM_COST = Counter(
+    "memory_admin_llm_cost_usd", "Model cost in USD by tenant, layer and model.", ["tenant", "layer", "model"]
+)
 
 
 # --- Recording hooks (one line at the point where each event happens) ----------------------------------
@@ -100,8 +117,11 @@ def _write_outcome(route: str, outcome: str, fact_id: object | None, block_id: s
     FACT_WRITES.labels(route, outcome).inc()
     if outcome == "quarantined":
         QUARANTINES.labels(route).inc()
-    log.info("fact write: %s", outcome, extra={"route": route, "outcome": outcome,
-                                                "fact_id": str(fact_id) if fact_id else None, "block_id": block_id})
+    log.info(
+        "fact write: %s",
+        outcome,
+        extra={"route": route, "outcome": outcome, "fact_id": str(fact_id) if fact_id else None, "block_id": block_id},
+    )
 
 
 def pii_found(route: str, action: str, kinds: list[str]) -> None:
@@ -174,14 +194,26 @@ def _observe_lag(batch_id: int) -> None:
 
     from memory_admin.models import ExtractionBatch
 
-    row = (ExtractionBatch.objects.filter(pk=batch_id)
-           .annotate(first=Min("messages__received_at")).values("first", "finished_at").first())
+    row = (
+        ExtractionBatch.objects.filter(pk=batch_id)
+        .annotate(first=Min("messages__received_at"))
+        .values("first", "finished_at")
+        .first()
+    )
     if row and row["first"] and row["finished_at"]:
         BATCH_LAG.observe(max(0.0, (row["finished_at"] - row["first"]).total_seconds()))
 
 
-def llm_call(*, tenant_id: int, layer: str, model: str, ok: bool, prompt_tokens: int, completion_tokens: int,
-             cost_usd: Decimal | float) -> None:
+def llm_call(
+    *,
+    tenant_id: int,
+    layer: str,
+    model: str,
+    ok: bool,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cost_usd: Decimal | float,
+) -> None:
     tenant = str(tenant_id)
     LLM_CALLS.labels(tenant, layer, model, "true" if ok else "false").inc()
     LLM_TOKENS.labels(tenant, layer, model, "prompt").inc(prompt_tokens)
@@ -214,12 +246,16 @@ class DatabaseCollector:
         from memory_admin.models import Contradiction, ExtractionBatch, Fact
 
         now = timezone.now()
-        depth = GaugeMetricFamily("memory_admin_review_queue_depth", "Items waiting for a reviewer.",
-                                  labels=["tenant", "queue"])
-        oldest = GaugeMetricFamily("memory_admin_review_queue_oldest_seconds", "Age of the oldest waiting item.",
-                                   labels=["tenant", "queue"])
-        queues = {"contradictions": Contradiction.objects.filter(status=Contradiction.Status.OPEN),
-                  "quarantine": Fact.objects.filter(status=Fact.Status.QUARANTINED)}
+        depth = GaugeMetricFamily(
+            "memory_admin_review_queue_depth", "Items waiting for a reviewer.", labels=["tenant", "queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "memory_admin_review_queue_oldest_seconds", "Age of the oldest waiting item.", labels=["tenant", "queue"]
+        )
+        queues = {
+            "contradictions": Contradiction.objects.filter(status=Contradiction.Status.OPEN),
+            "quarantine": Fact.objects.filter(status=Fact.Status.QUARANTINED),
+        }
         for queue, qs in queues.items():
             for row in qs.values("tenant_id").annotate(n=Count("pk"), first=Min("created_at")).order_by():
                 depth.add_metric([str(row["tenant_id"]), queue], row["n"])
@@ -233,12 +269,19 @@ class DatabaseCollector:
     def _batches(now, batch_model):
         from django.db.models import Count, Min
 
-        open_ = GaugeMetricFamily("memory_admin_extraction_batches_open", "Batches waiting or running.",
-                                  labels=["status"])
-        lag = GaugeMetricFamily("memory_admin_extraction_oldest_open_seconds",
-                                "Age of the oldest batch waiting or running (0 when none).")
-        rows = {r["status"]: r for r in batch_model.objects.filter(status__in=["pending", "running"])
-                .values("status").annotate(n=Count("pk"), first=Min("created_at")).order_by()}
+        open_ = GaugeMetricFamily(
+            "memory_admin_extraction_batches_open", "Batches waiting or running.", labels=["status"]
+        )
+        lag = GaugeMetricFamily(
+            "memory_admin_extraction_oldest_open_seconds", "Age of the oldest batch waiting or running (0 when none)."
+        )
+        rows = {
+            r["status"]: r
+            for r in batch_model.objects.filter(status__in=["pending", "running"])
+            .values("status")
+            .annotate(n=Count("pk"), first=Min("created_at"))
+            .order_by()
+        }
         for status in ("pending", "running"):
             open_.add_metric([status], rows[status]["n"] if status in rows else 0)
         firsts = [r["first"] for r in rows.values()]
@@ -251,9 +294,13 @@ class DatabaseCollector:
         from memory_admin.selectors.health import background_status
 
         status, _ = background_status()
-        names = {"sweep": ("memory_admin_beat_sweep_age_seconds", "Seconds since beat's last completed sweep."),
-                 "worker": ("memory_admin_worker_heartbeat_age_seconds", "Seconds since a worker last ran a "
-                            "heartbeat task.")}
+        names = {
+            "sweep": ("memory_admin_beat_sweep_age_seconds", "Seconds since beat's last completed sweep."),
+            "worker": (
+                "memory_admin_worker_heartbeat_age_seconds",
+                "Seconds since a worker last ran a heartbeat task.",
+            ),
+        }
         for component, (name, doc) in names.items():
             age = status.get(component, {}).get("age_seconds")
             if age is not None:  # never recorded on this database: no sample rather than a made-up one

@@ -127,8 +127,14 @@ def build(directory: Path) -> Path:
         # the torch vectors was 0.992 (min 0.977) and similarities near the write path's thresholds moved
         # by up to 0.02; kept float32: 0.996 (min 0.985), for ~1.4x the time of the all-int8 model.
         keep_fp32 = [f"l{i}_ff2_mm" for i in range(_layers(src))]
-        quantize_dynamic(str(fp32), str(int8), per_channel=True, weight_type=QuantType.QInt8,
-                         op_types_to_quantize=["MatMul", "Gather"], nodes_to_exclude=keep_fp32)
+        quantize_dynamic(
+            str(fp32),
+            str(int8),
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+            op_types_to_quantize=["MatMul", "Gather"],
+            nodes_to_exclude=keep_fp32,
+        )
         digest = sha256_file(int8)
         os.replace(int8, directory / MODEL_FILE)
     manifest = {
@@ -181,7 +187,9 @@ def _write_fp32_graph(src: Path, out: Path) -> None:
         return node(
             "LayerNormalization",
             [x, const(f"{prefix}.weight", w[f"{prefix}.weight"]), const(f"{prefix}.bias", w[f"{prefix}.bias"])],
-            name, axis=-1, epsilon=eps,
+            name,
+            axis=-1,
+            epsilon=eps,
         )
 
     # Embeddings: token type is always 0, so its row is folded into the position table.
@@ -210,15 +218,26 @@ def _write_fp32_graph(src: Path, out: Path) -> None:
         # Q, K and V in one MatMul (one quantised weight, one kernel call), then split.
         qkv_w = np.concatenate([w[f"{p}.attention.self.{t}.weight"].T for t in ("query", "key", "value")], axis=1)
         qkv_b = np.concatenate([w[f"{p}.attention.self.{t}.bias"] for t in ("query", "key", "value")])
-        qkv = node("Add", [node("MatMul", [x, const(f"{p}.qkv_w", qkv_w.copy())], f"l{i}_qkv_mm"),
-                           const(f"{p}.qkv_b", qkv_b)], f"l{i}_qkv")
-        nodes.append(helper.make_node("Split", [qkv, const(f"l{i}_split", np.array([hidden] * 3, dtype=np.int64))],
-                                      [f"l{i}_q", f"l{i}_k", f"l{i}_v"], name=f"l{i}_split_node", axis=-1))
+        qkv = node(
+            "Add",
+            [node("MatMul", [x, const(f"{p}.qkv_w", qkv_w.copy())], f"l{i}_qkv_mm"), const(f"{p}.qkv_b", qkv_b)],
+            f"l{i}_qkv",
+        )
+        nodes.append(
+            helper.make_node(
+                "Split",
+                [qkv, const(f"l{i}_split", np.array([hidden] * 3, dtype=np.int64))],
+                [f"l{i}_q", f"l{i}_k", f"l{i}_v"],
+                name=f"l{i}_split_node",
+                axis=-1,
+            )
+        )
         q = node("Transpose", [node("Reshape", [f"l{i}_q", split_shape], f"l{i}_q4")], f"l{i}_qt", perm=[0, 2, 1, 3])
         k = node("Transpose", [node("Reshape", [f"l{i}_k", split_shape], f"l{i}_k4")], f"l{i}_kt", perm=[0, 2, 3, 1])
         v = node("Transpose", [node("Reshape", [f"l{i}_v", split_shape], f"l{i}_v4")], f"l{i}_vt", perm=[0, 2, 1, 3])
-        scores = node("Add", [node("Mul", [node("MatMul", [q, k], f"l{i}_qk"), scale], f"l{i}_scaled"), bias],
-                      f"l{i}_scores")
+        scores = node(
+            "Add", [node("Mul", [node("MatMul", [q, k], f"l{i}_qk"), scale], f"l{i}_scaled"), bias], f"l{i}_scores"
+        )
         probs = node("Softmax", [scores], f"l{i}_probs", axis=-1)
         ctx = node("MatMul", [probs, v], f"l{i}_ctx4")
         ctx = node("Reshape", [node("Transpose", [ctx], f"l{i}_ctxt", perm=[0, 2, 1, 3]), merge_shape], f"l{i}_ctx")
@@ -226,27 +245,48 @@ def _write_fp32_graph(src: Path, out: Path) -> None:
         x = layer_norm(node("Add", [attn, x], f"l{i}_res1"), f"{p}.attention.output.LayerNorm", f"l{i}_ln1")
         h = linear(x, f"{p}.intermediate.dense", f"l{i}_ff1")
         # GELU (erf form, as BERT): 0.5 * h * (1 + erf(h / sqrt 2))
-        erf = node("Erf", [node("Mul", [h, const(f"l{i}_rsqrt2", np.array(1 / math.sqrt(2), dtype=np.float32))],
-                                f"l{i}_gs")], f"l{i}_erf")
-        gelu = node("Mul", [node("Mul", [h, node("Add", [erf, "onef"], f"l{i}_erf1")], f"l{i}_g1"),
-                            const(f"l{i}_half", np.array(0.5, dtype=np.float32))], f"l{i}_gelu")
+        erf = node(
+            "Erf",
+            [node("Mul", [h, const(f"l{i}_rsqrt2", np.array(1 / math.sqrt(2), dtype=np.float32))], f"l{i}_gs")],
+            f"l{i}_erf",
+        )
+        gelu = node(
+            "Mul",
+            [
+                node("Mul", [h, node("Add", [erf, "onef"], f"l{i}_erf1")], f"l{i}_g1"),
+                const(f"l{i}_half", np.array(0.5, dtype=np.float32)),
+            ],
+            f"l{i}_gelu",
+        )
         ff2 = linear(gelu, f"{p}.output.dense", f"l{i}_ff2")
         x = layer_norm(node("Add", [ff2, x], f"l{i}_res2"), f"{p}.output.LayerNorm", f"l{i}_ln2")
 
     # Mean over attended tokens (sentence-transformers' Pooling), then L2 normalisation (eps 1e-12).
     mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], dtype=np.int64))], "mask3")
     summed = node("ReduceSum", [node("Mul", [x, mask3], "masked"), "one1"], "tok_sum", keepdims=0)
-    count = node("Max", [node("ReduceSum", [mask3, "one1"], "tok_count", keepdims=0),
-                         const("min_count", np.array(1e-9, dtype=np.float32))], "tok_count_c")
+    count = node(
+        "Max",
+        [
+            node("ReduceSum", [mask3, "one1"], "tok_count", keepdims=0),
+            const("min_count", np.array(1e-9, dtype=np.float32)),
+        ],
+        "tok_count_c",
+    )
     mean = node("Div", [summed, count], "mean")
-    norm = node("Max", [node("ReduceL2", [mean, "one1"], "l2", keepdims=1),
-                        const("min_norm", np.array(1e-12, dtype=np.float32))], "l2c")
+    norm = node(
+        "Max",
+        [node("ReduceL2", [mean, "one1"], "l2", keepdims=1), const("min_norm", np.array(1e-12, dtype=np.float32))],
+        "l2c",
+    )
     node("Div", [mean, norm], "sentence_embedding")
 
     graph = helper.make_graph(
-        nodes, "all-MiniLM-L6-v2",
-        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])],
+        nodes,
+        "all-MiniLM-L6-v2",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+        ],
         [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])],
         inits,
     )

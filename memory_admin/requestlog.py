@@ -125,8 +125,13 @@ class RequestIdMiddleware:
             response = self.get_response(request)
             response[HEADER] = request_id
             took_ms = round(1000 * (time.monotonic() - started), 1)
-            log.info("%s %s %s", request.method, _route(request), response.status_code,
-                     extra={"status": response.status_code, "duration_ms": took_ms})
+            log.info(
+                "%s %s %s",
+                request.method,
+                _route(request),
+                response.status_code,
+                extra={"status": response.status_code, "duration_ms": took_ms},
+            )
             return response
         finally:
             _current.reset(token)

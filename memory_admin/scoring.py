@@ -79,18 +79,28 @@ def terms(fact, now: datetime | None = None) -> dict:
     age_days = _days(fact.valid_from or fact.created_at, now)
     confidence = _unit(fact.confidence)
     decay = 1.0 if fact.pinned else _exp_neg(lam * days_since_access)
-    reinforcement = 1.0 if fact.pinned else (
-        1 + REINFORCEMENT_MAX * (1 - _exp_neg((fact.access_count or 0) / REINFORCEMENT_SCALE)))
+    reinforcement = (
+        1.0 if fact.pinned else (1 + REINFORCEMENT_MAX * (1 - _exp_neg((fact.access_count or 0) / REINFORCEMENT_SCALE)))
+    )
     age_factor = 1 - _exp_neg(age_days / AGE_SCALE_DAYS)
     access_decay = 1 - _exp_neg(days_since_access / ACCESS_SCALE_DAYS)
     flag = 1.0 if fact.contested else 0.0
     return {
-        "confidence": confidence, "pinned": fact.pinned, "lambda": lam,
-        "days_since_access": days_since_access, "decay": decay, "access_count": fact.access_count,
-        "reinforcement": reinforcement, "effective": min(1.0, confidence * decay * reinforcement),
-        "age_days": age_days, "age_factor": age_factor, "access_decay": access_decay, "contested": fact.contested,
+        "confidence": confidence,
+        "pinned": fact.pinned,
+        "lambda": lam,
+        "days_since_access": days_since_access,
+        "decay": decay,
+        "access_count": fact.access_count,
+        "reinforcement": reinforcement,
+        "effective": min(1.0, confidence * decay * reinforcement),
+        "age_days": age_days,
+        "age_factor": age_factor,
+        "access_decay": access_decay,
+        "contested": fact.contested,
         "staleness": round(min(1.0, 0.4 * age_factor + 0.3 * access_decay + 0.3 * flag), 4),
-        "stale_threshold": STALE_THRESHOLD, "eviction_threshold": EVICTION_THRESHOLD,
+        "stale_threshold": STALE_THRESHOLD,
+        "eviction_threshold": EVICTION_THRESHOLD,
     }
 
 
@@ -115,6 +125,7 @@ def scores(fact, now: datetime | None = None) -> tuple[float, float, bool]:
 # --- SQL forms, for ordering and filtering inside queries (alias-free: table columns by name) ---
 # Ages in float8 (date_part), not numeric (EXTRACT returns numeric since Postgres 14): numeric exp()
 # and division cost ~10 µs a row, which a search describing 200 candidates pays on every request.
+
 
 def _lambda_sql(kind_column: str) -> str:
     cases = " ".join(f"WHEN '{kind}' THEN {lam}" for kind, lam in DECAY_LAMBDA.items())
@@ -162,8 +173,9 @@ def staleness_sql(table: str = "memory_admin_fact") -> str:
     access_days = _days_sql(_last_access_sql(table), "now()")
     age_factor = f"(1 - {_exp_neg_sql(f'{age_days} / {AGE_SCALE_DAYS}')})"
     access_decay = f"(1 - {_exp_neg_sql(f'{access_days} / {ACCESS_SCALE_DAYS}')})"
-    return (f"LEAST(1.0, 0.4 * {age_factor} + 0.3 * {access_decay}"
-            f" + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))")
+    return (
+        f"LEAST(1.0, 0.4 * {age_factor} + 0.3 * {access_decay} + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))"
+    )
 
 
 def annotate_scores(queryset):

@@ -31,8 +31,10 @@ PII_FINGERPRINT_KEY = install_secret(DATA_DIR, "pii_fingerprint_key", os.environ
 if not DEBUG:
     for _name, _value in (("SECRET_KEY", SECRET_KEY), ("PII_FINGERPRINT_KEY", PII_FINGERPRINT_KEY)):
         if _reason := weak_key_reason(_value):
-            raise ImproperlyConfigured(f"{_name} {_reason}; refusing to start with DEBUG off. Unset it to "
-                                       "use the per-install key generated in the data directory.")
+            raise ImproperlyConfigured(
+                f"{_name} {_reason}; refusing to start with DEBUG off. Unset it to "
+                "use the per-install key generated in the data directory."
+            )
     if PII_FINGERPRINT_KEY == SECRET_KEY:
         raise ImproperlyConfigured("PII_FINGERPRINT_KEY must differ from SECRET_KEY.")
 
@@ -103,8 +105,10 @@ TEMPLATES = [
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
-     "OPTIONS": {"min_length": int(os.environ.get("PASSWORD_MIN_LENGTH", 12))}},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": int(os.environ.get("PASSWORD_MIN_LENGTH", 12))},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
@@ -210,8 +214,13 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = True  # celery's own handlers get the same fo
 # (Authorization: Bearer); without it, only clients in METRICS_ALLOWED_NETWORKS (the socket's address,
 # never a forwarded header) may scrape. Anyone else gets the API's 404.
 METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
-METRICS_ALLOWED_NETWORKS = [n.strip() for n in os.environ.get(
-    "METRICS_ALLOWED_NETWORKS", "0.0.0.0/0,::/0" if METRICS_TOKEN else "127.0.0.0/8,::1/128").split(",") if n.strip()]
+METRICS_ALLOWED_NETWORKS = [
+    n.strip()
+    for n in os.environ.get(
+        "METRICS_ALLOWED_NETWORKS", "0.0.0.0/0,::/0" if METRICS_TOKEN else "127.0.0.0/8,::1/128"
+    ).split(",")
+    if n.strip()
+]
 # Every process of the installation (gunicorn workers, Celery pool children) writes its series into
 # this directory; /metrics sums them. Set before prometheus_client is first imported.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics"))

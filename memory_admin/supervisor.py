@@ -119,8 +119,16 @@ class LivenessProbe:
 
 
 class Supervisor:
-    def __init__(self, children: list[Child], *, say: Callable[[str], None], backoff: Backoff,
-                 stop_timeout: float = 60.0, check_every: float = 5.0, tick: float = 0.5):
+    def __init__(
+        self,
+        children: list[Child],
+        *,
+        say: Callable[[str], None],
+        backoff: Backoff,
+        stop_timeout: float = 60.0,
+        check_every: float = 5.0,
+        tick: float = 0.5,
+    ):
         self.children, self.say, self.backoff = children, say, backoff
         self.stop_timeout, self.check_every, self.tick_seconds = stop_timeout, check_every, tick
         self.stopping = False
@@ -198,8 +206,10 @@ class Supervisor:
 
     def shutdown(self) -> None:
         running = [child for child in self.children if child.running()]
-        self.say(f"stopping {', '.join(c.name for c in running) or 'nothing'} "
-                 f"(in-flight work gets up to {self.stop_timeout:g} s)")
+        self.say(
+            f"stopping {', '.join(c.name for c in running) or 'nothing'} "
+            f"(in-flight work gets up to {self.stop_timeout:g} s)"
+        )
         for child in running:
             child.signal_leader(signal.SIGTERM)
         deadline = time.monotonic() + self.stop_timeout

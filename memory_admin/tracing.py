@@ -144,9 +144,16 @@ def llm_span(*, tenant_id: int, layer: str, model: str):
     from opentelemetry.trace import Status, StatusCode
 
     with trace.get_tracer("memory_admin.llm").start_as_current_span(
-        f"llm {layer}", kind=trace.SpanKind.CLIENT, record_exception=False, set_status_on_exception=False,
-        attributes={"gen_ai.system": "openai", "gen_ai.request.model": model, "memory_admin.layer": layer,
-                    "memory_admin.tenant_id": tenant_id},
+        f"llm {layer}",
+        kind=trace.SpanKind.CLIENT,
+        record_exception=False,
+        set_status_on_exception=False,
+        attributes={
+            "gen_ai.system": "openai",
+            "gen_ai.request.model": model,
+            "memory_admin.layer": layer,
+            "memory_admin.tenant_id": tenant_id,
+        },
     ) as span:
         try:
             yield span

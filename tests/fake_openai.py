@@ -29,8 +29,16 @@ def default_extraction(prompt: str) -> dict[str, Any]:
         text = m.group(3).strip()
         if not text.lower().startswith(("i ", "i'm ", "my ")):
             continue
-        facts.append({"content": "The user said: " + text.rstrip(".") + ".", "category": "other", "kind": "fact",
-                      "confidence": 0.9, "key": None, "message": int(m.group(1))})
+        facts.append(
+            {
+                "content": "The user said: " + text.rstrip(".") + ".",
+                "category": "other",
+                "kind": "fact",
+                "confidence": 0.9,
+                "key": None,
+                "message": int(m.group(1)),
+            }
+        )
     return {"facts": facts, "user_context": []}
 
 
@@ -138,19 +146,25 @@ class FakeOpenAI:
                     return
                 system = body["messages"][0]["content"]
                 prompt = body["messages"][-1]["content"]
-                layer = ("summary" if system.startswith("You summarise")
-                         else "judge" if system.startswith("You judge")
-                         else "guard" if system.startswith("You screen") else "extraction")
+                layer = (
+                    "summary"
+                    if system.startswith("You summarise")
+                    else "judge"
+                    if system.startswith("You judge")
+                    else "guard"
+                    if system.startswith("You screen")
+                    else "extraction"
+                )
                 mode = fake._next_mode(prompt)
                 with fake._lock:
-                    fake.calls.append({"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"),
-                                       "at": time.time()})
+                    fake.calls.append(
+                        {"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"), "at": time.time()}
+                    )
                 if mode == "500":
                     self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}})
                     return
                 if mode == "429":
-                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                               {"Retry-After": "0"})
+                    self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0"})
                     return
                 if mode == "stall":
                     time.sleep(fake.stall_seconds)
@@ -168,13 +182,22 @@ class FakeOpenAI:
                     else:
                         answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)
-                self._send(200, {
-                    "id": f"chatcmpl-{len(fake.calls)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model"),
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": len(prompt) // 4 + 50, "completion_tokens": len(content) // 4,
-                              "total_tokens": len(prompt) // 4 + 50 + len(content) // 4},
-                })
+                self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{len(fake.calls)}",
+                        "object": "chat.completion",
+                        "created": int(time.time()),
+                        "model": body.get("model"),
+                        "choices": [
+                            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+                        ],
+                        "usage": {
+                            "prompt_tokens": len(prompt) // 4 + 50,
+                            "completion_tokens": len(content) // 4,
+                            "total_tokens": len(prompt) // 4 + 50 + len(content) // 4,
+                        },
+                    },
+                )
 
         return Handler

@@ -17,16 +17,45 @@ from memory_admin.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db
 _users = itertools.count(1)
-WORDS = ["harbour", "violin", "granite", "orchard", "lantern", "comet", "meadow", "copper", "falcon", "glacier",
-         "saffron", "tundra", "walnut", "quartz", "pelican", "ember", "willow", "basalt", "cobalt", "juniper"]
+WORDS = [
+    "harbour",
+    "violin",
+    "granite",
+    "orchard",
+    "lantern",
+    "comet",
+    "meadow",
+    "copper",
+    "falcon",
+    "glacier",
+    "saffron",
+    "tundra",
+    "walnut",
+    "quartz",
+    "pelican",
+    "ember",
+    "willow",
+    "basalt",
+    "cobalt",
+    "juniper",
+]
 NOTE = r"- \[(confidence \d\.\d\d(, contested)?(, stale)?|contested(, stale)?|stale)\] "
 DAY_LINE = re.compile(r"- \[\d{4}-\d{2}-\d{2}\]")
 
 
 def fact_row(user, content, *, at=None, **extra):
     """A fact straight into the table (no embedding): many of them, quickly."""
-    fields = {"tenant": user.tenant, "memory_user": user, "scope": "user", "content": content, "content_hash": "h",
-              "confidence": 0.9, "source": "user_stated", "valid_from": at or timezone.now(), **extra}
+    fields = {
+        "tenant": user.tenant,
+        "memory_user": user,
+        "scope": "user",
+        "content": content,
+        "content_hash": "h",
+        "confidence": 0.9,
+        "source": "user_stated",
+        "valid_from": at or timezone.now(),
+        **extra,
+    }
     return Fact.objects.create(**fields)
 
 
@@ -114,9 +143,14 @@ def test_related_memory_brings_the_turns_around_the_best_match(api, tenant):
         fact_row(user, f"Status update {i}: the {WORDS[i % 20]} report is filed", at=now - timedelta(hours=2 * i))
     # ...in which one turn names the task and the turns around it hold the answer.
     session = now - timedelta(days=200)
-    turns = ["Ben: I have been baking a lot lately", "Ana: What did you bake?",
-             "Ben: A sourdough loaf with rye flour", "Ana: How long did it take?",
-             "Ben: Two days, most of it waiting for the starter", "Ana: Worth it!"]
+    turns = [
+        "Ben: I have been baking a lot lately",
+        "Ana: What did you bake?",
+        "Ben: A sourdough loaf with rye flour",
+        "Ana: How long did it take?",
+        "Ben: Two days, most of it waiting for the starter",
+        "Ana: Worth it!",
+    ]
     rows = [fact_row(user, text, at=session + timedelta(seconds=30 * i)) for i, text in enumerate(turns)]
     body = context(api, user, task="sourdough", budget=400)
     facts = facts_section(body)
@@ -136,8 +170,12 @@ def test_related_memory_follows_the_thread(api, tenant):
     user = new_user(tenant)
     now = timezone.now()
     thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id="kitchen")
-    said = [Message.objects.create(tenant=tenant, memory_user=user, thread=thread, role="user", content=f"m{i}",
-                                   created_at=now) for i in range(2)]
+    said = [
+        Message.objects.create(
+            tenant=tenant, memory_user=user, thread=thread, role="user", content=f"m{i}", created_at=now
+        )
+        for i in range(2)
+    ]
     for i in range(80):
         fact_row(user, f"Status update {i}: the {WORDS[i % 20]} report is filed", at=now - timedelta(hours=2 * i))
     match = fact_row(user, "Ana is renovating the kitchen", at=now - timedelta(days=90), message=said[0])

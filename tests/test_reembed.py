@@ -79,8 +79,11 @@ def test_a_fact_changed_during_the_fill_is_embedded_again_before_the_swap(api, t
     assert swap() == (0, 0)  # a stale shadow vector is never swapped in
     assert fill(torch_engine, progress=False) == 1
     assert swap() == (1, 0)
-    np.testing.assert_allclose(np.array(Fact.objects.get(pk=fact_id).embedding),
-                               torch_engine.embed(["Alice's cat is called Tofu"])[0], atol=1e-6)
+    np.testing.assert_allclose(
+        np.array(Fact.objects.get(pk=fact_id).embedding),
+        torch_engine.embed(["Alice's cat is called Tofu"])[0],
+        atol=1e-6,
+    )
 
 
 def test_command_reembeds_with_progress_and_rejects_an_unknown_engine(api):

@@ -18,12 +18,22 @@ from memory_admin.services.facts import content_hash
 def _fact(memory_user, content, *, created_days, valid_days, read_days=None, reads=0, **fields):
     now = timezone.now()
     fact = Fact.objects.create(
-        id=uuid.uuid4(), tenant_id=memory_user.tenant_id, memory_user=memory_user, scope="user", content=content,
-        content_hash=content_hash(content), confidence=0.9, source="user_stated", valid_from=now, **fields,
+        id=uuid.uuid4(),
+        tenant_id=memory_user.tenant_id,
+        memory_user=memory_user,
+        scope="user",
+        content=content,
+        content_hash=content_hash(content),
+        confidence=0.9,
+        source="user_stated",
+        valid_from=now,
+        **fields,
     )
     Fact.objects.filter(pk=fact.pk).update(
-        created_at=now - timedelta(days=created_days), valid_from=now - timedelta(days=valid_days),
-        last_accessed_at=None if read_days is None else now - timedelta(days=read_days), access_count=reads,
+        created_at=now - timedelta(days=created_days),
+        valid_from=now - timedelta(days=valid_days),
+        last_accessed_at=None if read_days is None else now - timedelta(days=read_days),
+        access_count=reads,
     )
     return fact
 

@@ -42,8 +42,7 @@ def test_ranks_the_relevant_fact_first_with_components(api):
     for name in ("vector", "keyword", "recency", "importance", "effective_confidence", "stale", "final"):
         assert name in score
     assert score["keyword"] == 1.0 and score["vector"] == 1.0 and score["cosine"] > 0.3
-    relevance = (0.4 * score["vector"] + 0.3 * score["keyword"] + 0.2 * score["recency"]
-                 + 0.1 * score["importance"])
+    relevance = 0.4 * score["vector"] + 0.3 * score["keyword"] + 0.2 * score["recency"] + 0.1 * score["importance"]
     assert score["relevance"] == pytest.approx(relevance, abs=1e-3)
     expected = (relevance + NEIGHBOUR_WEIGHT * score["neighbour"]) * score["effective_confidence"]
     assert score["final"] == pytest.approx(expected, abs=1e-3)
@@ -81,7 +80,8 @@ def test_stale_fact_ranks_below_an_equal_fresh_one(api):
     # Half weight, not removed.
     s = stale_hit["score"]
     assert s["final"] == pytest.approx(
-        0.5 * (s["relevance"] + NEIGHBOUR_WEIGHT * s["neighbour"]) * s["effective_confidence"], abs=1e-3)
+        0.5 * (s["relevance"] + NEIGHBOUR_WEIGHT * s["neighbour"]) * s["effective_confidence"], abs=1e-3
+    )
 
 
 def test_staleness_from_scoring_halves_weight(api):
@@ -138,10 +138,17 @@ def test_shared_org_facts_are_found_and_another_users_are_not(api, tenant):
     write(api, "hana", "Hana's favourite board game is Go")
     write(api, "ivan", "Ivan's favourite board game is chess")
     org = Fact.objects.create(
-        tenant=tenant, memory_user=None, scope=Fact.Scope.ORG, content="The office closes at 6pm on Fridays",
-        content_hash="x", confidence=1.0, source="user_stated", valid_from=timezone.now(),
+        tenant=tenant,
+        memory_user=None,
+        scope=Fact.Scope.ORG,
+        content="The office closes at 6pm on Fridays",
+        content_hash="x",
+        confidence=1.0,
+        source="user_stated",
+        valid_from=timezone.now(),
         embedding=__import__("memory_admin.embeddings", fromlist=["embed_one"]).embed_one(
-            "The office closes at 6pm on Fridays"),
+            "The office closes at 6pm on Fridays"
+        ),
     )
     body = search(api, "hana", "when does the office close on Friday")
     assert ids(body)[0] == str(org.pk)

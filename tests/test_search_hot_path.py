@@ -35,9 +35,17 @@ def search(api, user, q, **params):
 
 
 def org_fact(tenant, content):
-    fact = Fact.objects.create(tenant=tenant, memory_user=None, scope=Fact.Scope.ORG, content=content,
-                               content_hash=content, confidence=1.0, source="user_stated",
-                               valid_from=timezone.now(), embedding=embed_one(content))
+    fact = Fact.objects.create(
+        tenant=tenant,
+        memory_user=None,
+        scope=Fact.Scope.ORG,
+        content=content,
+        content_hash=content,
+        confidence=1.0,
+        source="user_stated",
+        valid_from=timezone.now(),
+        embedding=embed_one(content),
+    )
     return str(fact.pk)
 
 
@@ -48,15 +56,20 @@ def test_a_search_sends_four_statements(api, tenant):
     search(api, "sam", "garden bees")  # warm: compiled statements cached, connection settings read
     with CaptureQueriesContext(connection) as ctx:
         r = search(api, "sam", "where does the garden grow", k=5)
-    sent = [q["sql"] for q in ctx.captured_queries
-            if not q["sql"].startswith(DEFERRED_WRITES) and "SAVEPOINT" not in q["sql"]]
+    sent = [
+        q["sql"]
+        for q in ctx.captured_queries
+        if not q["sql"].startswith(DEFERRED_WRITES) and "SAVEPOINT" not in q["sql"]
+    ]
     # The key with its request count (rate limit), the memory user, the candidates (own facts, shared
     # nearest, shared full text, weights: one statement), the chosen facts.
     assert len(sent) == 4, sent
     assert "memory_admin_apikey" in sent[0] and "memory_admin_throttlewindow" in sent[0]
     assert "memory_admin_memoryuser" in sent[1] and sent[2].startswith("WITH search_qv")
-    assert {h["fact"]["content"] for h in r.json()["hits"]} >= {"Sam keeps bees in the garden",
-                                                                 "The office has a rooftop garden"}
+    assert {h["fact"]["content"] for h in r.json()["hits"]} >= {
+        "Sam keeps bees in the garden",
+        "The office has a rooftop garden",
+    }
 
 
 def test_the_body_is_what_the_schema_would_render(api, admin_api):

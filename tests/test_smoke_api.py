@@ -12,8 +12,9 @@ def test_health_answers_without_a_key(client, db):
 
 
 def test_a_fact_written_is_read_back(api):
-    r = api.post("users/alice/facts", {"content": "Alice prefers vim", "key": "preference.editor",
-                                       "source": "user_stated"})
+    r = api.post(
+        "users/alice/facts", {"content": "Alice prefers vim", "key": "preference.editor", "source": "user_stated"}
+    )
     assert r.status_code == 201, r.content
     body = r.json()
     assert body["outcome"] == "created"

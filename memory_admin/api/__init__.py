@@ -31,12 +31,16 @@ class BearerKey(HttpBearer):
 
 # Error answers each operation can give besides its own (SPEC §11: every status code a route can return
 # is in its OpenAPI entry). Documented here once for all routes rather than on every decorator.
-_ERRORS_ALWAYS = {422: "Invalid input: `field` names what was wrong, `errors` lists every problem.",
-                  503: "The database cannot be reached; nothing was written."}
-_ERRORS_AUTHENTICATED = {401: "Missing, invalid or revoked API key.",
-                         403: "The key's role may not do this.",
-                         404: "No such object visible to this key (another tenant's objects look the same).",
-                         429: "Too many requests: retry after the `Retry-After` header's seconds."}
+_ERRORS_ALWAYS = {
+    422: "Invalid input: `field` names what was wrong, `errors` lists every problem.",
+    503: "The database cannot be reached; nothing was written.",
+}
+_ERRORS_AUTHENTICATED = {
+    401: "Missing, invalid or revoked API key.",
+    403: "The key's role may not do this.",
+    404: "No such object visible to this key (another tenant's objects look the same).",
+    429: "Too many requests: retry after the `Retry-After` header's seconds.",
+}
 _ERRORS_WITH_BODY = {413: "The request body or a field in it is over its size limit (`limit`)."}
 _ERRORS_ON_WRITE = {409: "A version conflict or a state that no longer allows this (`current_version`...)."}
 
@@ -84,8 +88,11 @@ _ROUTE_PARAM = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
 def _query_names(api: NinjaAPI) -> dict[tuple[str, str], frozenset[str]]:
     """(OpenAPI path, method) → the query parameters the schema documents for that operation."""
     schema = api.get_openapi_schema()
-    return {(path, method.upper()): frozenset(p["name"] for p in op.get("parameters", []) if p["in"] == "query")
-            for path, methods in schema["paths"].items() for method, op in methods.items()}
+    return {
+        (path, method.upper()): frozenset(p["name"] for p in op.get("parameters", []) if p["in"] == "query")
+        for path, methods in schema["paths"].items()
+        for method, op in methods.items()
+    }
 
 
 def _known_query_only(api: NinjaAPI, view):
@@ -100,7 +107,8 @@ def _known_query_only(api: NinjaAPI, view):
         if unknown:
             field = unknown[0][:100] or "query"
             return api.create_response(
-                request, _invalid([{"field": field, "reason": "unknown query parameter"}]), status=422)
+                request, _invalid([{"field": field, "reason": "unknown query parameter"}]), status=422
+            )
         return view(request, *args, **kwargs)
 
     return wrapper
@@ -119,8 +127,11 @@ def _json_method_not_allowed(view):
         if response.status_code == 405:
             allowed = response.get("Allow", "")
             response = JsonResponse(
-                {"code": "method_not_allowed", "detail": f"{request.method} is not allowed here; use {allowed}.",
-                 "allowed": [m.strip() for m in allowed.split(",") if m.strip()]},
+                {
+                    "code": "method_not_allowed",
+                    "detail": f"{request.method} is not allowed here; use {allowed}.",
+                    "allowed": [m.strip() for m in allowed.split(",") if m.strip()],
+                },
                 status=405,
             )
             response["Allow"] = allowed
@@ -161,8 +172,12 @@ _CONTAINERS = ("body", "payload", "query", "path", "filters")
 
 def _invalid(errors: list[dict[str, str]]):
     first = errors[0] if errors else {"field": "body", "reason": "invalid"}
-    return {"code": "invalid", "detail": f"{first['field']}: {first['reason']}", "field": first["field"],
-            "errors": errors}
+    return {
+        "code": "invalid",
+        "detail": f"{first['field']}: {first['reason']}",
+        "field": first["field"],
+        "errors": errors,
+    }
 
 
 def invalid_body(errors: list[dict], *, default_field: str = "body") -> dict:
@@ -170,8 +185,9 @@ def invalid_body(errors: list[dict], *, default_field: str = "body") -> dict:
     containers dropped from the location). The REST API and the MCP tools answer with this one shape."""
     fields: dict[str, str] = {}
     for error in errors:
-        loc = [str(part) for part in error.get("loc", [])
-               if part not in _CONTAINERS and not _NOT_A_FIELD.search(str(part))]
+        loc = [
+            str(part) for part in error.get("loc", []) if part not in _CONTAINERS and not _NOT_A_FIELD.search(str(part))
+        ]
         fields.setdefault(".".join(loc) or default_field, error.get("msg", "invalid"))
     return _invalid([{"field": field, "reason": reason} for field, reason in fields.items()])
 
@@ -184,7 +200,8 @@ def _validation_error(request, exc: ValidationError):
 @api.exception_handler(AuthenticationError)
 def _auth_error(request, exc):
     return api.create_response(
-        request, {"code": "unauthorized", "detail": "A valid API key is required: Authorization: Bearer <key>."},
+        request,
+        {"code": "unauthorized", "detail": "A valid API key is required: Authorization: Bearer <key>."},
         status=401,
     )
 
@@ -205,8 +222,8 @@ def _http_error(request, exc: HttpError):
 def _body_too_big(request, exc):
     limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
     return api.create_response(
-        request, {"code": "content_too_large", "detail": f"A request body may hold at most {limit} bytes.",
-                  "limit": limit},
+        request,
+        {"code": "content_too_large", "detail": f"A request body may hold at most {limit} bytes.", "limit": limit},
         status=413,
     )
 
@@ -215,7 +232,8 @@ def _body_too_big(request, exc):
 @api.exception_handler(InterfaceError)
 def _db_down(request, exc: DatabaseError):
     return api.create_response(
-        request, {"code": "database_unavailable", "detail": "The database cannot be reached; nothing was written."},
+        request,
+        {"code": "database_unavailable", "detail": "The database cannot be reached; nothing was written."},
         status=503,
     )
 

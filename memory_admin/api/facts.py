@@ -45,9 +45,15 @@ def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
     user = memory_user_for(request.principal, user_id)
     limit = max(1, min(filters.limit, 200))
     rows, next_cursor = fact_list(
-        request.principal, user, status=None if filters.status == "any" else filters.status,
-        category=filters.category, kind=filters.kind, key=filters.key, text=filters.text,
-        cursor=filters.cursor, limit=limit,
+        request.principal,
+        user,
+        status=None if filters.status == "any" else filters.status,
+        category=filters.category,
+        kind=filters.kind,
+        key=filters.key,
+        text=filters.text,
+        cursor=filters.cursor,
+        limit=limit,
     )
     return {"items": [FactOut.of(f) for f in rows], "next_cursor": next_cursor}
 
@@ -79,8 +85,11 @@ def write_facts(request, user_id: UserId, payload: FactBatchIn):
     """Up to 100 facts through the write path in one request: one embedding call, one transaction under
     one lock of the user, and an outcome per fact in the order given."""
     if len(payload.facts) > MAX_BATCH_FACTS:
-        raise TooLarge(f"A batch holds at most {MAX_BATCH_FACTS} facts; this one has {len(payload.facts)}.",
-                       code="batch_too_large", limit=MAX_BATCH_FACTS)
+        raise TooLarge(
+            f"A batch holds at most {MAX_BATCH_FACTS} facts; this one has {len(payload.facts)}.",
+            code="batch_too_large",
+            limit=MAX_BATCH_FACTS,
+        )
     for item in payload.facts:
         check_fact_size(item.content, item.metadata)  # before the first write creates the user
     user = memory_user_for(request.principal, user_id, create=True)
@@ -90,8 +99,10 @@ def write_facts(request, user_id: UserId, payload: FactBatchIn):
         data["task_ref"] = data.pop("task_id", "")
         facts.append(data)
     results = fact_write_many(principal=request.principal, memory_user=user, facts=facts)
-    return {"user_id": user.external_id,
-            "results": [{"index": i, "block_id": r.block_id, **_write_out(r)} for i, r in enumerate(results)]}
+    return {
+        "user_id": user.external_id,
+        "results": [{"index": i, "block_id": r.block_id, **_write_out(r)} for i, r in enumerate(results)],
+    }
 
 
 @router.get("/facts/{fact_id}", response=FactOut)
@@ -105,8 +116,11 @@ def get_fact(request, fact_id: UUID):
 def fact_history(request, fact_id: UUID):
     fact = fact_get_for(request.principal, fact_id)
     chain = fact_chain(fact)
-    return {"fact_id": fact.pk, "chain": [FactOut.of(f) for f in chain],
-            "events": list(chain_events(request.principal, chain))}
+    return {
+        "fact_id": fact.pk,
+        "chain": [FactOut.of(f) for f in chain],
+        "events": list(chain_events(request.principal, chain)),
+    }
 
 
 @router.post("/facts/{fact_id}/correct", response={201: FactOut})
@@ -131,4 +145,3 @@ def pin_fact(request, fact_id: UUID, payload: PinIn):
 def promote_fact(request, fact_id: UUID, payload: PromoteIn):
     new = fact_promote(principal=request.principal, fact_id=fact_id, to=payload.to)
     return 201, FactOut.of(fact_get_for(request.principal, new.pk))
-

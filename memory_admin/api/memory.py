@@ -32,8 +32,9 @@ router = Router(tags=["memory"])
 @router.get("/users", response=UserPage)
 def list_users(request, prefix: UserPrefix = "", cursor: UserPrefix = "", limit: int = 100):
     """The memory users this key reaches (erased ones excluded), by id, with the tasks they hold facts in."""
-    items, next_cursor = memory_users_listed(request.principal, prefix=prefix, after=cursor,
-                                             limit=max(1, min(limit, 500)))
+    items, next_cursor = memory_users_listed(
+        request.principal, prefix=prefix, after=cursor, limit=max(1, min(limit, 500))
+    )
     return {"items": items, "next_cursor": next_cursor}
 
 
@@ -45,8 +46,13 @@ def get_notebook(request, user_id: UserId):
 
 @router.put("/users/{user_id}/notebook", response=NotebookOut)
 def put_notebook(request, user_id: UserId, payload: NotebookIn):
-    notebook = notebook_save(principal=request.principal, user_id=user_id, content=payload.content,
-                             base_version=payload.version, note=payload.note)
+    notebook = notebook_save(
+        principal=request.principal,
+        user_id=user_id,
+        content=payload.content,
+        base_version=payload.version,
+        note=payload.note,
+    )
     return NotebookOut.of(notebook.memory_user, notebook)
 
 
@@ -65,8 +71,13 @@ def get_skill(request, path: SkillPath, user_id: UserId | None = None):
 
 @router.put("/skills/{path:path}", response=SkillOut)
 def put_skill(request, path: SkillPath, payload: SkillIn):
-    skill = skill_save(principal=request.principal, path=path, content=payload.content,
-                       base_version=payload.version, user_id=payload.user_id)
+    skill = skill_save(
+        principal=request.principal,
+        path=path,
+        content=payload.content,
+        base_version=payload.version,
+        user_id=payload.user_id,
+    )
     return SkillOut.of(skill)
 
 
@@ -93,4 +104,3 @@ def erase_user(request, user_id: UserId):
     user = memory_user_for(request.principal, user_id)
     counts = user_erase(principal=request.principal, memory_user=user)
     return {"erased": True, "counts": counts}
-

@@ -26,21 +26,39 @@ from memory_admin.services.extraction import MessageIn, batch_retry, message_pos
 
 router = Router(tags=["messages and episodes"])
 
+
 def _episode_out(e: Episode) -> dict:
     return {
-        "id": e.pk, "user_id": e.memory_user.external_id, "thread_id": e.thread.external_id if e.thread else None,
-        "started_at": e.started_at, "ended_at": e.ended_at, "summary": e.summary, "outcome": e.outcome,
-        "summarizer": e.summarizer, "message_count": e.n_messages, "fact_count": e.n_facts,
+        "id": e.pk,
+        "user_id": e.memory_user.external_id,
+        "thread_id": e.thread.external_id if e.thread else None,
+        "started_at": e.started_at,
+        "ended_at": e.ended_at,
+        "summary": e.summary,
+        "outcome": e.outcome,
+        "summarizer": e.summarizer,
+        "message_count": e.n_messages,
+        "fact_count": e.n_facts,
         "created_at": e.created_at,
     }
 
 
 def _batch_out(b: ExtractionBatch) -> dict:
     return {
-        "id": b.pk, "user_id": b.memory_user.external_id, "thread_id": b.thread.external_id, "status": b.status,
-        "attempts": b.attempts, "error": b.error, "extractor": b.extractor, "model": b.model,
-        "message_count": b.message_count, "fact_count": b.fact_count, "prompt_tokens": b.prompt_tokens,
-        "completion_tokens": b.completion_tokens, "cost_usd": float(b.cost_usd), "created_at": b.created_at,
+        "id": b.pk,
+        "user_id": b.memory_user.external_id,
+        "thread_id": b.thread.external_id,
+        "status": b.status,
+        "attempts": b.attempts,
+        "error": b.error,
+        "extractor": b.extractor,
+        "model": b.model,
+        "message_count": b.message_count,
+        "fact_count": b.fact_count,
+        "prompt_tokens": b.prompt_tokens,
+        "completion_tokens": b.completion_tokens,
+        "cost_usd": float(b.cost_usd),
+        "created_at": b.created_at,
         "finished_at": b.finished_at,
     }
 
@@ -48,21 +66,30 @@ def _batch_out(b: ExtractionBatch) -> dict:
 def _episodes(principal):
     from django.db.models import Count
 
-    return (visible(principal, Episode.objects.all()).select_related("memory_user", "thread")
-            .annotate(n_messages=Count("messages", distinct=True), n_facts=Count("facts", distinct=True)))
+    return (
+        visible(principal, Episode.objects.all())
+        .select_related("memory_user", "thread")
+        .annotate(n_messages=Count("messages", distinct=True), n_facts=Count("facts", distinct=True))
+    )
 
 
 @router.post("/users/{user_id}/messages", response={202: MessagesOut})
 def post_messages(request, user_id: UserId, payload: MessagesIn):
     user = memory_user_for(request.principal, user_id, create=True)
     result = message_post(
-        principal=request.principal, memory_user=user, thread_id=payload.thread_id,
+        principal=request.principal,
+        memory_user=user,
+        thread_id=payload.thread_id,
         messages=[MessageIn(m.role, m.content, m.created_at) for m in payload.messages],
     )
     return 202, {
-        "thread_id": result.thread.external_id, "accepted": len(result.messages),
-        "message_ids": [m.pk for m in result.messages], "pending": result.pending, "skipped": result.skipped,
-        "redacted": result.redacted, "extraction": result.extraction,
+        "thread_id": result.thread.external_id,
+        "accepted": len(result.messages),
+        "message_ids": [m.pk for m in result.messages],
+        "pending": result.pending,
+        "skipped": result.skipped,
+        "redacted": result.redacted,
+        "extraction": result.extraction,
         "extract_due_at": result.thread.extract_due_at,
     }
 
@@ -70,10 +97,15 @@ def post_messages(request, user_id: UserId, payload: MessagesIn):
 @router.post("/users/{user_id}/threads/{thread_id}/close", response={202: CloseOut})
 def close_thread(request, user_id: UserId, thread_id: Identifier, payload: CloseIn | None = None):
     user = memory_user_for(request.principal, user_id)
-    thread = thread_close(principal=request.principal, memory_user=user, thread_id=thread_id,
-                          outcome=payload.outcome if payload else None)
-    return 202, {"thread_id": thread.external_id, "closed_at": thread.closed_at,
-                 "extraction": "now" if thread.extract_due_at else "nothing_pending", "episode": "scheduled"}
+    thread = thread_close(
+        principal=request.principal, memory_user=user, thread_id=thread_id, outcome=payload.outcome if payload else None
+    )
+    return 202, {
+        "thread_id": thread.external_id,
+        "closed_at": thread.closed_at,
+        "extraction": "now" if thread.extract_due_at else "nothing_pending",
+        "episode": "scheduled",
+    }
 
 
 @router.get("/users/{user_id}/episodes", response=EpisodePage)
@@ -90,7 +122,7 @@ def list_episodes(request, user_id: UserId, filters: Query[EpisodeFilters]):
         qs = qs.filter(outcome=filters.outcome)
     limit = max(1, min(filters.limit, 200))
     offset = int(filters.cursor) if filters.cursor else 0
-    rows = list(qs.order_by("-started_at", "-created_at")[offset: offset + limit + 1])
+    rows = list(qs.order_by("-started_at", "-created_at")[offset : offset + limit + 1])
     more = len(rows) > limit
     return {"items": [_episode_out(e) for e in rows[:limit]], "next_cursor": str(offset + limit) if more else None}
 
@@ -100,15 +132,18 @@ def get_episode(request, episode_id: UUID):
     episode = get_visible(request.principal, _episodes(request.principal), pk=episode_id)
     facts = episode.facts.order_by("created_at")
     messages = Message.objects.filter(episode=episode).order_by("created_at", "id")[:500]
-    return {**_episode_out(episode),
-            "facts": [{"id": f.pk, "content": f.content, "category": f.category, "status": f.status} for f in facts],
-            "messages": [{"id": m.pk, "role": m.role, "content": m.content, "created_at": m.created_at,
-                          "status": m.status} for m in messages]}
+    return {
+        **_episode_out(episode),
+        "facts": [{"id": f.pk, "content": f.content, "category": f.category, "status": f.status} for f in facts],
+        "messages": [
+            {"id": m.pk, "role": m.role, "content": m.content, "created_at": m.created_at, "status": m.status}
+            for m in messages
+        ],
+    }
 
 
 @router.get("/batches", response=list[BatchOut])
-def list_batches(request, status: BatchStatus | None = None,
-                 limit: int = 50):
+def list_batches(request, status: BatchStatus | None = None, limit: int = 50):
     qs = visible(request.principal, ExtractionBatch.objects.select_related("memory_user", "thread"))
     if status:
         qs = qs.filter(status=status)
@@ -120,4 +155,3 @@ def retry_batch(request, batch_id: BatchId):
     batch = batch_retry(request.principal, batch_id)
     batch = ExtractionBatch.objects.select_related("memory_user", "thread").get(pk=batch.pk)
     return 202, _batch_out(batch)
-

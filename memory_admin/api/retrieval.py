@@ -32,8 +32,7 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     wanted = parse_include(include)
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
-        raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.",
-                      field="include")
+        raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id)
     result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
     _server_timing(response, result.timings)
@@ -41,7 +40,10 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     # pass of validation over every hit and fact (about a third of the Python time of a search); a test
     # holds this body equal to its validated form.
     body: dict[str, Any] = {
-        "user_id": user.external_id, "query": q, "k": k, "include": list(wanted),
+        "user_id": user.external_id,
+        "query": q,
+        "k": k,
+        "include": list(wanted),
         "weights": {name: float(value) for name, value in result.weights.items()},
         "candidates": result.candidates,
         "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
@@ -55,12 +57,10 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
 @router.get("/users/{user_id}/context", response=ContextOut)
 def context(request, response: HttpResponse, user_id: UserId, task: Text = "", budget_tokens: int = 2000):
     if not MIN_BUDGET_TOKENS <= budget_tokens <= MAX_BUDGET_TOKENS:
-        raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.",
-                      field="budget_tokens")
+        raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.", field="budget_tokens")
     if len(task) > MAX_QUERY_CHARS:
         raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
     user = memory_user_for(request.principal, user_id)
     block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])
     return block
-

@@ -73,6 +73,7 @@ UserId = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTER
 Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
 Limit = Annotated[StrictInt, Field(ge=1, le=200)]
 
+
 def _plausible(value: datetime) -> datetime:
     reason = implausible_time_reason(value)
     if reason:
@@ -626,8 +627,9 @@ class ErrorOut(Schema):
 # older exports import too; unknown fields are refused like everywhere else.
 
 Role = Literal["user", "assistant", "system", "tool"]
-AnySource = Literal["user_stated", "tool_verified", "agent_inferred", "recalled", "external", "notebook",
-                    "user_correction"]
+AnySource = Literal[
+    "user_stated", "tool_verified", "agent_inferred", "recalled", "external", "notebook", "user_correction"
+]
 Version = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 ExportedKey = text(min_length=1, max_length=200)
 

@@ -16,12 +16,17 @@ router = Router(tags=["system"])
 def _readiness() -> dict:
     """Ready: the database answers and beat's sweep and a worker ran recently (selectors.health)."""
     if not database_reachable():
-        raise Unavailable("The database cannot be reached.", code="database_unavailable", database="unreachable",
-                          reasons=["database unreachable"])
+        raise Unavailable(
+            "The database cannot be reached.",
+            code="database_unavailable",
+            database="unreachable",
+            reasons=["database unreachable"],
+        )
     background, reasons = background_status()
     if reasons:
-        raise Unavailable("; ".join(reasons), code="background_stale", database="ok", reasons=reasons,
-                          background=background)
+        raise Unavailable(
+            "; ".join(reasons), code="background_stale", database="ok", reasons=reasons, background=background
+        )
     starting = any(part["status"] == "starting" for part in background.values())
     return {"status": "starting" if starting else "ok", "database": "ok", "background": background}
 
@@ -56,4 +61,3 @@ def get_settings(request):
 def patch_settings(request, payload: SettingsPatch):
     obj = tenant_settings_update(principal=request.principal, changes=payload.dict(exclude_none=True))
     return settings_snapshot(obj)
-

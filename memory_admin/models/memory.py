@@ -142,10 +142,17 @@ class WriteOutcome(models.TextChoices):
         return self is not WriteOutcome.ERROR
 
 
-_STORED_OUTCOMES = frozenset({
-    WriteOutcome.CREATED, WriteOutcome.UPDATED, WriteOutcome.SUPERSEDED_EXISTING, WriteOutcome.QUEUED_FOR_REVIEW,
-    WriteOutcome.QUARANTINED, WriteOutcome.OVERRULED, WriteOutcome.CAPPED,
-})
+_STORED_OUTCOMES = frozenset(
+    {
+        WriteOutcome.CREATED,
+        WriteOutcome.UPDATED,
+        WriteOutcome.SUPERSEDED_EXISTING,
+        WriteOutcome.QUEUED_FOR_REVIEW,
+        WriteOutcome.QUARANTINED,
+        WriteOutcome.OVERRULED,
+        WriteOutcome.CAPPED,
+    }
+)
 
 
 class FactQuerySet(models.QuerySet):
@@ -169,9 +176,7 @@ class Fact(models.Model):
     Status = FactStatus
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
-    memory_user = models.ForeignKey(
-        MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="facts"
-    )
+    memory_user = models.ForeignKey(MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="facts")
     scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
     task_ref = models.CharField(max_length=200, blank=True, default="")
     # NULL, not "": the unique constraint on active keys must ignore key-less facts.
@@ -189,9 +194,7 @@ class Fact(models.Model):
     supersedes = models.OneToOneField(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="corrected_by"
     )
-    superseded_by = models.ForeignKey(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
-    )
+    superseded_by = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     superseded_by_notebook = models.ForeignKey(
         NotebookRevision, on_delete=models.PROTECT, null=True, blank=True, related_name="overruled_facts"
     )
@@ -236,23 +239,30 @@ class Fact(models.Model):
             GinIndex(fields=["search_vector"], name="fact_search_vector_gin"),
             # Pinned facts head every context block; few rows, so a small partial index finds them
             # without scanning a large org scope.
-            models.Index(fields=["tenant", "memory_user"], name="fact_pinned_active",
-                         condition=Q(pinned=True, status="active")),
+            models.Index(
+                fields=["tenant", "memory_user"], name="fact_pinned_active", condition=Q(pinned=True, status="active")
+            ),
             # Dashboard at scale: every eviction candidate is contested (selectors.dashboard), and the
             # lifecycle page's TTL rules look only at the few facts that have a TTL.
             models.Index(fields=["tenant"], name="fact_contested_active", condition=Q(contested=True, status="active")),
-            models.Index(fields=["tenant", "hard_expires_at"], name="fact_hard_ttl",
-                         condition=Q(hard_expires_at__isnull=False)),
+            models.Index(
+                fields=["tenant", "hard_expires_at"], name="fact_hard_ttl", condition=Q(hard_expires_at__isnull=False)
+            ),
             # /metrics reads the quarantine queue's depth and age at every scrape (metrics.py).
             models.Index(fields=["tenant", "created_at"], name="fact_quarantined", condition=Q(status="quarantined")),
-            models.Index(fields=["tenant", "soft_expires_at"], name="fact_soft_ttl",
-                         condition=Q(soft_expires_at__isnull=False)),
+            models.Index(
+                fields=["tenant", "soft_expires_at"], name="fact_soft_ttl", condition=Q(soft_expires_at__isnull=False)
+            ),
             # Full-text search over the shared scopes alone: the index over all facts matches a word in
             # every user's facts and then has to be intersected with "memory_user IS NULL". Without a
             # pending list (fastupdate off): every search of the shared scope reads the whole pending
             # list, which grew to 2.3 MB at 1M facts and made the branch 7-17 ms instead of 0.2 ms.
-            GinIndex(fields=["search_vector"], name="fact_shared_search_gin", condition=Q(memory_user__isnull=True),
-                     fastupdate=False),
+            GinIndex(
+                fields=["search_vector"],
+                name="fact_shared_search_gin",
+                condition=Q(memory_user__isnull=True),
+                fastupdate=False,
+            ),
             # Shared scopes (org/global) are large: approximate search. A user's own facts are
             # searched exactly, filtered by user first (SPEC §6).
             HnswIndex(
@@ -281,12 +291,8 @@ class Fact(models.Model):
                 condition=Q(superseded_by__isnull=True) | ~Q(superseded_by=models.F("id")),
                 name="fact_not_superseded_by_itself",
             ),
-            models.CheckConstraint(
-                condition=Q(confidence__gte=0, confidence__lte=1), name="fact_confidence_0_1"
-            ),
-            models.CheckConstraint(
-                condition=Q(importance__gte=0, importance__lte=1), name="fact_importance_0_1"
-            ),
+            models.CheckConstraint(condition=Q(confidence__gte=0, confidence__lte=1), name="fact_confidence_0_1"),
+            models.CheckConstraint(condition=Q(importance__gte=0, importance__lte=1), name="fact_importance_0_1"),
             models.CheckConstraint(
                 condition=(Q(scope="global") & Q(tenant__isnull=True) & Q(memory_user__isnull=True))
                 | (Q(scope="org") & Q(tenant__isnull=False) & Q(memory_user__isnull=True))
@@ -441,9 +447,7 @@ class Skill(models.Model):
     """Path-routed markdown (`deploy/kubernetes.md`); memory_user null means tenant scope."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="skills")
-    memory_user = models.ForeignKey(
-        MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="skills"
-    )
+    memory_user = models.ForeignKey(MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="skills")
     path = models.CharField(max_length=300)
     content = models.TextField()
     version = models.PositiveIntegerField(default=1)

@@ -160,10 +160,13 @@ class ExtractionBatch(models.Model):
     request_ids = ArrayField(models.CharField(max_length=64), default=list, blank=True)
 
     class Meta:
-        indexes = [models.Index(fields=["tenant", "status", "-created_at"], name="batch_tenant_status"),
-                   # /metrics counts open batches at every scrape; the table keeps every done one.
-                   models.Index(fields=["status", "created_at"], name="batch_open",
-                                condition=Q(status__in=["pending", "running"]))]
+        indexes = [
+            models.Index(fields=["tenant", "status", "-created_at"], name="batch_tenant_status"),
+            # /metrics counts open batches at every scrape; the table keeps every done one.
+            models.Index(
+                fields=["status", "created_at"], name="batch_open", condition=Q(status__in=["pending", "running"])
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"batch {self.pk} {self.status}"

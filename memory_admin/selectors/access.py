@@ -225,7 +225,8 @@ def require_tenant_wide(principal: Principal, ability: str = WRITE_MEMORY) -> No
     if principal.restricted and not principal.can(CURATE):
         raise Forbidden(
             "You are limited to some memory users; changing what the whole tenant shares needs an "
-            "unrestricted key or the curate ability.", code="forbidden",
+            "unrestricted key or the curate ability.",
+            code="forbidden",
         )
 
 

@@ -71,6 +71,7 @@ WRITE_OUTCOMES = _write_outcomes()
 
 # --- Overview -------------------------------------------------------------------------------------
 
+
 def _days(n: int) -> list[date]:
     today = timezone.localdate()
     return [today - timedelta(days=i) for i in range(n - 1, -1, -1)]
@@ -123,8 +124,12 @@ def open_contradictions(principal: Principal) -> dict[str, Any]:
     oldest = qs.order_by("created_at").values_list("created_at", flat=True).first()
     return {
         "total": buckets.pop("total"),
-        "buckets": [("< 1 day", buckets["under_1d"]), ("1–7 days", buckets["d1_7"]),
-                    ("7–30 days", buckets["d7_30"]), ("> 30 days", buckets["over_30d"])],
+        "buckets": [
+            ("< 1 day", buckets["under_1d"]),
+            ("1–7 days", buckets["d1_7"]),
+            ("7–30 days", buckets["d7_30"]),
+            ("> 30 days", buckets["over_30d"]),
+        ],
         "oldest": oldest,
     }
 
@@ -152,8 +157,12 @@ SCORE_BIN_BOUNDS = "'{0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9}'::float8[]"
 
 
 def _score_bin(field: str) -> Func:
-    return Func(F(field), function="width_bucket", template=f"%(function)s(%(expressions)s, {SCORE_BIN_BOUNDS})",
-                output_field=IntegerField())
+    return Func(
+        F(field),
+        function="width_bucket",
+        template=f"%(function)s(%(expressions)s, {SCORE_BIN_BOUNDS})",
+        output_field=IntegerField(),
+    )
 
 
 def _page_sample(qs: QuerySet, percent: float) -> tuple[str, list[Any]]:
@@ -164,7 +173,7 @@ def _page_sample(qs: QuerySet, percent: float) -> tuple[str, list[Any]]:
     at = sql.find(table)
     if at < 0 or "%s" in sql[:at]:
         raise ValueError("a page sample needs the fact table first and no parameter before it")
-    sql = sql[:at] + f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)" + sql[at + len(table):]
+    sql = sql[:at] + f"{table} TABLESAMPLE SYSTEM (%s) REPEATABLE (%s)" + sql[at + len(table) :]
     return sql, [percent, timezone.localdate().toordinal(), *params]
 
 
@@ -182,9 +191,13 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
 
     On a big table the bins come from a page sample (about SCORE_SAMPLE_ROWS rows, the same pages all
     day) scaled up to the whole, and `sample_percent` says so; scoring a million facts takes seconds."""
-    qs = (annotate_scores(visible(principal, Fact.objects.active()))
-          .annotate(cbin=_score_bin("eff_conf"), sbin=_score_bin("stale_score"))
-          .values_list("cbin", "sbin").annotate(n=Count("id")).order_by())
+    qs = (
+        annotate_scores(visible(principal, Fact.objects.active()))
+        .annotate(cbin=_score_bin("eff_conf"), sbin=_score_bin("stale_score"))
+        .values_list("cbin", "sbin")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
     percent = _score_sample_percent(principal)
     binned = []
     if percent is not None:
@@ -203,9 +216,14 @@ def score_distributions(principal: Principal) -> dict[str, Any]:
         stale[int(sbin or 0)] += n
     conf = [round(n * scale) for n in conf]
     stale = [round(n * scale) for n in stale]
-    return {"confidence": conf, "staleness": stale, "active": sum(conf),
-            "stale": sum(stale[int(STALE_THRESHOLD * 10):]), "evictable": stale[9],
-            "sample_percent": percent}
+    return {
+        "confidence": conf,
+        "staleness": stale,
+        "active": sum(conf),
+        "stale": sum(stale[int(STALE_THRESHOLD * 10) :]),
+        "evictable": stale[9],
+        "sample_percent": percent,
+    }
 
 
 def score_band_rows(principal: Principal, filters: dict[str, str]) -> tuple[QuerySet[Fact], dict[str, Any] | None]:
@@ -232,7 +250,10 @@ def score_band_rows(principal: Principal, filters: dict[str, str]) -> tuple[Quer
 def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, int]:
     rows = (
         visible(principal, PiiBlock.objects.filter(created_at__gte=_since(days)))
-        .annotate(day=TruncDate("created_at")).values("day").annotate(n=Count("id")).order_by()
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(n=Count("id"))
+        .order_by()
     )
     out = {d: 0 for d in _days(days)}
     for row in rows:
@@ -243,10 +264,14 @@ def pii_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, i
 def llm_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[date, dict[str, Any]]:
     rows = (
         visible(principal, LlmCall.objects.filter(created_at__gte=_since(days)))
-        .annotate(day=TruncDate("created_at")).values("day")
-        .annotate(calls=Count("id"), tokens=Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
-                  cost=Coalesce(Sum("cost_usd", output_field=FloatField()), 0.0, output_field=FloatField()),
-                  failed=Count("id", filter=Q(ok=False)))
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(
+            calls=Count("id"),
+            tokens=Coalesce(Sum(F("prompt_tokens") + F("completion_tokens")), 0),
+            cost=Coalesce(Sum("cost_usd", output_field=FloatField()), 0.0, output_field=FloatField()),
+            failed=Count("id", filter=Q(ok=False)),
+        )
         .order_by()
     )
     out = {d: {"calls": 0, "tokens": 0, "cost": 0.0, "failed": 0} for d in _days(days)}
@@ -277,7 +302,10 @@ def batches_per_day(principal: Principal, days: int = OVERVIEW_DAYS) -> dict[dat
     LLM call counts alone would read as "no extraction" while batches are done."""
     rows = (
         visible(principal, ExtractionBatch.objects.filter(created_at__gte=_since(days)))
-        .annotate(day=TruncDate("created_at")).values("day", "status").annotate(n=Count("id")).order_by()
+        .annotate(day=TruncDate("created_at"))
+        .values("day", "status")
+        .annotate(n=Count("id"))
+        .order_by()
     )
     out = {d: dict.fromkeys(BATCH_STATES, 0) for d in _days(days)}
     for row in rows:
@@ -317,8 +345,13 @@ def _nice_max(value: float) -> float:
     return 10 * exp
 
 
-def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | None = None,
-              colors: list[int] | None = None, links: list[list[str | None]] | None = None) -> dict[str, Any]:
+def bar_chart(
+    labels: list[str],
+    series: list[list[float]],
+    names: list[str] | None = None,
+    colors: list[int] | None = None,
+    links: list[list[str | None]] | None = None,
+) -> dict[str, Any]:
     """Stacked bars: `series[i][j]` is series i at label j; `colors[i]` picks series i's palette slot so
     that one outcome keeps its colour from day to day and chart to chart."""
     colors = colors or list(range(len(series)))
@@ -337,25 +370,60 @@ def bar_chart(labels: list[str], series: list[list[float]], names: list[str] | N
             if not s[j]:
                 continue
             h = plot_h * s[j] / top
-            bars.append(Bar(x=round(pad_l + j * slot + (slot - width) / 2, 1),
-                            y=round(plot_h - base - h, 1), w=round(width, 1), h=round(h, 1),
-                            label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}", value=s[j], series=colors[i],
-                            link=links[i][j] if links else None))
+            bars.append(
+                Bar(
+                    x=round(pad_l + j * slot + (slot - width) / 2, 1),
+                    y=round(plot_h - base - h, 1),
+                    w=round(width, 1),
+                    h=round(h, 1),
+                    label=f"{label}: {names[i] + ' ' if names else ''}{s[j]:g}",
+                    value=s[j],
+                    series=colors[i],
+                    link=links[i][j] if links else None,
+                )
+            )
             base += h
     step = max(1, n // 7)
     ticks = [{"x": round(pad_l + j * slot + slot / 2, 1), "label": labels[j]} for j in range(0, len(labels), step)]
     # Totals written above the bars when they fit (up to a month of days), and every value as a table.
-    values = [{"x": round(pad_l + j * slot + slot / 2, 1),
-               "y": round(max(9.0, plot_h - plot_h * totals[j] / top - 3), 1), "text": f"{totals[j]:g}"}
-              for j in range(len(labels)) if totals[j]] if n <= 31 else []
-    rows = [{"label": label, "total": totals[j],
-             "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)]}
-            for j, label in enumerate(labels)]
-    return {"w": CHART_W, "h": CHART_H, "plot_h": plot_h, "pad_l": pad_l, "bars": bars, "ticks": ticks,
-            "values": values, "rows": rows, "names": names or ["count"], "linked": any(b.link for b in bars),
-            "top": f"{top:g}", "mid": f"{top / 2:g}", "mid_y": plot_h / 2,
-            "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
-            "empty": not any(totals)}
+    values = (
+        [
+            {
+                "x": round(pad_l + j * slot + slot / 2, 1),
+                "y": round(max(9.0, plot_h - plot_h * totals[j] / top - 3), 1),
+                "text": f"{totals[j]:g}",
+            }
+            for j in range(len(labels))
+            if totals[j]
+        ]
+        if n <= 31
+        else []
+    )
+    rows = [
+        {
+            "label": label,
+            "total": totals[j],
+            "cells": [{"value": s[j], "link": links[i][j] if links and s[j] else None} for i, s in enumerate(series)],
+        }
+        for j, label in enumerate(labels)
+    ]
+    return {
+        "w": CHART_W,
+        "h": CHART_H,
+        "plot_h": plot_h,
+        "pad_l": pad_l,
+        "bars": bars,
+        "ticks": ticks,
+        "values": values,
+        "rows": rows,
+        "names": names or ["count"],
+        "linked": any(b.link for b in bars),
+        "top": f"{top:g}",
+        "mid": f"{top / 2:g}",
+        "mid_y": plot_h / 2,
+        "legend": list(zip(names, colors, strict=True)) if names and len(names) > 1 else [],
+        "empty": not any(totals),
+    }
 
 
 # --- Memory users ---------------------------------------------------------------------------------
@@ -386,7 +454,8 @@ def _with_user_stats(qs: QuerySet[MemoryUser]) -> QuerySet[MemoryUser]:
         avg_staleness=RawSQL(  # noqa: S611 -- constant SQL from scoring.py, no user input
             f"(SELECT avg({staleness_sql('sf')}) FROM memory_admin_fact sf "
             "WHERE sf.memory_user_id = memory_admin_memoryuser.id AND sf.status = 'active')",
-            (), output_field=FloatField(),
+            (),
+            output_field=FloatField(),
         ),
     )
 
@@ -405,7 +474,7 @@ def memory_users(principal: Principal, *, q: str = "", sort: str = "facts") -> t
     if sort in USER_RANK_WINDOW:
         total = qs.count()
         if total > USER_RANK_WINDOW[sort]:
-            newest = qs.order_by("-created_at", "-pk").values("pk")[:USER_RANK_WINDOW[sort]]
+            newest = qs.order_by("-created_at", "-pk").values("pk")[: USER_RANK_WINDOW[sort]]
             qs = qs.filter(pk__in=Subquery(newest))
             window = {"ranked": USER_RANK_WINDOW[sort], "total": total}
     if sort in ("facts", "staleness", "contradictions"):
@@ -421,6 +490,7 @@ def memory_user_rows(principal: Principal, ids: list[int]) -> list[MemoryUser]:
 
 
 # --- Facts ----------------------------------------------------------------------------------------
+
 
 def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dict[str, str]) -> QuerySet[Fact]:
     """The facts lists (a user's tab, or tenant-wide with `user` naming one by exact id): filters by
@@ -468,8 +538,11 @@ def fact_with_scores(principal: Principal, fact_id: UUID | str) -> Fact:
 
     return get_visible(
         principal,
-        annotate_scores(Fact.objects.select_related("memory_user", "message", "message__thread", "batch",
-                                                    "superseded_by_notebook", "agent")),
+        annotate_scores(
+            Fact.objects.select_related(
+                "memory_user", "message", "message__thread", "batch", "superseded_by_notebook", "agent"
+            )
+        ),
         pk=fact_id,
     )
 
@@ -477,7 +550,8 @@ def fact_with_scores(principal: Principal, fact_id: UUID | str) -> Fact:
 def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
     return list(
         visible(principal, Edge.objects.filter(Q(src_fact=fact) | Q(dst_fact=fact)))
-        .select_related("src_fact", "dst_fact", "src_episode", "dst_episode").order_by("created_at")[:200]
+        .select_related("src_fact", "dst_fact", "src_episode", "dst_episode")
+        .order_by("created_at")[:200]
     )
 
 
@@ -508,7 +582,8 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
         for target_id, at in (
             visible(principal, AuditEvent.objects.filter(target_type="fact", target_id__in=leaving_ids))
             .filter(action__in=LEAVING_ACTIONS, outcome="evicted")
-            .order_by("created_at").values_list("target_id", "created_at")
+            .order_by("created_at")
+            .values_list("target_id", "created_at")
         ):
             left_at.setdefault(target_id, at)
     believed = []
@@ -531,6 +606,7 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
 
 
 # --- Review queues --------------------------------------------------------------------------------
+
 
 def review_queue(principal: Principal, filters: dict[str, str]) -> QuerySet[Contradiction]:
     qs = visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
@@ -557,11 +633,13 @@ def eviction_candidates(principal: Principal) -> QuerySet[Fact]:
 def quarantined(principal: Principal) -> QuerySet[Fact]:
     return (
         visible(principal, Fact.objects.filter(status=Fact.Status.QUARANTINED))
-        .select_related("memory_user", "agent").order_by("created_at", "pk")
+        .select_related("memory_user", "agent")
+        .order_by("created_at", "pk")
     )
 
 
 # --- PII blocks -----------------------------------------------------------------------------------
+
 
 def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlock]:
     qs = visible(principal, PiiBlock.objects.all())
@@ -581,13 +659,18 @@ def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlo
         qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
     repeats = (
         PiiBlock.objects.filter(tenant_id=OuterRef("tenant_id"), fingerprint=OuterRef("fingerprint"))
-        .order_by().values("fingerprint").annotate(n=Count("id")).values("n")
+        .order_by()
+        .values("fingerprint")
+        .annotate(n=Count("id"))
+        .values("n")
     )
-    return qs.annotate(repeat_count=Subquery(repeats)).select_related("agent", "memory_user").order_by(
-        "-created_at", "pk")
+    return (
+        qs.annotate(repeat_count=Subquery(repeats)).select_related("agent", "memory_user").order_by("-created_at", "pk")
+    )
 
 
 # --- Audit log ------------------------------------------------------------------------------------
+
 
 def audit_events(principal: Principal, filters: dict[str, str], memory_user: MemoryUser | None = None):
     qs = visible(principal, AuditEvent.objects.all())
@@ -635,12 +718,17 @@ def gc_preview(principal: Principal) -> dict[str, Any]:
 
 # --- Fact detail: the open contradiction, the decay curve ---------------------------------------
 
+
 def open_contradiction_of(principal: Principal, fact: Fact) -> Contradiction | None:
     """The open contradiction a contested fact is part of (the oldest, when several)."""
     if not fact.contested:
         return None
-    return (visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
-            .filter(Q(fact_a=fact) | Q(fact_b=fact)).order_by("created_at").first())
+    return (
+        visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
+        .filter(Q(fact_a=fact) | Q(fact_b=fact))
+        .order_by("created_at")
+        .first()
+    )
 
 
 DECAY_PAST_DAYS = 90
@@ -681,18 +769,30 @@ def decay_curve(fact: Fact, now: datetime | None = None) -> dict[str, Any]:
     now_x = round(DECAY_PAD + plot_w * (now - start).total_seconds() / 86400.0 / span, 1)
     current = scoring.terms(fact, now=now)
     return {
-        "w": DECAY_W, "h": DECAY_H, "plot_h": plot_h, "pad": DECAY_PAD, "now_x": now_x,
-        "past": " ".join(f"{x},{y}" for x, y in past), "future": " ".join(f"{x},{y}" for x, y in future),
-        "start": start, "end": now + timedelta(days=DECAY_FUTURE_DAYS), "effective": current["effective"],
+        "w": DECAY_W,
+        "h": DECAY_H,
+        "plot_h": plot_h,
+        "pad": DECAY_PAD,
+        "now_x": now_x,
+        "past": " ".join(f"{x},{y}" for x, y in past),
+        "future": " ".join(f"{x},{y}" for x, y in future),
+        "start": start,
+        "end": now + timedelta(days=DECAY_FUTURE_DAYS),
+        "effective": current["effective"],
         "in_year": scoring.terms(fact, now=now + timedelta(days=DECAY_FUTURE_DAYS))["effective"],
-        "stale_on": stale_on, "evict_on": evict_on, "half_on": half_on,
-        "has_past": now_x - DECAY_PAD > 40, "staleness": current["staleness"],
-        "already_stale": current["staleness"] > scoring.STALE_THRESHOLD, "pinned": fact.pinned,
+        "stale_on": stale_on,
+        "evict_on": evict_on,
+        "half_on": half_on,
+        "has_past": now_x - DECAY_PAD > 40,
+        "staleness": current["staleness"],
+        "already_stale": current["staleness"] > scoring.STALE_THRESHOLD,
+        "pinned": fact.pinned,
         "contested": fact.contested,
     }
 
 
 # --- Conversations: threads, their messages, and the facts each batch drew from them ---------------
+
 
 def threads(principal: Principal, *, q: str = "", user: str = "") -> QuerySet:
     """Threads, newest first, with their message count (one subquery per listed row)."""
@@ -703,10 +803,10 @@ def threads(principal: Principal, *, q: str = "", user: str = "") -> QuerySet:
         qs = qs.filter(memory_user__external_id__icontains=user)
     if q:
         qs = qs.filter(external_id__icontains=q)
-    counts = (Message.objects.filter(thread=OuterRef("pk")).order_by().values("thread")
-              .annotate(n=Count("id")).values("n"))
-    return (qs.annotate(message_count=Coalesce(Subquery(counts), 0))
-            .select_related("memory_user").order_by("-pk"))
+    counts = (
+        Message.objects.filter(thread=OuterRef("pk")).order_by().values("thread").annotate(n=Count("id")).values("n")
+    )
+    return qs.annotate(message_count=Coalesce(Subquery(counts), 0)).select_related("memory_user").order_by("-pk")
 
 
 THREAD_MESSAGES = 500
@@ -719,14 +819,21 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     from memory_admin.selectors.access import get_visible
 
     thread = get_visible(principal, Thread.objects.select_related("memory_user"), pk=thread_id)
-    messages = list(visible(principal, Message.objects.filter(thread=thread))
-                    .order_by("created_at", "pk")[:THREAD_MESSAGES])
+    messages = list(
+        visible(principal, Message.objects.filter(thread=thread)).order_by("created_at", "pk")[:THREAD_MESSAGES]
+    )
     # The two ways a fact comes from a thread, as a UNION of two indexed lookups: an OR across the two
     # joins made Postgres scan every fact of the tenant (950 ms at 1M facts).
-    drawn = (Fact.objects.filter(message__thread=thread).values("pk")
-             .union(Fact.objects.filter(batch__thread=thread).values("pk")))
-    facts = list(visible(principal, Fact.objects.filter(pk__in=drawn))
-                 .defer("embedding", "search_vector").order_by("created_at", "pk")[:2000])
+    drawn = (
+        Fact.objects.filter(message__thread=thread)
+        .values("pk")
+        .union(Fact.objects.filter(batch__thread=thread).values("pk"))
+    )
+    facts = list(
+        visible(principal, Fact.objects.filter(pk__in=drawn))
+        .defer("embedding", "search_vector")
+        .order_by("created_at", "pk")[:2000]
+    )
     batches = list(visible(principal, ExtractionBatch.objects.filter(thread=thread)).order_by("created_at", "pk"))
     by_message: dict[int, list[Fact]] = {}
     by_batch: dict[int, list[Fact]] = {}
@@ -742,8 +849,12 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     for batch in batches:
         batch.drawn = by_batch.get(batch.pk, [])
     # Not "messages": templates read that name as the flash messages (base.html shows them all on top).
-    return {"thread": thread, "thread_messages": messages, "batches": batches,
-            "truncated": len(messages) == THREAD_MESSAGES}
+    return {
+        "thread": thread,
+        "thread_messages": messages,
+        "batches": batches,
+        "truncated": len(messages) == THREAD_MESSAGES,
+    }
 
 
 # --- Tenant-wide search: the product's ranking (selectors.search.fact_search) across users ----------
@@ -787,12 +898,18 @@ def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: 
     hits = [hit for user in searched for hit in per_user.get(user.pk, [])]
     keep = _search_hit_filter(principal, filters, statuses)
     hits = sorted((h for h in hits if keep(h)), key=lambda h: -h.final)
-    return {"hits": hits[:k], "users": len(users), "searched": searched, "sample_percent": percent,
-            "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user")}
+    return {
+        "hits": hits[:k],
+        "users": len(users),
+        "searched": searched,
+        "sample_percent": percent,
+        "bounded": len(user_ids) == SEARCH_USERS and not filters.get("user"),
+    }
 
 
-def _search_candidates(principal: Principal, query: str, filters: dict[str, str],
-                       statuses: list[str]) -> QuerySet[Fact] | None:
+def _search_candidates(
+    principal: Principal, query: str, filters: dict[str, str], statuses: list[str]
+) -> QuerySet[Fact] | None:
     """The facts whose users are worth searching: the named user's, else those sharing a word with the
     query (None when the query has no word to match)."""
     from django.contrib.postgres.search import SearchQuery
@@ -828,7 +945,7 @@ def _candidate_users(candidates: QuerySet[Fact], *, exact: bool) -> tuple[list[i
     of the table (TABLESAMPLE SYSTEM, the same pages all day, like the overview's distributions)."""
     from collections import Counter
 
-    first = Counter(candidates.order_by().values_list("memory_user", flat=True)[:SEARCH_COUNT_LIMIT + 1])
+    first = Counter(candidates.order_by().values_list("memory_user", flat=True)[: SEARCH_COUNT_LIMIT + 1])
     if exact or sum(first.values()) <= SEARCH_COUNT_LIMIT:
         return _top_users(first), None
     percent = round(min(100.0, 100.0 * SEARCH_SAMPLE_ROWS / max(_table_rows(Fact), 1.0)), 3)
@@ -838,25 +955,29 @@ def _candidate_users(candidates: QuerySet[Fact], *, exact: bool) -> tuple[list[i
         sampled = dict(cursor.fetchall())
     # Too few matches in the sample (a small tenant in a big table): fill up from the counted ones.
     ranked = _top_users(sampled)
-    ranked += [u for u in _top_users(first) if u not in sampled][:SEARCH_USERS - len(ranked)]
+    ranked += [u for u in _top_users(first) if u not in sampled][: SEARCH_USERS - len(ranked)]
     return ranked, percent
 
 
-def _search_hit_filter(principal: Principal, filters: dict[str, str],
-                       statuses: list[str]) -> Callable[[Hit], bool]:
+def _search_hit_filter(principal: Principal, filters: dict[str, str], statuses: list[str]) -> Callable[[Hit], bool]:
     """Whether a fact_search hit belongs on the page: fact_search fills its k from every fact of a user,
     so the page's filters and the match rule (a shared word, or close in meaning) are checked here."""
     agent_ids = None
     if filters.get("agent"):
         from memory_admin.models import Agent
 
-        agent_ids = set(Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"])
-                        .values_list("pk", flat=True))
+        agent_ids = set(
+            Agent.objects.filter(tenant_id=principal.tenant_id, name__icontains=filters["agent"]).values_list(
+                "pk", flat=True
+            )
+        )
 
     def keep(hit: Hit) -> bool:
-        return (_search_hit_passes(hit, filters, statuses)
-                and (hit.keyword > 0 or (hit.cosine or 0) >= MATCH_MIN_COSINE)
-                and (agent_ids is None or hit.fact.agent_id in agent_ids))
+        return (
+            _search_hit_passes(hit, filters, statuses)
+            and (hit.keyword > 0 or (hit.cosine or 0) >= MATCH_MIN_COSINE)
+            and (agent_ids is None or hit.fact.agent_id in agent_ids)
+        )
 
     return keep
 
@@ -879,8 +1000,14 @@ def _search_hit_passes(hit: Hit, filters: dict[str, str], statuses: list[str]) -
 
 # --- Context playground ------------------------------------------------------------------------------
 
-SECTION_LABELS = {"notebook": "User notebook", "tenant_notebook": "Team notebook", "pinned": "Pinned facts",
-                  "facts": "Facts", "skills": "Skills", "episodes": "Recent episodes"}
+SECTION_LABELS = {
+    "notebook": "User notebook",
+    "tenant_notebook": "Team notebook",
+    "pinned": "Pinned facts",
+    "facts": "Facts",
+    "skills": "Skills",
+    "episodes": "Recent episodes",
+}
 
 
 def _as_uuid(value: Any) -> Any:
@@ -900,11 +1027,21 @@ def _dropped_texts(principal: Principal, block: dict[str, Any]) -> tuple[dict[An
     for section in block["sections"]:
         ids = [_as_uuid(item["id"]) for item in section["dropped"]]
         wanted["episodes" if section["name"] == "episodes" else "facts"] += [i for i in ids if i]
-    facts = (dict(visible(principal, Fact.objects.filter(pk__in=wanted["facts"])).values_list("pk", "content"))
-             if wanted["facts"] else {})
-    episodes = {pk: f"{ended:%Y-%m-%d}: {summary}" for pk, ended, summary in
-                visible(principal, Episode.objects.filter(pk__in=wanted["episodes"]))
-                .values_list("pk", "ended_at", "summary")} if wanted["episodes"] else {}
+    facts = (
+        dict(visible(principal, Fact.objects.filter(pk__in=wanted["facts"])).values_list("pk", "content"))
+        if wanted["facts"]
+        else {}
+    )
+    episodes = (
+        {
+            pk: f"{ended:%Y-%m-%d}: {summary}"
+            for pk, ended, summary in visible(principal, Episode.objects.filter(pk__in=wanted["episodes"])).values_list(
+                "pk", "ended_at", "summary"
+            )
+        }
+        if wanted["episodes"]
+        else {}
+    )
     return facts, episodes
 
 
@@ -932,14 +1069,35 @@ def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> 
         dropped = []
         for item in section["dropped"]:
             text = facts.get(_as_uuid(item["id"]), "") if section["name"] != "episodes" else ""
-            dropped.append({"id": str(item["id"]), "reason": item.get("reason", ""), "text": text,
-                            "is_fact": bool(text), "label": _dropped_label(section["name"], str(item["id"]), episodes),
-                            "of": item.get("of")})
-        sections.append({"name": section["name"], "label": SECTION_LABELS.get(section["name"], section["name"]),
-                         "tokens": section["tokens"], "included": len(section["included"]),
-                         "related": len(section.get("related", ())),
-                         "truncated": bool(section["truncated"]), "dropped": dropped, "color": index,
-                         "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0})
-    return {"budget": budget, "tokens": block["tokens"], "text": block["text"], "warnings": block["warnings"],
-            "sections": sections, "free": max(0.0, round(100.0 * (budget - block["tokens"]) / budget, 2)),
-            "reasons": sorted({d["reason"] for s in sections for d in s["dropped"]})}
+            dropped.append(
+                {
+                    "id": str(item["id"]),
+                    "reason": item.get("reason", ""),
+                    "text": text,
+                    "is_fact": bool(text),
+                    "label": _dropped_label(section["name"], str(item["id"]), episodes),
+                    "of": item.get("of"),
+                }
+            )
+        sections.append(
+            {
+                "name": section["name"],
+                "label": SECTION_LABELS.get(section["name"], section["name"]),
+                "tokens": section["tokens"],
+                "included": len(section["included"]),
+                "related": len(section.get("related", ())),
+                "truncated": bool(section["truncated"]),
+                "dropped": dropped,
+                "color": index,
+                "share": round(100.0 * section["tokens"] / budget, 2) if budget else 0,
+            }
+        )
+    return {
+        "budget": budget,
+        "tokens": block["tokens"],
+        "text": block["text"],
+        "warnings": block["warnings"],
+        "sections": sections,
+        "free": max(0.0, round(100.0 * (budget - block["tokens"]) / budget, 2)),
+        "reasons": sorted({d["reason"] for s in sections for d in s["dropped"]}),
+    }

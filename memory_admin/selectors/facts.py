@@ -34,8 +34,15 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 
 def fact_list(
-    principal: Principal, memory_user: MemoryUser, *, status: str | None = "active", category: str | None = None,
-    kind: str | None = None, key: str | None = None, text: str | None = None, cursor: str | None = None,
+    principal: Principal,
+    memory_user: MemoryUser,
+    *,
+    status: str | None = "active",
+    category: str | None = None,
+    kind: str | None = None,
+    key: str | None = None,
+    text: str | None = None,
+    cursor: str | None = None,
     limit: int = 50,
 ) -> tuple[list[Fact], str | None]:
     qs = facts_of_user(principal, memory_user)

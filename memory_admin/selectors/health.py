@@ -43,7 +43,8 @@ def heartbeat_ages() -> dict[str, float]:
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, greatest(0, extract(epoch FROM now() - last_at))::float8 FROM ops_heartbeat "
-            "WHERE name = ANY(%s)", [list(COMPONENTS)],
+            "WHERE name = ANY(%s)",
+            [list(COMPONENTS)],
         )
         return dict(cursor.fetchall())
 

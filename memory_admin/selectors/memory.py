@@ -30,16 +30,19 @@ def skills_listed(principal: Principal, *, prefix: str = "", memory_user: Memory
 
 def skill_at(principal: Principal, path: str, *, memory_user: MemoryUser | None = None) -> Skill:
     """The skill at a (checked) path: the tenant's, or the user's own when a user is given."""
-    skill = visible(principal, Skill.objects.select_related("memory_user")).filter(
-        path=path, memory_user=memory_user
-    ).first()
+    skill = (
+        visible(principal, Skill.objects.select_related("memory_user"))
+        .filter(path=path, memory_user=memory_user)
+        .first()
+    )
     if skill is None:
         raise NotFound("No skill at that path.")
     return skill
 
 
-def memory_users_listed(principal: Principal, *, prefix: str = "", after: str = "", limit: int = 100
-                        ) -> tuple[list[dict], str | None]:
+def memory_users_listed(
+    principal: Principal, *, prefix: str = "", after: str = "", limit: int = 100
+) -> tuple[list[dict], str | None]:
     """The memory users the principal reaches, by id, with the tasks they hold active facts in; keyset
     pagination on the id (`after` is the last id of the previous page)."""
     qs = visible(principal, MemoryUser.objects.filter(erased_at__isnull=True))
@@ -47,9 +50,14 @@ def memory_users_listed(principal: Principal, *, prefix: str = "", after: str = 
         qs = qs.filter(external_id__startswith=prefix)
     if after:
         qs = qs.filter(external_id__gt=after)
-    tasks = ArrayAgg("facts__task_ref", distinct=True, default=[],
-                     filter=Q(facts__status=Fact.Status.ACTIVE) & ~Q(facts__task_ref=""))
+    tasks = ArrayAgg(
+        "facts__task_ref",
+        distinct=True,
+        default=[],
+        filter=Q(facts__status=Fact.Status.ACTIVE) & ~Q(facts__task_ref=""),
+    )
     rows = list(qs.annotate(task_ids=tasks).order_by("external_id")[: limit + 1])
-    items = [{"user_id": u.external_id, "task_ids": sorted(u.task_ids), "created_at": u.created_at}
-             for u in rows[:limit]]
+    items = [
+        {"user_id": u.external_id, "task_ids": sorted(u.task_ids), "created_at": u.created_at} for u in rows[:limit]
+    ]
     return items, rows[limit - 1].external_id if len(rows) > limit else None

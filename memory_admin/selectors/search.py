@@ -149,8 +149,20 @@ _LEXEMES_CTE = (
     " WITH ORDINALITY AS u(l, i) ORDER BY i) AS q)"
 )
 # What each branch carries, so that the candidates are described without a second visit to the table.
-_CARRIED = ("id", "status", "importance", "confidence", "pinned", "kind", "contested", "access_count",
-            "last_accessed_at", "created_at", "valid_from", "search_vector")
+_CARRIED = (
+    "id",
+    "status",
+    "importance",
+    "confidence",
+    "pinned",
+    "kind",
+    "contested",
+    "access_count",
+    "last_accessed_at",
+    "created_at",
+    "valid_from",
+    "search_vector",
+)
 _ROW_SQL = (
     "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
     " {stale} AS stale_score, GREATEST(0, date_part('epoch', now() - c.valid_from) / 86400.0)::float8 AS age_days,"
@@ -188,8 +200,10 @@ def _vector_cursor():
     if dumpers is None:
         oid = TypeInfo.fetch(raw_connection, "vector").oid
         # Text first, then binary: the last one registered is what a %s placeholder uses.
-        dumpers = _vector_dumpers[raw_connection] = (type("VectorText", (VectorDumper,), {"oid": oid}),
-                                                     type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}))
+        dumpers = _vector_dumpers[raw_connection] = (
+            type("VectorText", (VectorDumper,), {"oid": oid}),
+            type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}),
+        )
     raw = ServerBindingCursor(raw_connection)
     for dumper in dumpers:
         raw.adapters.register_dumper(Vector, dumper)
@@ -217,8 +231,16 @@ _USER_SENTINEL = -7_340_033
 _TSQ_SENTINEL = "\x00search-tsquery\x00"
 
 
-def _own_branch(principal: Principal, statuses: tuple[str, ...], sentinel: int, *, distance: RawSQL, tsq: str,
-                has_vector: bool, own_by_keyword: bool) -> tuple[str, tuple]:
+def _own_branch(
+    principal: Principal,
+    statuses: tuple[str, ...],
+    sentinel: int,
+    *,
+    distance: RawSQL,
+    tsq: str,
+    has_vector: bool,
+    own_by_keyword: bool,
+) -> tuple[str, tuple]:
     """One user's own facts (the user a sentinel), nearest first when there is a vector."""
     own = visible(principal, Fact.objects.for_user(sentinel).filter(status__in=statuses))
     if own_by_keyword:
@@ -231,22 +253,39 @@ def _own_branch(principal: Principal, statuses: tuple[str, ...], sentinel: int, 
 
 
 def _branches(
-    principal: Principal, statuses: tuple[str, ...], *, n_users: int, has_vector: bool, has_text: bool,
-    n_shared: int, own_by_keyword: bool,
+    principal: Principal,
+    statuses: tuple[str, ...],
+    *,
+    n_users: int,
+    has_vector: bool,
+    has_text: bool,
+    n_shared: int,
+    own_by_keyword: bool,
 ) -> list[tuple[str, tuple]]:
     """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the users
     and the tsquery as sentinels: one branch per user, then the shared ones."""
     tsq = _TSQ_SENTINEL if has_text else ""
     distance = RawSQL(_DISTANCE if has_vector else "NULL::float8", ())  # noqa: S611 - constant
-    branches = [_own_branch(principal, statuses, _USER_SENTINEL - i, distance=distance, tsq=tsq,
-                            has_vector=has_vector, own_by_keyword=own_by_keyword) for i in range(n_users)]
+    branches = [
+        _own_branch(
+            principal,
+            statuses,
+            _USER_SENTINEL - i,
+            distance=distance,
+            tsq=tsq,
+            has_vector=has_vector,
+            own_by_keyword=own_by_keyword,
+        )
+        for i in range(n_users)
+    ]
     if not n_shared or own_by_keyword:
         return branches
     shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
     if has_vector:
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
-        nearest = (shared.active().annotate(distance=distance)
-                   .order_by("distance").values(*_CARRIED, "distance")[:n_shared])
+        nearest = (
+            shared.active().annotate(distance=distance).order_by("distance").values(*_CARRIED, "distance")[:n_shared]
+        )
         branches.append(_compiled(nearest))
     if tsq:
         sq = SearchQuery(tsq, search_type="raw", config="english")
@@ -254,29 +293,45 @@ def _branches(
         # and keep only the best n of them.
         matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
         sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
-        branches.append((
-            f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
-            f" DESC LIMIT {int(n_shared)}",
-            (*params, tsq),
-        ))
+        branches.append(
+            (
+                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+                f" DESC LIMIT {int(n_shared)}",
+                (*params, tsq),
+            )
+        )
     return branches
 
 
 @functools.lru_cache(maxsize=256)
 def _statement(
-    principal: Principal, statuses: tuple[str, ...], n_users: int, has_vector: bool, has_text: bool,
-    n_shared: int, own_by_keyword: bool,
+    principal: Principal,
+    statuses: tuple[str, ...],
+    n_users: int,
+    has_vector: bool,
+    has_text: bool,
+    n_shared: int,
+    own_by_keyword: bool,
 ) -> tuple[str, tuple]:
     """The whole candidate statement and its parameters after the first three (vector, query text,
     tenant), compiled once per principal and shape. The access filter is `visible()`'s own SQL: keyed by
     the whole (frozen) principal, so any field the access check reads gets its own entry."""
-    branches = _branches(principal, statuses, n_users=n_users, has_vector=has_vector, has_text=has_text,
-                         n_shared=n_shared, own_by_keyword=own_by_keyword)
+    branches = _branches(
+        principal,
+        statuses,
+        n_users=n_users,
+        has_vector=has_vector,
+        has_text=has_text,
+        n_shared=n_shared,
+        own_by_keyword=own_by_keyword,
+    )
     columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
-    union = " UNION ALL ".join(f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)"
-                               for i, (sql, _) in enumerate(branches))
-    rows_sql = _ROW_SQL.format(eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"),
-                               union=union)
+    union = " UNION ALL ".join(
+        f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)" for i, (sql, _) in enumerate(branches)
+    )
+    rows_sql = _ROW_SQL.format(
+        eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"), union=union
+    )
     return _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql), tuple(p for _, ps in branches for p in ps)
 
 
@@ -288,16 +343,27 @@ def _bind(params: tuple, user_ids: list[int], tsq: str) -> list[Any]:
 
 
 def _candidates(
-    principal: Principal, memory_users: list[MemoryUser], *, query: str, vector: list[float] | None,
-    statuses: tuple[str, ...], n_shared: int, own_by_keyword: bool = False,
+    principal: Principal,
+    memory_users: list[MemoryUser],
+    *,
+    query: str,
+    vector: list[float] | None,
+    statuses: tuple[str, ...],
+    n_shared: int,
+    own_by_keyword: bool = False,
 ) -> tuple[str | None, list[tuple]]:
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
     `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
     tsq = or_tsquery(query) if query else ""
-    statement, cached = _statement(principal, statuses, len(memory_users), vector is not None, bool(tsq),
-                                   n_shared, own_by_keyword)
-    params: list[Any] = [Vector(vector) if vector is not None else None, query[:2000], principal.tenant_id,
-                         *_bind(cached, [u.pk for u in memory_users], tsq)]
+    statement, cached = _statement(
+        principal, statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword
+    )
+    params: list[Any] = [
+        Vector(vector) if vector is not None else None,
+        query[:2000],
+        principal.tenant_id,
+        *_bind(cached, [u.pk for u in memory_users], tsq),
+    ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
     # when the session's value is lower.
@@ -325,8 +391,9 @@ def _fetch_statement(principal: Principal) -> tuple[str, tuple]:
     return _compiled(qs)
 
 
-def _facts_by_id(principal: Principal, ids: list, *, with_notebook: bool,
-                 memory_users: list[MemoryUser]) -> dict[Any, Fact]:
+def _facts_by_id(
+    principal: Principal, ids: list, *, with_notebook: bool, memory_users: list[MemoryUser]
+) -> dict[Any, Fact]:
     """The visible facts among `ids` as model instances, by id, their memory user attached without a
     join when it is one of `memory_users`."""
     if with_notebook:
@@ -379,12 +446,14 @@ def fact_search(
     vec = query_vector if query else None
     n_shared = (max(2 * k, 20) if n_shared is None else n_shared) if shared and query else 0
 
-    weights_json, rows = _candidates(principal, [memory_user], query=query, vector=vec, statuses=statuses,
-                                     n_shared=n_shared)
+    weights_json, rows = _candidates(
+        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared
+    )
     if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
         seen = {r[0] for r in rows}
-        _, more = _candidates(principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=0,
-                              own_by_keyword=True)
+        _, more = _candidates(
+            principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=0, own_by_keyword=True
+        )
         rows += [r for r in more if r[0] not in seen]
     weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
@@ -393,8 +462,9 @@ def fact_search(
         rows = [r for r in rows if r[0] not in exclude_ids]
     scored = _score(rows, weights)
     top = scored[:k]
-    facts = _facts_by_id(principal, [row[0] for _, row, _ in top], with_notebook="superseded" in statuses,
-                         memory_users=[memory_user])
+    facts = _facts_by_id(
+        principal, [row[0] for _, row, _ in top], with_notebook="superseded" in statuses, memory_users=[memory_user]
+    )
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage
@@ -433,8 +503,7 @@ def fact_search_users(
     if not memory_users:
         return {}
     vec = (query_vector if query_vector is not None else embed_query(query)) if query else None
-    weights_json, rows = _candidates(principal, memory_users, query=query, vector=vec, statuses=statuses,
-                                     n_shared=0)
+    weights_json, rows = _candidates(principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0)
     weights = _weights(weights_json, principal.tenant_id)
     by_branch: dict[int, list[tuple]] = {}
     for row in rows:
@@ -444,12 +513,24 @@ def fact_search_users(
     for i, memory_user in enumerate(memory_users):
         own = by_branch.get(i, [])
         if query and len(own) == OWN_EXACT_LIMIT:  # a pathological user: fact_search's extra keyword pass
-            out[memory_user.pk] = fact_search(principal=principal, memory_user=memory_user, query=query, k=k,
-                                              include=include, query_vector=vec, shared=False, record=False).hits
+            out[memory_user.pk] = fact_search(
+                principal=principal,
+                memory_user=memory_user,
+                query=query,
+                k=k,
+                include=include,
+                query_vector=vec,
+                shared=False,
+                record=False,
+            ).hits
         else:
             tops[memory_user.pk] = _score(own, weights)[:k]
-    facts = _facts_by_id(principal, [row[ID] for top in tops.values() for _, row, _ in top],
-                         with_notebook="superseded" in statuses, memory_users=memory_users)
+    facts = _facts_by_id(
+        principal,
+        [row[ID] for top in tops.values() for _, row, _ in top],
+        with_notebook="superseded" in statuses,
+        memory_users=memory_users,
+    )
     for user_id, top in tops.items():
         out[user_id] = [Hit(fact=facts[row[ID]], **parts) for _, row, parts in top if row[ID] in facts]
     return out
@@ -503,8 +584,9 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
             # scoring.is_stale, on the SQL score.
             "stale": row[STATUS] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
         }
-        parts["relevance"] = sum(weights.get(name, 0.0) * parts[name]
-                                 for name in ("vector", "keyword", "recency", "importance"))
+        parts["relevance"] = sum(
+            weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency", "importance")
+        )
         out.append((row, parts))
 
     # Neighbour support: the best relevance among other candidates observed close in time.

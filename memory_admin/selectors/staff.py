@@ -30,4 +30,3 @@ def principal_from_membership(membership: Membership, username: str) -> Principa
         # A member reaches exactly its own memory user; every other role sees the whole tenant.
         member_user_id=membership.memory_user_id if membership.role == Membership.Role.MEMBER else None,
     )
-

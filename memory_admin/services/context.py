@@ -109,15 +109,25 @@ _STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
 # What a ranked fact needs to be rendered and to find its related memory; a related fact also what its
 # effective confidence and staleness need (scoring.py).
 _FACT_FIELDS = ("id", "content", "valid_from", "contested", "memory_user", "message")
-_RELATED_FIELDS = (*_FACT_FIELDS, "status", "kind", "confidence", "pinned", "access_count", "last_accessed_at",
-                   "created_at")
+_RELATED_FIELDS = (
+    *_FACT_FIELDS,
+    "status",
+    "kind",
+    "confidence",
+    "pinned",
+    "access_count",
+    "last_accessed_at",
+    "created_at",
+)
 
 
 # Every character that reads as an angle bracket once folded (textnorm.fold): <, ＜, ‹, «, 〈, ﹤, ≮ ...
 # Listed rather than computed (scanning the BMP through `fold` takes a third of a second); a test holds
 # the list equal to the computed set.
-ANGLE_BRACKETS = ("<>\u00ab\u00bb\u2039\u203a\u226e\u226f\u2329\u232a\u276e\u276f\u27e8\u27e9\u3008\u3009"
-                  "\ufe3f\ufe40\ufe64\ufe65\uff1c\uff1e")
+ANGLE_BRACKETS = (
+    "<>\u00ab\u00bb\u2039\u203a\u226e\u226f\u2329\u232a\u276e\u276f\u27e8\u27e9\u3008\u3009"
+    "\ufe3f\ufe40\ufe64\ufe65\uff1c\uff1e"
+)
 _ANGLE_RUN = re.compile("[" + re.escape(ANGLE_BRACKETS) + "]{2,}")
 # Opening square brackets and their look-alikes: a fact starting with one gets the block's note first.
 _NOTE_LIKE = "[\uff3b\u3010\u3014\u3016\u3018\u301a\u27e6\u2045\ufe5d\ufe47"
@@ -173,8 +183,7 @@ class _Section:
         if not self.included:
             return 0
         days = {i.day for i in self.included if i.day}
-        return (self.title_tokens + sum(i.tokens for i in self.included)
-                + sum(_tokens(_day_line(day)) for day in days))
+        return self.title_tokens + sum(i.tokens for i in self.included) + sum(_tokens(_day_line(day)) for day in days)
 
     def cost(self, item: _Item) -> int:
         """What including `item` adds: its line, the title for a first item, the date for a new day."""
@@ -208,8 +217,12 @@ class _Room:
         """The listed facts whose words `item` holds."""
         words = item.words.split()
         padded = f" {item.words} "
-        found = {listed for i in range(len(words) - 2)
-                 for listed in self._starts.get(" ".join(words[i:i + 3]), ()) if f" {listed} " in padded}
+        found = {
+            listed
+            for i in range(len(words) - 2)
+            for listed in self._starts.get(" ".join(words[i : i + 3]), ())
+            if f" {listed} " in padded
+        }
         return [self._words[listed] for listed in found if listed != item.words]
 
     def list(self, item: _Item) -> None:
@@ -258,8 +271,7 @@ def _fact_candidates(budget_tokens: int, *, wide: bool = False) -> int:
 def _gather_notebooks(principal: Principal, memory_user: MemoryUser, sections: dict[str, _Section]) -> None:
     notebooks = {
         nb.memory_user_id: nb
-        for nb in visible(principal, Notebook.objects.filter(Q(memory_user=memory_user)
-                                                              | Q(memory_user__isnull=True)))
+        for nb in visible(principal, Notebook.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
     }
     for name, owner in (("notebook", memory_user.pk), ("tenant_notebook", None)):
         nb = notebooks.get(owner)
@@ -273,8 +285,9 @@ def _gather_pinned(principal: Principal, memory_user: MemoryUser, section: _Sect
     pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
     own_pinned = visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT]
     shared_pinned = visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]
-    pinned = sorted(own_pinned.union(shared_pinned, all=True),
-                    key=lambda f: (-f.confidence, -f.created_at.timestamp()))[:PINNED_LIMIT]
+    pinned = sorted(
+        own_pinned.union(shared_pinned, all=True), key=lambda f: (-f.confidence, -f.created_at.timestamp())
+    )[:PINNED_LIMIT]
     for fact in pinned:
         if fact.memory_user_id == memory_user.pk:
             fact.memory_user = memory_user
@@ -282,14 +295,21 @@ def _gather_pinned(principal: Principal, memory_user: MemoryUser, section: _Sect
     return {f.pk for f in pinned}
 
 
-def _gather_facts(principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, k: int,
-                  section: _Section, pinned: set) -> tuple[dict[str, float], bool]:
+def _gather_facts(
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, k: int, section: _Section, pinned: set
+) -> tuple[dict[str, float], bool]:
     """Facts by effective confidence and relevance (the search ranking, which multiplies the two), then
     the related memory of the strongest. Returns the search's timings and whether it ranked more
     candidates than it returned."""
-    result = fact_search(principal=principal, memory_user=memory_user, query=task, k=k, record=False,
-                         exclude_ids=pinned,
-                         n_shared=max(MIN_SHARED_CANDIDATES, budget_tokens // SHARED_TOKENS_EACH))
+    result = fact_search(
+        principal=principal,
+        memory_user=memory_user,
+        query=task,
+        k=k,
+        record=False,
+        exclude_ids=pinned,
+        n_shared=max(MIN_SHARED_CANDIDATES, budget_tokens // SHARED_TOKENS_EACH),
+    )
     ranked = {}
     for hit in result.hits:
         item = _fact_item(hit.fact, effective=hit.effective_confidence, stale=hit.stale)
@@ -302,8 +322,7 @@ def _gather_facts(principal: Principal, memory_user: MemoryUser, task: str, budg
     return timings, result.candidates > len(result.hits)
 
 
-def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[Fact],
-                   exclude: set) -> list[Fact]:
+def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[Fact], exclude: set) -> list[Fact]:
     """The user's facts observed next to the anchors (same thread, same episode, or within
     NEIGHBOUR_MINUTES), nearest in time first, taking the anchors in turn."""
     if not anchors:
@@ -316,11 +335,16 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
     if messages:
         near |= Q(message__thread__in=Message.objects.filter(pk__in=messages).values("thread_id"))
     through = Episode.facts.through.objects
-    near |= Q(pk__in=through.filter(episode__in=through.filter(fact__in=anchors).values("episode_id"))
-              .values("fact_id"))
-    qs = (visible(principal, Fact.objects.for_user(memory_user).filter(status__in=_STATUSES))
-          .filter(near).exclude(pk__in={a.pk for a in anchors} | set(exclude))
-          .only(*_RELATED_FIELDS).order_by("valid_from", "id")[:RELATED_LIMIT])
+    near |= Q(
+        pk__in=through.filter(episode__in=through.filter(fact__in=anchors).values("episode_id")).values("fact_id")
+    )
+    qs = (
+        visible(principal, Fact.objects.for_user(memory_user).filter(status__in=_STATUSES))
+        .filter(near)
+        .exclude(pk__in={a.pk for a in anchors} | set(exclude))
+        .only(*_RELATED_FIELDS)
+        .order_by("valid_from", "id")[:RELATED_LIMIT]
+    )
     facts = list(qs)
     for fact in facts:
         fact.memory_user = memory_user
@@ -336,13 +360,20 @@ def _gather_skills(principal: Principal, memory_user: MemoryUser, task: str, sec
     words = _task_words(task)
     skills = visible(principal, Skill.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
     ranked = sorted(
-        ((score, pk, path, owner) for pk, path, owner in skills.values_list("id", "path", "memory_user_id")
-         if (score := _skill_score(path, task, words)) > 0),
+        (
+            (score, pk, path, owner)
+            for pk, path, owner in skills.values_list("id", "path", "memory_user_id")
+            if (score := _skill_score(path, task, words)) > 0
+        ),
         key=lambda item: (-item[0], item[3] is None, item[2]),
     )[:SKILL_LIMIT]
     if ranked:
-        chosen = {pk: (version, content) for pk, version, content in
-                  skills.filter(pk__in=[item[1] for item in ranked]).values_list("id", "version", "content")}
+        chosen = {
+            pk: (version, content)
+            for pk, version, content in skills.filter(pk__in=[item[1] for item in ranked]).values_list(
+                "id", "version", "content"
+            )
+        }
         for _, pk, path, _ in ranked:
             version, content = chosen[pk]
             text = f"### {_one_line(path)} (v{version})\n{_quoted(content.strip())}"
@@ -350,17 +381,24 @@ def _gather_skills(principal: Principal, memory_user: MemoryUser, task: str, sec
 
 
 def _gather_episodes(principal: Principal, memory_user: MemoryUser, section: _Section) -> None:
-    episodes = (visible(principal, Episode.objects.filter(memory_user=memory_user)).exclude(summary="")
-                .order_by("-ended_at")[:EPISODE_LIMIT])
+    episodes = (
+        visible(principal, Episode.objects.filter(memory_user=memory_user))
+        .exclude(summary="")
+        .order_by("-ended_at")[:EPISODE_LIMIT]
+    )
     for ep in episodes:
         # Summaries are guarded when built; one stored before that (or by another path) is checked here.
-        summary = (_one_line(ep.summary) if not verdict(ep.summary).flagged
-                   else "(summary withheld: it reads as instructions to a model)")
+        summary = (
+            _one_line(ep.summary)
+            if not verdict(ep.summary).flagged
+            else "(summary withheld: it reads as instructions to a model)"
+        )
         section.items.append(_Item(str(ep.pk), f"- [{ep.ended_at:%Y-%m-%d}, {ep.outcome}] {summary}\n"))
 
 
-def _gather(principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int,
-            fact_k: int) -> tuple[list[_Section], dict[str, float], bool]:
+def _gather(
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, fact_k: int
+) -> tuple[list[_Section], dict[str, float], bool]:
     sections = {name: _Section(name) for name in SECTION_ORDER}
     _gather_notebooks(principal, memory_user, sections)
     pinned = _gather_pinned(principal, memory_user, sections["pinned"])
@@ -394,8 +432,7 @@ def _pinned_item(fact: Fact) -> _Item:
 def _fact_item(fact: Fact, *, effective: float | None = None, stale: bool | None = None) -> _Item:
     """A fact to place: its line is rendered when the block reaches it (`_rendered`); a related fact's
     effective confidence and staleness are computed then too (scoring.py)."""
-    return _Item(str(fact.pk), "", fact=fact, effective=-1.0 if effective is None else effective,
-                 stale=bool(stale))
+    return _Item(str(fact.pk), "", fact=fact, effective=-1.0 if effective is None else effective, stale=bool(stale))
 
 
 def _rendered(item: _Item) -> _Item:
@@ -429,8 +466,7 @@ def _admit(section: _Section, item: _Item, room: _Room, keep: int = 0) -> bool:
     return True
 
 
-def _fill(section: _Section, items: Iterable[_Item], room: _Room, *, keep: int = 0,
-          lookahead: int = 0) -> list[_Item]:
+def _fill(section: _Section, items: Iterable[_Item], room: _Room, *, keep: int = 0, lookahead: int = 0) -> list[_Item]:
     """Admit facts in order until one does not fit, then try up to `lookahead` more; a ranked fact that
     a listed one already holds is collapsed into it (pinned facts are listed as people pinned them).
     Returns the facts not reached or not fitting, in order."""
@@ -512,8 +548,9 @@ def _fit_notebook(section: _Section, item: _Item, room: _Room, budget_tokens: in
         room.left -= item.tokens + section.title_tokens
     else:
         section.dropped.append({"id": item.id, "reason": "over_budget"})
-    warnings.append(f"The {section.name.replace('_', ' ')} does not fit the budget of "
-                    f"{budget_tokens} tokens; it was truncated.")
+    warnings.append(
+        f"The {section.name.replace('_', ' ')} does not fit the budget of {budget_tokens} tokens; it was truncated."
+    )
 
 
 def _fit_section(section: _Section, room: _Room, budget_tokens: int, warnings: list[str]) -> None:
@@ -535,8 +572,10 @@ def _fit(sections: list[_Section], budget_tokens: int, warnings: list[str]) -> _
     overhead = _fence_tokens()
     room = _Room(budget_tokens - overhead)
     if room.left <= 0:
-        warnings.append(f"A budget of {budget_tokens} tokens cannot hold the fence around the block "
-                        f"({overhead} tokens); nothing was included.")
+        warnings.append(
+            f"A budget of {budget_tokens} tokens cannot hold the fence around the block "
+            f"({overhead} tokens); nothing was included."
+        )
     for section in sections:
         if section.name in FACT_SECTIONS and room.left > 0:
             _fit_facts(section, room)
@@ -607,18 +646,25 @@ def _record_reads(principal: Principal, sections: list[_Section], record: bool |
 
 
 def _section_out(section: _Section) -> dict[str, Any]:
-    return {"name": section.name, "tokens": section.tokens(), "included": [i.id for i in section.included],
-            "related": [i.id for i in section.included if i.related], "truncated": section.truncated,
-            "dropped": section.dropped}
+    return {
+        "name": section.name,
+        "tokens": section.tokens(),
+        "included": [i.id for i in section.included],
+        "related": [i.id for i in section.included if i.related],
+        "truncated": section.truncated,
+        "dropped": section.dropped,
+    }
 
 
-def _build(principal: Principal, memory_user: MemoryUser, task: str,
-           budget_tokens: int) -> tuple[list[_Section], dict[str, float], list[str]]:
+def _build(
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
+) -> tuple[list[_Section], dict[str, float], list[str]]:
     """Gather and fit; when short facts leave the budget unfilled and more were ranked than fetched,
     once more with as many as the budget could possibly hold."""
     for wide in (False, True):
-        sections, timings, more = _gather(principal, memory_user, task, budget_tokens,
-                                          _fact_candidates(budget_tokens, wide=wide))
+        sections, timings, more = _gather(
+            principal, memory_user, task, budget_tokens, _fact_candidates(budget_tokens, wide=wide)
+        )
         warnings: list[str] = []
         room = _fit(sections, budget_tokens, warnings)
         if not more or room.left <= budget_tokens * (1 - FULL_SHARE):
@@ -627,8 +673,9 @@ def _build(principal: Principal, memory_user: MemoryUser, task: str,
 
 
 @metrics.observe_context
-def context_block(*, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int,
-                  record: bool | None = None) -> dict[str, Any]:
+def context_block(
+    *, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, record: bool | None = None
+) -> dict[str, Any]:
     """Assemble the context block for `memory_user` and `task` within `budget_tokens` (cl100k_base).
 
     Returns a plain dict: `text` (never more than `budget_tokens` tokens), `tokens`, and `sections`, each

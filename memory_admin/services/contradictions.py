@@ -39,18 +39,25 @@ def _open_locked(principal: Principal, contradiction_id: Any) -> Contradiction:
         raise AlreadyResolved(
             f"Already {item.status.replace('_', ' ')} by {item.resolved_by or 'someone'}"
             f" ({item.resolution or 'no action'}); nothing was changed.",
-            status_now=item.status, resolution=item.resolution, resolved_by=item.resolved_by,
+            status_now=item.status,
+            resolution=item.resolution,
+            resolved_by=item.resolved_by,
         )
     return item
 
 
-def _merge(principal: Principal, a: Fact, b: Fact | None, *, text: str, vector: list[float] | None,
-           note: str) -> Fact:
+def _merge(principal: Principal, a: Fact, b: Fact | None, *, text: str, vector: list[float] | None, note: str) -> Fact:
     """A reviewer's merge: one new fact, the next version of A, supersedes both sides."""
     merged = successor(
-        a, principal=principal, key=a.key if b is None or a.key == b.key else None, content=text,
-        confidence=max(a.confidence, b.confidence if b else 0), source=Fact.Source.USER_CORRECTION,
-        embedding=vector, pinned=False, metadata={},
+        a,
+        principal=principal,
+        key=a.key if b is None or a.key == b.key else None,
+        content=text,
+        confidence=max(a.confidence, b.confidence if b else 0),
+        source=Fact.Source.USER_CORRECTION,
+        embedding=vector,
+        pinned=False,
+        metadata={},
     )
     sides = [side for side in (a, b) if side is not None]
     for side in sides:
@@ -62,8 +69,9 @@ def _merge(principal: Principal, a: Fact, b: Fact | None, *, text: str, vector: 
     return merged
 
 
-def _apply(principal: Principal, action: str, a: Fact, b: Fact | None, *, text: str,
-           vector: list[float] | None, note: str) -> Fact | None:
+def _apply(
+    principal: Principal, action: str, a: Fact, b: Fact | None, *, text: str, vector: list[float] | None, note: str
+) -> Fact | None:
     """What the action does to the facts; the merged fact when it makes one."""
     if action == "merge":
         return _merge(principal, a, b, text=text, vector=vector, note=note)
@@ -103,9 +111,16 @@ def contradiction_resolve(
         a.refresh_from_db()
         if b is not None:
             b.refresh_from_db()
-        audit(principal, "contradiction.resolve", outcome=action, target=item, memory_user_id=item.memory_user_id,
-              before=before, after={"a": fact_snapshot(a), "b": fact_snapshot(b), "merged": fact_snapshot(merged)},
-              reason=note)
+        audit(
+            principal,
+            "contradiction.resolve",
+            outcome=action,
+            target=item,
+            memory_user_id=item.memory_user_id,
+            before=before,
+            after={"a": fact_snapshot(a), "b": fact_snapshot(b), "merged": fact_snapshot(merged)},
+            reason=note,
+        )
     return item
 
 
@@ -127,16 +142,27 @@ def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: s
     if loser is not None and winner is not None:
         if loser.status != Fact.Status.SUPERSEDED or loser.superseded_by_id != winner.pk:
             if loser.status == Fact.Status.SUPERSEDED:
-                raise AlreadyResolved("The replaced fact has changed since; correct it instead of reopening.",
-                                      status_now=loser.status)
+                raise AlreadyResolved(
+                    "The replaced fact has changed since; correct it instead of reopening.", status_now=loser.status
+                )
         else:
-            Fact.objects.filter(pk=loser.pk).update(status=Fact.Status.ACTIVE, superseded_by=None,
-                                                    status_reason=f"reopened by {principal.actor}"[:300],
-                                                    updated_at=timezone.now())
+            Fact.objects.filter(pk=loser.pk).update(
+                status=Fact.Status.ACTIVE,
+                superseded_by=None,
+                status_reason=f"reopened by {principal.actor}"[:300],
+                updated_at=timezone.now(),
+            )
     if item.resolution == "both_true" and b is not None and item.resolved_at is not None:
-        edge = (Edge.objects.filter(type=Edge.Type.RELATED_TO, src_fact=a, dst_fact=b,
-                                    created_at__gte=item.resolved_at - timedelta(seconds=5))
-                .order_by("-created_at").first())
+        edge = (
+            Edge.objects.filter(
+                type=Edge.Type.RELATED_TO,
+                src_fact=a,
+                dst_fact=b,
+                created_at__gte=item.resolved_at - timedelta(seconds=5),
+            )
+            .order_by("-created_at")
+            .first()
+        )
         if edge is not None:
             edge.delete()
     was = {"status": item.status, "resolution": item.resolution, "resolved_by": item.resolved_by}
@@ -146,6 +172,14 @@ def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: s
     a.refresh_from_db()
     if b is not None:
         b.refresh_from_db()
-    audit(principal, "contradiction.reopen", outcome="open", target=item, memory_user_id=item.memory_user_id,
-          before={**before, **was}, after={"a": fact_snapshot(a), "b": fact_snapshot(b)}, reason=note or "undo")
+    audit(
+        principal,
+        "contradiction.reopen",
+        outcome="open",
+        target=item,
+        memory_user_id=item.memory_user_id,
+        before={**before, **was},
+        after={"a": fact_snapshot(a), "b": fact_snapshot(b)},
+        reason=note or "undo",
+    )
     return item

@@ -37,7 +37,9 @@ def quarantine_release(*, principal: Principal, fact_id: UUID | str, note: str =
     slot = None
     if fact.key:
         slot = (
-            Fact.objects.select_for_update().for_user(fact.memory_user_id).active()
+            Fact.objects.select_for_update()
+            .for_user(fact.memory_user_id)
+            .active()
             .filter(task_ref=fact.task_ref, key=fact.key)
             .first()
         )
@@ -51,8 +53,15 @@ def quarantine_release(*, principal: Principal, fact_id: UUID | str, note: str =
     fact.status = Fact.Status.ACTIVE
     fact.status_reason = f"released from quarantine by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "supersedes", "version", "updated_at"])
-    audit(principal, "quarantine.release", outcome="released", target=fact, before=before,
-          after=fact_snapshot(fact), reason=note)
+    audit(
+        principal,
+        "quarantine.release",
+        outcome="released",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=note,
+    )
     return fact
 
 
@@ -65,8 +74,15 @@ def quarantine_discard(*, principal: Principal, fact_id: UUID | str, note: str =
     fact.status = Fact.Status.EVICTED
     fact.status_reason = f"discarded from quarantine: {note}"[:300] if note else "discarded from quarantine"
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(principal, "quarantine.discard", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
-          reason=note)
+    audit(
+        principal,
+        "quarantine.discard",
+        outcome="evicted",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=note,
+    )
     return fact
 
 
@@ -79,8 +95,15 @@ def eviction_evict(*, principal: Principal, fact_id: UUID | str, note: str = "")
     fact.status = Fact.Status.EVICTED
     fact.status_reason = "evicted by review: stale"
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(principal, "fact.evict", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
-          reason=note or "eviction candidate confirmed by a reviewer")
+    audit(
+        principal,
+        "fact.evict",
+        outcome="evicted",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=note or "eviction candidate confirmed by a reviewer",
+    )
     return fact
 
 
@@ -93,8 +116,15 @@ def eviction_keep(*, principal: Principal, fact_id: UUID | str, note: str = "") 
     before = fact_snapshot(fact)
     fact.last_accessed_at = timezone.now()
     fact.save(update_fields=["last_accessed_at", "updated_at"])
-    audit(principal, "fact.keep", outcome="kept", target=fact, before=before, after=fact_snapshot(fact),
-          reason=note or "eviction candidate kept by a reviewer")
+    audit(
+        principal,
+        "fact.keep",
+        outcome="kept",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=note or "eviction candidate kept by a reviewer",
+    )
     return fact
 
 
@@ -115,12 +145,20 @@ def queue_action_undo(*, principal: Principal, fact_id: UUID | str, action: str,
     left, back = UNDOABLE[action]
     fact = _locked(principal, fact_id, left)
     if action == "release" and Fact.objects.filter(superseded_by_id=fact.pk).exists():
-        raise AlreadyResolved("This release replaced an older value; correct the fact instead of undoing.",
-                              status_now=fact.status)
+        raise AlreadyResolved(
+            "This release replaced an older value; correct the fact instead of undoing.", status_now=fact.status
+        )
     before = fact_snapshot(fact)
     fact.status = back
     fact.status_reason = f"{action} undone by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(principal, f"{'quarantine' if action != 'evict' else 'fact'}.undo", outcome=back, target=fact,
-          before=before, after=fact_snapshot(fact), reason=note or f"undo {action}")
+    audit(
+        principal,
+        f"{'quarantine' if action != 'evict' else 'fact'}.undo",
+        outcome=back,
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=note or f"undo {action}",
+    )
     return fact

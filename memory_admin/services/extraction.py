@@ -61,7 +61,7 @@ def _redact_message(principal: Principal, text: str, *, memory_user_id: int) -> 
     action = PiiBlock.Action.REDACTED if to_remove else PiiBlock.Action.FLAGGED
     parts, cursor = [], 0
     for f in to_remove:
-        parts += [text[cursor:f.start], f"[REDACTED:{f.kind}]"]
+        parts += [text[cursor : f.start], f"[REDACTED:{f.kind}]"]
         cursor = f.end
     clean = "".join(parts) + text[cursor:]
     if to_remove and any(f.is_secret or policy.get(f.kind, "block") in ("block", "redact") for f in find(clean)):
@@ -71,14 +71,26 @@ def _redact_message(principal: Principal, text: str, *, memory_user_id: int) -> 
     kinds = sorted({f.kind for f in findings})
     metrics.pii_found("message", action, kinds)
     block = PiiBlock.objects.create(
-        tenant_id=principal.tenant_id, memory_user_id=memory_user_id, agent_id=principal.agent_id,
-        actor=principal.actor, route="message", action=action, kinds=kinds,
-        redacted_preview=preview(text, findings), fingerprint=fingerprint(text, findings),
+        tenant_id=principal.tenant_id,
+        memory_user_id=memory_user_id,
+        agent_id=principal.agent_id,
+        actor=principal.actor,
+        route="message",
+        action=action,
+        kinds=kinds,
+        redacted_preview=preview(text, findings),
+        fingerprint=fingerprint(text, findings),
     )
-    audit(principal, "message.write", outcome=action, target=block, memory_user_id=memory_user_id,
-          after={"kinds": kinds, "preview": block.redacted_preview},
-          reason=f"{', '.join(kinds)} found by the secret/PII scan; the message was stored "
-                 f"{'redacted' if to_remove else 'and flagged'}")
+    audit(
+        principal,
+        "message.write",
+        outcome=action,
+        target=block,
+        memory_user_id=memory_user_id,
+        after={"kinds": kinds, "preview": block.redacted_preview},
+        reason=f"{', '.join(kinds)} found by the secret/PII scan; the message was stored "
+        f"{'redacted' if to_remove else 'and flagged'}",
+    )
     return clean, {"kinds": kinds, "block_id": str(block.pk), "action": action}
 
 
@@ -86,14 +98,19 @@ def check_messages(messages: list[MessageIn]) -> None:
     if not messages:
         raise Invalid("Send at least one message.", field="messages")
     if len(messages) > MAX_MESSAGES_PER_REQUEST:
-        raise TooLarge(f"At most {MAX_MESSAGES_PER_REQUEST} messages per request; split the rest.",
-                       code="too_many_messages", limit=MAX_MESSAGES_PER_REQUEST)
+        raise TooLarge(
+            f"At most {MAX_MESSAGES_PER_REQUEST} messages per request; split the rest.",
+            code="too_many_messages",
+            limit=MAX_MESSAGES_PER_REQUEST,
+        )
     for i, m in enumerate(messages):
         size = len(m.content.encode())
         if size > settings.MAX_MESSAGE_BYTES:
             raise TooLarge(
                 f"messages[{i}] has {size} bytes; a message may hold at most {settings.MAX_MESSAGE_BYTES}. "
-                "Nothing was stored.", code="content_too_large", limit=settings.MAX_MESSAGE_BYTES,
+                "Nothing was stored.",
+                code="content_too_large",
+                limit=settings.MAX_MESSAGE_BYTES,
                 field=f"messages.{i}.content",
             )
         if m.role not in ROLES:
@@ -102,8 +119,9 @@ def check_messages(messages: list[MessageIn]) -> None:
             raise Invalid(f"messages[{i}] is empty.", field=f"messages.{i}.content")
 
 
-def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: str,
-                 messages: list[MessageIn]) -> PostResult:
+def message_post(
+    *, principal: Principal, memory_user: MemoryUser, thread_id: str, messages: list[MessageIn]
+) -> PostResult:
     """Append messages to a thread and push its extraction deadline (the debounce). Messages shorter
     than the tenant's minimum are logged but never extracted. Posting to a closed thread reopens it:
     the new messages become the thread's next episode."""
@@ -117,7 +135,8 @@ def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: st
     now = timezone.now()
     with transaction.atomic():
         thread, _ = Thread.objects.get_or_create(
-            memory_user=memory_user, external_id=thread_id, defaults={"tenant_id": principal.tenant_id})
+            memory_user=memory_user, external_id=thread_id, defaults={"tenant_id": principal.tenant_id}
+        )
         # Serialises with the sweeper planning this thread, so the deadline and the set of pending
         # messages always agree.
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
@@ -129,12 +148,19 @@ def message_post(*, principal: Principal, memory_user: MemoryUser, thread_id: st
             short = len(content.strip()) < tenant.min_message_chars
             if short:
                 skipped.append({"index": i, "reason": "too_short"})
-            rows.append(Message(
-                tenant_id=principal.tenant_id, memory_user=memory_user, thread=thread, role=m.role,
-                content=content, created_at=m.created_at or now,
-                status=Message.Status.SKIPPED if short else Message.Status.PENDING,
-                skip_reason="too_short" if short else "", request_id=requestlog.current(),
-            ))
+            rows.append(
+                Message(
+                    tenant_id=principal.tenant_id,
+                    memory_user=memory_user,
+                    thread=thread,
+                    role=m.role,
+                    content=content,
+                    created_at=m.created_at or now,
+                    status=Message.Status.SKIPPED if short else Message.Status.PENDING,
+                    skip_reason="too_short" if short else "",
+                    request_id=requestlog.current(),
+                )
+            )
         Message.objects.bulk_create(rows)
         pending = sum(1 for r in rows if r.status == Message.Status.PENDING)
         thread.last_message_at = now
@@ -158,8 +184,9 @@ def thread_for(principal: Principal, memory_user: MemoryUser, thread_id: str) ->
     return thread
 
 
-def thread_close(*, principal: Principal, memory_user: MemoryUser, thread_id: str,
-                 outcome: str | None = None) -> Thread:
+def thread_close(
+    *, principal: Principal, memory_user: MemoryUser, thread_id: str, outcome: str | None = None
+) -> Thread:
     """Close a thread: its pending messages are extracted now (no debounce) and it becomes an episode."""
     principal.require(WRITE_MEMORY)
     if outcome not in (None, "success", "failure", "unknown"):
@@ -168,14 +195,19 @@ def thread_close(*, principal: Principal, memory_user: MemoryUser, thread_id: st
     now = timezone.now()
     with transaction.atomic():
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
-        has_pending = Message.objects.filter(thread=thread, status=Message.Status.PENDING,
-                                             batch__isnull=True).exists()
+        has_pending = Message.objects.filter(thread=thread, status=Message.Status.PENDING, batch__isnull=True).exists()
         thread.closed_at = now
         # Due now: should the close task be lost, the sweeper extracts it on its next tick.
         thread.extract_due_at = now if has_pending else None
         thread.save(update_fields=["closed_at", "extract_due_at"])
-        audit(principal, "thread.close", outcome="closed", target=thread, memory_user_id=memory_user.pk,
-              after={"thread": thread.external_id, "outcome": outcome})
+        audit(
+            principal,
+            "thread.close",
+            outcome="closed",
+            target=thread,
+            memory_user_id=memory_user.pk,
+            after={"thread": thread.external_id, "outcome": outcome},
+        )
         transaction.on_commit(lambda: _dispatch_close(thread.pk, outcome))
     return thread
 
@@ -194,8 +226,11 @@ def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
     with transaction.atomic():
         batch = get_visible(principal, ExtractionBatch.objects.select_for_update(), pk=batch_id)
         if batch.status != ExtractionBatch.Status.FAILED:
-            raise Conflict(f"Batch {batch.pk} is {batch.status}; only failed batches can be retried.",
-                           code="not_failed", status_now=batch.status)
+            raise Conflict(
+                f"Batch {batch.pk} is {batch.status}; only failed batches can be retried.",
+                code="not_failed",
+                status_now=batch.status,
+            )
         previous = batch.error
         batch.status = ExtractionBatch.Status.PENDING
         batch.attempts = 0

@@ -61,8 +61,18 @@ from memory_admin.services.screening import screen_text
 from memory_admin.services.skills import check_skill_path, skill_save
 
 # Outcomes after which the import's fact is a row of its own (not an existing fact it was folded into).
-NEW_ROW = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
-                     "overruled", "capped", "corrected"})
+NEW_ROW = frozenset(
+    {
+        "created",
+        "updated",
+        "superseded_existing",
+        "queued_for_review",
+        "quarantined",
+        "overruled",
+        "capped",
+        "corrected",
+    }
+)
 # Facts written by one `fact_write_many` call at most (one lock and one embedding call each).
 RUN = 200
 # Statuses the import restores from the export: each serves less than `active`.
@@ -79,9 +89,14 @@ class ImportReport:
     diverged: list[dict[str, Any]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
-        return {"user_id": self.user_id, "imported": dict(self.imported),
-                "already_imported": dict(self.already_imported), "refused": self.refused,
-                "fact_outcomes": dict(self.fact_outcomes), "diverged": self.diverged}
+        return {
+            "user_id": self.user_id,
+            "imported": dict(self.imported),
+            "already_imported": dict(self.already_imported),
+            "refused": self.refused,
+            "fact_outcomes": dict(self.fact_outcomes),
+            "diverged": self.diverged,
+        }
 
 
 def _digest(*parts: Any) -> str:
@@ -89,9 +104,13 @@ def _digest(*parts: Any) -> str:
 
 
 def _count_items(data: dict[str, Any]) -> int:
-    return (len(data["facts"]) + len(data["messages"]) + len(data["episodes"])
-            + len(_notebook_revisions(data))
-            + sum(1 + len(s["revisions"]) for s in data["skills"]))
+    return (
+        len(data["facts"])
+        + len(data["messages"])
+        + len(data["episodes"])
+        + len(_notebook_revisions(data))
+        + sum(1 + len(s["revisions"]) for s in data["skills"])
+    )
 
 
 def check_import(data: dict[str, Any], *, max_items: int) -> None:
@@ -99,14 +118,19 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
     `max_items` items, an item over its size limit, a fact id twice, an unusable skill path."""
     items = _count_items(data)
     if items > max_items:
-        raise TooLarge(f"An import may hold at most {max_items} items; this one has {items}. Nothing was "
-                       "imported (import larger exports with manage.py import_memory).", code="too_many_items",
-                       limit=max_items)
+        raise TooLarge(
+            f"An import may hold at most {max_items} items; this one has {items}. Nothing was "
+            "imported (import larger exports with manage.py import_memory).",
+            code="too_many_items",
+            limit=max_items,
+        )
     ids = Counter(str(f["id"]) for f in data["facts"])
     twice = [fact_id for fact_id, n in ids.items() if n > 1]
     if twice:
-        raise Invalid(f"facts.id: {twice[0]} appears {ids[twice[0]]} times; each fact id may appear once in "
-                      "an export.", field="facts.id")
+        raise Invalid(
+            f"facts.id: {twice[0]} appears {ids[twice[0]]} times; each fact id may appear once in an export.",
+            field="facts.id",
+        )
     for fact in data["facts"]:
         check_fact_size(fact["content"], fact["metadata"])
     for revision in _notebook_revisions(data):
@@ -123,6 +147,7 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
 
 def _renumbered(exc: Invalid | TooLarge, offset: int) -> Invalid | TooLarge:
     """The error of a post's worth of messages, naming the message by its place in the whole export."""
+
     def shift(match: re.Match) -> str:
         return f"messages{match.group(1)}{int(match.group(2)) + offset}"
 
@@ -135,7 +160,7 @@ def _renumbered(exc: Invalid | TooLarge, offset: int) -> Invalid | TooLarge:
 def _check_messages(messages: list[dict[str, Any]]) -> None:
     """`check_messages` (the rules of a message post) over any number of messages, a post's worth at a time."""
     for start in range(0, len(messages), MAX_MESSAGES_PER_REQUEST):
-        chunk = messages[start:start + MAX_MESSAGES_PER_REQUEST]
+        chunk = messages[start : start + MAX_MESSAGES_PER_REQUEST]
         try:
             check_messages([MessageIn(m["role"], m["content"], m["created_at"]) for m in chunk])
         except (Invalid, TooLarge) as exc:
@@ -148,8 +173,14 @@ def _notebook_revisions(data: dict[str, Any]) -> list[dict[str, Any]]:
     notebook = data["notebook"]
     if notebook["revisions"] or not notebook["content"]:
         return notebook["revisions"]
-    return [{"version": notebook["version"] or 1, "content": notebook["content"], "note": "",
-             "created_at": data["exported_at"] or timezone.now()}]
+    return [
+        {
+            "version": notebook["version"] or 1,
+            "content": notebook["content"],
+            "note": "",
+            "created_at": data["exported_at"] or timezone.now(),
+        }
+    ]
 
 
 def _skill_revisions(skill: dict[str, Any]) -> list[dict[str, Any]]:
@@ -165,10 +196,14 @@ class _Replay:
         self.principal, self.user, self.data = principal, memory_user, data
         self.report = ImportReport(user_id=memory_user.external_id)
         self.done = dict(ImportedItem.objects.filter(memory_user=memory_user).values_list("source", "target"))
-        self.fact_ids = {source[5:]: target for source, target in self.done.items()
-                         if source.startswith("fact:") and target}
-        self.notebook_versions = {int(source[9:]): int(target) for source, target in self.done.items()
-                                  if source.startswith("notebook:") and target}
+        self.fact_ids = {
+            source[5:]: target for source, target in self.done.items() if source.startswith("fact:") and target
+        }
+        self.notebook_versions = {
+            int(source[9:]): int(target)
+            for source, target in self.done.items()
+            if source.startswith("notebook:") and target
+        }
         self.written: list[tuple[dict[str, Any], str]] = []  # facts written as rows of their own, this run
         self.vectors: dict[str, list[float]] = {}
         self.exported = {str(f["id"]): f for f in data["facts"]}
@@ -187,8 +222,14 @@ class _Replay:
             self.report.imported[kind] += 1
 
     def refuse(self, kind: str, index: int, source: str, exc: Blocked | Invalid) -> None:
-        self.report.refused.append({"kind": kind, "index": index, "code": exc.code,
-                                    **({"block_id": exc.extra["block_id"]} if "block_id" in exc.extra else {})})
+        self.report.refused.append(
+            {
+                "kind": kind,
+                "index": index,
+                "code": exc.code,
+                **({"block_id": exc.extra["block_id"]} if "block_id" in exc.extra else {}),
+            }
+        )
         self.record(kind, source, "")
 
 
@@ -205,10 +246,20 @@ def _embed_facts(replay: _Replay) -> None:
 
 def _write_kwargs(replay: _Replay, item: dict[str, Any]) -> dict[str, Any]:
     """`fact_write`'s arguments for an exported fact."""
-    return {"content": item["content"], "key": item["key"], "category": item["category"], "kind": item["kind"],
-            "confidence": item["confidence"], "source": item["source"], "observed_at": item["valid_from"],
-            "pinned": item["pinned"], "importance": item["importance"], "metadata": item["metadata"] or None,
-            "task_ref": item["task_id"] or "", "embedding": replay.vectors.get(str(item["id"]))}
+    return {
+        "content": item["content"],
+        "key": item["key"],
+        "category": item["category"],
+        "kind": item["kind"],
+        "confidence": item["confidence"],
+        "source": item["source"],
+        "observed_at": item["valid_from"],
+        "pinned": item["pinned"],
+        "importance": item["importance"],
+        "metadata": item["metadata"] or None,
+        "task_ref": item["task_id"] or "",
+        "embedding": replay.vectors.get(str(item["id"])),
+    }
 
 
 def _correction_of(replay: _Replay, item: dict[str, Any]) -> str | None:
@@ -223,13 +274,20 @@ def _write_fact(replay: _Replay, item: dict[str, Any]) -> tuple[Fact | None, str
     if predecessor:
         reason = replay.exported.get(str(item["supersedes"]), {}).get("status_reason", "")
         try:
-            fact = fact_correct(principal=replay.principal, fact_id=predecessor, content=item["content"],
-                                confidence=item["confidence"], category=item["category"], reason=reason)
+            fact = fact_correct(
+                principal=replay.principal,
+                fact_id=predecessor,
+                content=item["content"],
+                confidence=item["confidence"],
+                category=item["category"],
+                reason=reason,
+            )
             return fact, "corrected"
         except Conflict:
             pass  # the predecessor was superseded here by something else: written as a fact of its own
-    result = fact_write(principal=replay.principal, memory_user=replay.user, route="import",
-                        **_write_kwargs(replay, item))
+    result = fact_write(
+        principal=replay.principal, memory_user=replay.user, route="import", **_write_kwargs(replay, item)
+    )
     return result.fact, result.outcome
 
 
@@ -245,8 +303,11 @@ def _stored(replay: _Replay, item: dict[str, Any], fact: Fact | None, outcome: s
         if item["status"] == Fact.Status.EVICTED and fact.status != Fact.Status.EVICTED:
             # At once: while active it would take part in the dedup of the facts that follow.
             try:
-                fact_forget(principal=replay.principal, fact_id=fact.pk,
-                            reason=item["status_reason"] or "evicted before the export")
+                fact_forget(
+                    principal=replay.principal,
+                    fact_id=fact.pk,
+                    reason=item["status_reason"] or "evicted before the export",
+                )
             except Blocked:  # the recorded reason itself held a secret: forgotten without it
                 fact_forget(principal=replay.principal, fact_id=fact.pk, reason="evicted before the export")
 
@@ -264,8 +325,12 @@ def _replay_fact(replay: _Replay, index: int, item: dict[str, Any]) -> None:
 def _replay_run(replay: _Replay, run: list[tuple[int, dict[str, Any]]]) -> None:
     """Consecutive plain facts through `fact_write_many`: one lock, one embedding call, the same
     outcomes as one `fact_write` after the other."""
-    results = fact_write_many(principal=replay.principal, memory_user=replay.user, route="import",
-                              facts=[_write_kwargs(replay, item) for _, item in run])
+    results = fact_write_many(
+        principal=replay.principal,
+        memory_user=replay.user,
+        route="import",
+        facts=[_write_kwargs(replay, item) for _, item in run],
+    )
     for (index, item), result in zip(run, results, strict=True):
         if result.outcome == "blocked":
             replay.refuse("facts", index, f"fact:{item['id']}", Blocked("", block_id=result.block_id))
@@ -282,8 +347,13 @@ def _replay_revision(replay: _Replay, index: int, revision: dict[str, Any]) -> N
         return
     notebook = notebook_for(replay.principal.tenant_id, replay.user)
     try:
-        saved = notebook_save(principal=replay.principal, memory_user=replay.user, content=revision["content"],
-                              base_version=notebook.version if notebook else 0, note=revision["note"])
+        saved = notebook_save(
+            principal=replay.principal,
+            memory_user=replay.user,
+            content=revision["content"],
+            base_version=notebook.version if notebook else 0,
+            note=revision["note"],
+        )
     except (Blocked, Invalid) as exc:
         replay.refuse("notebook_revisions", index, source, exc)
         return
@@ -343,9 +413,13 @@ def _restore_superseded(replay: _Replay, fact: Fact, item: dict[str, Any]) -> bo
         revision = NotebookRevision.objects.filter(notebook__memory_user=replay.user, version=version).first()
         if revision is None:
             return False
-        Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
-                                               status_reason=reason[:300], contested=False,
-                                               updated_at=timezone.now())
+        Fact.objects.filter(pk=fact.pk).update(
+            status=Fact.Status.SUPERSEDED,
+            superseded_by_notebook=revision,
+            status_reason=reason[:300],
+            contested=False,
+            updated_at=timezone.now(),
+        )
     close_contradictions_of(replay.principal, fact, note="settled by an import")
     return True
 
@@ -360,16 +434,25 @@ def _restore_status(replay: _Replay, item: dict[str, Any], fact: Fact) -> None:
         if want == Fact.Status.SUPERSEDED:
             restored = _restore_superseded(replay, fact, item)
         else:
-            Fact.objects.filter(pk=fact.pk).update(status=want, status_reason=item["status_reason"][:300],
-                                                   updated_at=timezone.now())
+            Fact.objects.filter(pk=fact.pk).update(
+                status=want, status_reason=item["status_reason"][:300], updated_at=timezone.now()
+            )
             restored = True
     if not restored:
-        replay.report.diverged.append({"id": str(item["id"]), "fact_id": str(fact.pk), "exported_status": want,
-                                       "status": fact.status})
+        replay.report.diverged.append(
+            {"id": str(item["id"]), "fact_id": str(fact.pk), "exported_status": want, "status": fact.status}
+        )
         return
     fact.refresh_from_db()
-    audit(replay.principal, "fact.import_status", outcome=want, target=fact, before=before,
-          after=fact_snapshot(fact), reason="status as in the imported export")
+    audit(
+        replay.principal,
+        "fact.import_status",
+        outcome=want,
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason="status as in the imported export",
+    )
 
 
 def _restore_history(replay: _Replay) -> None:
@@ -390,10 +473,15 @@ def _replay_skills(replay: _Replay) -> None:
             source = f"skill:{_digest(path, revision['version'])}"
             if replay.seen("skill_revisions", source):
                 continue
-            current = (replay.user.skills.filter(path=path).values_list("version", flat=True).first() or 0)
+            current = replay.user.skills.filter(path=path).values_list("version", flat=True).first() or 0
             try:
-                saved = skill_save(principal=replay.principal, path=path, content=revision["content"],
-                                   base_version=current, memory_user=replay.user)
+                saved = skill_save(
+                    principal=replay.principal,
+                    path=path,
+                    content=revision["content"],
+                    base_version=current,
+                    memory_user=replay.user,
+                )
             except (Blocked, Invalid) as exc:
                 replay.refuse("skill_revisions", index, source, exc)
                 continue
@@ -413,8 +501,9 @@ def _message_sources(messages: list[dict[str, Any]]) -> list[str]:
 
 def _replay_messages(replay: _Replay) -> None:
     sources = _message_sources(replay.data["messages"])
-    todo = [(i, m, sources[i]) for i, m in enumerate(replay.data["messages"])
-            if not replay.seen("messages", sources[i])]
+    todo = [
+        (i, m, sources[i]) for i, m in enumerate(replay.data["messages"]) if not replay.seen("messages", sources[i])
+    ]
     runs: list[list[tuple[int, dict[str, Any], str]]] = []
     for entry in todo:  # consecutive messages of one thread: one post
         if runs and runs[-1][0][1]["thread_id"] == entry[1]["thread_id"] and len(runs[-1]) < MAX_MESSAGES_PER_REQUEST:
@@ -429,14 +518,19 @@ def _post_messages(replay: _Replay, run: list[tuple[int, dict[str, Any], str]]) 
     """One thread's consecutive messages; secrets in them are redacted by `message_post` (a thread id
     that is itself a secret refuses the run)."""
     try:
-        posted = message_post(principal=replay.principal, memory_user=replay.user, thread_id=run[0][1]["thread_id"],
-                              messages=[MessageIn(m["role"], m["content"], m["created_at"]) for _, m, _ in run])
+        posted = message_post(
+            principal=replay.principal,
+            memory_user=replay.user,
+            thread_id=run[0][1]["thread_id"],
+            messages=[MessageIn(m["role"], m["content"], m["created_at"]) for _, m, _ in run],
+        )
     except Blocked as exc:
         for index, _, source in run:
             replay.refuse("messages", index, source, exc)
         return
     Message.objects.filter(pk__in=[m.pk for m in posted.messages]).update(
-        status=Message.Status.SKIPPED, skip_reason="imported")
+        status=Message.Status.SKIPPED, skip_reason="imported"
+    )
     if not posted.thread.messages.filter(status=Message.Status.PENDING).exists():
         Thread.objects.filter(pk=posted.thread.pk).update(extract_due_at=None)
     for (_, _, source), message in zip(run, posted.messages, strict=True):
@@ -448,26 +542,30 @@ def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:
     if replay.seen("episodes", source):
         return
     try:
-        summary = screen_text(replay.principal, item["summary"], route="episode",
-                              memory_user_id=replay.user.pk).content
+        summary = screen_text(replay.principal, item["summary"], route="episode", memory_user_id=replay.user.pk).content
         if injection_reason(summary, tenant_id=replay.principal.tenant_id):
             raise Invalid("The episode summary reads as instructions to a model.", code="instruction_like")
     except (Blocked, Invalid) as exc:
         replay.refuse("episodes", index, source, exc)
         return
-    thread = (replay.user.threads.filter(external_id=item["thread_id"]).first() if item["thread_id"] else None)
+    thread = replay.user.threads.filter(external_id=item["thread_id"]).first() if item["thread_id"] else None
     episode = Episode.objects.create(
-        tenant_id=replay.principal.tenant_id, memory_user=replay.user, thread=thread,
-        started_at=item["started_at"], ended_at=max(item["ended_at"], item["started_at"]), summary=summary,
-        outcome=item["outcome"], summarizer="import")
+        tenant_id=replay.principal.tenant_id,
+        memory_user=replay.user,
+        thread=thread,
+        started_at=item["started_at"],
+        ended_at=max(item["ended_at"], item["started_at"]),
+        summary=summary,
+        outcome=item["outcome"],
+        summarizer="import",
+    )
     fact_ids = [replay.fact_ids[str(i)] for i in item["fact_ids"] if str(i) in replay.fact_ids]
     episode.facts.set(Fact.objects.filter(pk__in=fact_ids, memory_user=replay.user))
     audit(replay.principal, "episode.import", outcome="created", target=episode, memory_user_id=replay.user.pk)
     replay.record("episodes", source, str(episode.pk))
 
 
-def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any],
-                max_items: int) -> ImportReport:
+def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str, Any], max_items: int) -> ImportReport:
     """Replay an export (validated by the API's `ExportIn`, as a dict) into `memory_user`; see the
     module docstring. Raises TooLarge/Invalid for an export refused whole (nothing written)."""
     principal.require(WRITE_MEMORY)
@@ -485,8 +583,17 @@ def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str
             _replay_episode(replay, index, item)
         ImportedItem.objects.bulk_create(replay.recorded, batch_size=1000)
         report = replay.report
-        audit(principal, "user.import", outcome="imported", target=memory_user, memory_user_id=memory_user.pk,
-              after={"imported": dict(report.imported), "already_imported": dict(report.already_imported),
-                     "refused": len(report.refused), "diverged": len(report.diverged)})
+        audit(
+            principal,
+            "user.import",
+            outcome="imported",
+            target=memory_user,
+            memory_user_id=memory_user.pk,
+            after={
+                "imported": dict(report.imported),
+                "already_imported": dict(report.already_imported),
+                "refused": len(report.refused),
+                "diverged": len(report.diverged),
+            },
+        )
     return report
-

@@ -11,8 +11,26 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-_NEGATIONS = {"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "cannot", "without",
-              "dislikes", "hates", "stopped", "quit", "former", "formerly", "anymore", "longer"}
+_NEGATIONS = {
+    "not",
+    "no",
+    "never",
+    "none",
+    "nobody",
+    "nothing",
+    "neither",
+    "nor",
+    "cannot",
+    "without",
+    "dislikes",
+    "hates",
+    "stopped",
+    "quit",
+    "former",
+    "formerly",
+    "anymore",
+    "longer",
+}
 _CONTRACTIONS = re.compile(r"\b(\w+)n't\b")
 # Predicates that hold one value at a time: two different values contradict each other.
 _EXCLUSIVE = re.compile(
@@ -21,10 +39,54 @@ _EXCLUSIVE = re.compile(
     r"birthday|owns?|drives?|studies|studying|speaks?)\b",
     re.I,
 )
-_STOP = {"the", "a", "an", "to", "of", "and", "or", "in", "on", "at", "for", "with", "as", "by", "from",
-         "user", "users", "user's", "they", "their", "he", "she", "his", "her", "i", "my", "me", "it", "its",
-         "that", "this", "be", "has", "have", "had", "do", "does", "did", "very", "really", "also", "now",
-         "currently", "still", "usually", "mostly"}
+_STOP = {
+    "the",
+    "a",
+    "an",
+    "to",
+    "of",
+    "and",
+    "or",
+    "in",
+    "on",
+    "at",
+    "for",
+    "with",
+    "as",
+    "by",
+    "from",
+    "user",
+    "users",
+    "user's",
+    "they",
+    "their",
+    "he",
+    "she",
+    "his",
+    "her",
+    "i",
+    "my",
+    "me",
+    "it",
+    "its",
+    "that",
+    "this",
+    "be",
+    "has",
+    "have",
+    "had",
+    "do",
+    "does",
+    "did",
+    "very",
+    "really",
+    "also",
+    "now",
+    "currently",
+    "still",
+    "usually",
+    "mostly",
+}
 
 
 def _tokens(text: str) -> list[str]:
@@ -55,9 +117,7 @@ def rules_judge(a: str, b: str) -> Verdict:
     exclusive = _EXCLUSIVE.search(a) and _EXCLUSIVE.search(b)
     if exclusive and only_a and only_b and len(only_a) <= 3 and len(only_b) <= 3 and overlap >= 0.4:
         pred = _EXCLUSIVE.search(a).group().lower()
-        return Verdict(
-            True, f"same one-valued predicate ('{pred}') with different values", "rules"
-        )
+        return Verdict(True, f"same one-valued predicate ('{pred}') with different values", "rules")
     return Verdict(False, "compatible statements", "rules")
 
 
@@ -73,8 +133,9 @@ def judge(a: str, b: str, *, tenant_id: int) -> Verdict:
         from extraction import llm
 
         try:
-            data = llm.chat_json(tenant_id=tenant_id, layer="judge", system=_LLM_SYSTEM,
-                                 user=f"Statement A: {a}\nStatement B: {b}")
+            data = llm.chat_json(
+                tenant_id=tenant_id, layer="judge", system=_LLM_SYSTEM, user=f"Statement A: {a}\nStatement B: {b}"
+            )
             return Verdict(bool(data.get("contradictory")), str(data.get("reason", ""))[:300], "llm")
         except Exception:  # noqa: BLE001, S110 - an unavailable judge must not fail a write: fall back to rules
             pass

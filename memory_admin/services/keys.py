@@ -26,7 +26,11 @@ def hash_key(raw: str) -> str:
 
 
 def api_key_create(
-    *, tenant_id: int, agent_name: str, is_admin: bool = False, allowed_user_ids: list[str] | None = None,
+    *,
+    tenant_id: int,
+    agent_name: str,
+    is_admin: bool = False,
+    allowed_user_ids: list[str] | None = None,
     label: str = "",
 ) -> tuple[ApiKey, str]:
     """Create a key for the named agent (created if new). Returns the row and the raw key, which is
@@ -34,8 +38,13 @@ def api_key_create(
     agent, _ = Agent.objects.get_or_create(tenant_id=tenant_id, name=agent_name)
     raw = KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey.objects.create(
-        tenant_id=tenant_id, agent=agent, label=label, prefix=raw[:12], key_hash=hash_key(raw),
-        is_admin=is_admin, allowed_user_ids=allowed_user_ids or [],
+        tenant_id=tenant_id,
+        agent=agent,
+        label=label,
+        prefix=raw[:12],
+        key_hash=hash_key(raw),
+        is_admin=is_admin,
+        allowed_user_ids=allowed_user_ids or [],
     )
     return key, raw
 
@@ -64,8 +73,10 @@ def principal_for_request(raw: str) -> Principal | None:
         return principal_for_key(raw)
     count_sql, count_params, retry_after = count
     with connection.cursor() as cursor:
-        cursor.execute(f"WITH k AS ({_KEY_SQL}), c AS ({count_sql}) SELECT k.*, (SELECT hits FROM c) FROM k",
-                       [hash_key(raw), *count_params])
+        cursor.execute(
+            f"WITH k AS ({_KEY_SQL}), c AS ({count_sql}) SELECT k.*, (SELECT hits FROM c) FROM k",
+            [hash_key(raw), *count_params],
+        )
         row = cursor.fetchone()
     if row is None:
         return None

@@ -38,6 +38,7 @@ SCAN_COUNTS = ("checked", "queued", "auto_resolved")
 
 # --- The daily GC -----------------------------------------------------------------------------------
 
+
 def lifecycle_gc(*, tenant_id: int, dry_run: bool) -> dict[str, Any]:
     """The daily GC of SPEC §7 for one tenant. With dry_run nothing changes and the report says what
     would; the dashboard shows this report."""
@@ -56,13 +57,21 @@ def lifecycle_gc(*, tenant_id: int, dry_run: bool) -> dict[str, Any]:
 def _apply_rule(principal: Principal, fact: Fact, status: str, reason: str, now: datetime) -> None:
     before = fact_snapshot(fact)
     evicted = status == Fact.Status.EVICTED
-    Fact.objects.filter(pk=fact.pk).update(status=status, status_reason=reason, updated_at=now,
-                                           **({"pinned": False} if evicted else {}))
+    Fact.objects.filter(pk=fact.pk).update(
+        status=status, status_reason=reason, updated_at=now, **({"pinned": False} if evicted else {})
+    )
     fact.status = status
     if evicted:
         close_contradictions_of(principal, fact, note=f"evicted: {reason}")
-    audit(principal, "fact.lifecycle", outcome=status, target=fact, before=before, after=fact_snapshot(fact),
-          reason=reason)
+    audit(
+        principal,
+        "fact.lifecycle",
+        outcome=status,
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=reason,
+    )
 
 
 def lifecycle_gc_all(*, dry_run: bool = False) -> dict[str, int]:
@@ -84,13 +93,20 @@ def lifecycle_gc_run(*, principal: Principal) -> dict[str, Any]:
     """Run the daily GC now (admins only); returns the report of what it changed."""
     principal.require(ADMIN)
     report = lifecycle_gc(tenant_id=principal.tenant_id, dry_run=False)
-    audit(principal, "lifecycle.gc", outcome="ran", target_type="tenant", target_id=str(principal.tenant_id),
-          after={"counts": report["counts"], "total": report["total"]},
-          reason="GC started from the dashboard")
+    audit(
+        principal,
+        "lifecycle.gc",
+        outcome="ran",
+        target_type="tenant",
+        target_id=str(principal.tenant_id),
+        after={"counts": report["counts"], "total": report["total"]},
+        reason="GC started from the dashboard",
+    )
     return report
 
 
 # --- The contradiction scan -------------------------------------------------------------------------
+
 
 def contradiction_scan(*, tenant_id: int, since: datetime | None = None) -> dict[str, Any]:
     """Find contradictions among active facts that the write path did not catch (facts merged or
@@ -106,11 +122,14 @@ def contradiction_scan(*, tenant_id: int, since: datetime | None = None) -> dict
     report: dict[str, Any] = {"tenant_id": tenant_id, **dict.fromkeys(SCAN_COUNTS, 0)}
     for fact in subjects.select_related("memory_user").order_by("created_at"):
         report["checked"] += 1
-        neighbours = (active.for_user(fact.memory_user_id).filter(task_ref=fact.task_ref)
-                      .exclude(pk=fact.pk)
-                      .annotate(distance=CosineDistance("embedding", fact.embedding))
-                      .filter(distance__lte=1 - tenant.contradiction_similarity)
-                      .order_by("distance")[:SCAN_NEIGHBOURS])
+        neighbours = (
+            active.for_user(fact.memory_user_id)
+            .filter(task_ref=fact.task_ref)
+            .exclude(pk=fact.pk)
+            .annotate(distance=CosineDistance("embedding", fact.embedding))
+            .filter(distance__lte=1 - tenant.contradiction_similarity)
+            .order_by("distance")[:SCAN_NEIGHBOURS]
+        )
         for other in neighbours:
             outcome = _compare(principal, tenant.auto_resolve_gap, fact, other)
             if outcome:
@@ -128,21 +147,30 @@ def _compare(principal: Principal, gap: float, fact: Fact, other: Fact) -> str |
     verdict = judge(other.content, fact.content, tenant_id=principal.tenant_id)
     if not verdict.contradictory:
         return None
-    return _record_contradiction(principal, gap, standing=other, challenger=fact, similarity=1 - other.distance,
-                                 verdict=verdict)
+    return _record_contradiction(
+        principal, gap, standing=other, challenger=fact, similarity=1 - other.distance, verdict=verdict
+    )
 
 
-def _record_contradiction(principal: Principal, gap: float, *, standing: Fact, challenger: Fact,
-                          similarity: float, verdict: Verdict) -> str:
+def _record_contradiction(
+    principal: Principal, gap: float, *, standing: Fact, challenger: Fact, similarity: float, verdict: Verdict
+) -> str:
     with transaction.atomic():
         a = Fact.objects.select_for_update().get(pk=standing.pk)
         b = Fact.objects.select_for_update().get(pk=challenger.pk)
         if a.status != Fact.Status.ACTIVE or b.status != Fact.Status.ACTIVE:
             return "checked"
         winner = contradiction_winner(standing=a, challenger=b, gap=gap)
-        contradiction = contradiction_record(principal, fact_a=a, fact_b=b, detector=Contradiction.Detector.SCAN,
-                                             verdict=verdict, similarity=similarity, winner=winner,
-                                             resolved_by=principal.actor)
+        contradiction = contradiction_record(
+            principal,
+            fact_a=a,
+            fact_b=b,
+            detector=Contradiction.Detector.SCAN,
+            verdict=verdict,
+            similarity=similarity,
+            winner=winner,
+            resolved_by=principal.actor,
+        )
         link(principal, Edge.Type.CONTRADICTS, b, a)
         before = {"a": fact_snapshot(a), "b": fact_snapshot(b)}
         if winner is not None:
@@ -151,8 +179,15 @@ def _record_contradiction(principal: Principal, gap: float, *, standing: Fact, c
             refresh_contested([a.pk, b.pk])
         else:
             Fact.objects.filter(pk__in=[a.pk, b.pk]).update(contested=True)
-        audit(principal, "contradiction.scan", outcome="auto_resolved" if winner else "queued_for_review",
-              target=contradiction, memory_user_id=a.memory_user_id, before=before, reason=verdict.reason)
+        audit(
+            principal,
+            "contradiction.scan",
+            outcome="auto_resolved" if winner else "queued_for_review",
+            target=contradiction,
+            memory_user_id=a.memory_user_id,
+            before=before,
+            reason=verdict.reason,
+        )
     return "auto_resolved" if winner else "queued"
 
 
@@ -172,8 +207,13 @@ def contradiction_scan_run(*, principal: Principal, since: datetime | None) -> d
     """Run the contradiction scan now over facts changed since `since` (all when None); curators only."""
     principal.require(CURATE)
     report = contradiction_scan(tenant_id=principal.tenant_id, since=since)
-    audit(principal, "lifecycle.contradiction_scan", outcome="ran", target_type="tenant",
-          target_id=str(principal.tenant_id),
-          after={**{k: report[k] for k in SCAN_COUNTS}, "since": since.isoformat() if since else None},
-          reason="contradiction scan started from the dashboard")
+    audit(
+        principal,
+        "lifecycle.contradiction_scan",
+        outcome="ran",
+        target_type="tenant",
+        target_id=str(principal.tenant_id),
+        after={**{k: report[k] for k in SCAN_COUNTS}, "since": since.isoformat() if since else None},
+        reason="contradiction scan started from the dashboard",
+    )
     return report

@@ -38,8 +38,13 @@ def notebook_for(tenant_id: int, memory_user: MemoryUser | None) -> Notebook | N
 
 
 def notebook_save(
-    *, principal: Principal, memory_user: MemoryUser | None = None, user_id: str | None = None, content: str,
-    base_version: int, note: str = "",
+    *,
+    principal: Principal,
+    memory_user: MemoryUser | None = None,
+    user_id: str | None = None,
+    content: str,
+    base_version: int,
+    note: str = "",
 ) -> Notebook:
     """Save a new revision if `base_version` is the current version; otherwise raise Conflict with the
     current version and overwrite nothing. Facts that contradict the new text are overruled.
@@ -85,15 +90,28 @@ def notebook_save(
             NotebookChunk(notebook=notebook, revision=revision, text=text, embedding=vector)
             for text, vector in zip(statements, vectors, strict=True)
         )
-        audit(principal, "notebook.save", outcome="saved", target=notebook, memory_user_id=user_pk,
-              before=before, after={"version": notebook.version, "content": content[:2000]}, reason=note)
+        audit(
+            principal,
+            "notebook.save",
+            outcome="saved",
+            target=notebook,
+            memory_user_id=user_pk,
+            before=before,
+            after={"version": notebook.version, "content": content[:2000]},
+            reason=note,
+        )
         if memory_user is not None:
             _overrule_contradicting_facts(principal, memory_user, revision, statements, vectors)
     return notebook
 
 
-def _overrule_contradicting_facts(principal: Principal, memory_user: MemoryUser, revision: NotebookRevision,
-                                  statements: list[str], vectors: list[list[float]]) -> None:
+def _overrule_contradicting_facts(
+    principal: Principal,
+    memory_user: MemoryUser,
+    revision: NotebookRevision,
+    statements: list[str],
+    vectors: list[list[float]],
+) -> None:
     threshold = tenant_settings(principal.tenant_id).contradiction_similarity
     active = Fact.objects.for_user(memory_user).active().filter(pinned=False)
     for text, vector in zip(statements, vectors, strict=True):
@@ -104,18 +122,35 @@ def _overrule_contradicting_facts(principal: Principal, memory_user: MemoryUser,
                 continue
             before = fact_snapshot(fact)
             Fact.objects.filter(pk=fact.pk).update(
-                status=Fact.Status.SUPERSEDED, superseded_by_notebook=revision,
-                status_reason=f"contradicts the notebook: {verdict.reason}"[:300], updated_at=timezone.now(),
+                status=Fact.Status.SUPERSEDED,
+                superseded_by_notebook=revision,
+                status_reason=f"contradicts the notebook: {verdict.reason}"[:300],
+                updated_at=timezone.now(),
             )
             fact.status = Fact.Status.SUPERSEDED
             Contradiction.objects.create(
-                tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact, notebook_revision=revision,
-                notebook_excerpt=text, detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge,
-                reason=verdict.reason, status=Contradiction.Status.AUTO_RESOLVED,
-                resolution=Contradiction.Resolution.AUTO, resolved_by="system", resolved_at=timezone.now(),
+                tenant_id=principal.tenant_id,
+                memory_user=memory_user,
+                fact_a=fact,
+                notebook_revision=revision,
+                notebook_excerpt=text,
+                detector=Contradiction.Detector.NOTEBOOK,
+                judge=verdict.judge,
+                reason=verdict.reason,
+                status=Contradiction.Status.AUTO_RESOLVED,
+                resolution=Contradiction.Resolution.AUTO,
+                resolved_by="system",
+                resolved_at=timezone.now(),
             )
-            audit(principal, "fact.overrule", outcome="superseded", target=fact, before=before,
-                  after=fact_snapshot(fact), reason="the notebook wins")
+            audit(
+                principal,
+                "fact.overrule",
+                outcome="superseded",
+                target=fact,
+                before=before,
+                after=fact_snapshot(fact),
+                reason="the notebook wins",
+            )
 
 
 @transaction.atomic
@@ -123,5 +158,10 @@ def notebook_restore(*, principal: Principal, memory_user: MemoryUser | None, ve
     """Save an old revision's text as a new revision (history is never rewritten)."""
     notebook = Notebook.objects.get(tenant_id=principal.tenant_id, memory_user=memory_user)
     revision = NotebookRevision.objects.get(notebook=notebook, version=version)
-    return notebook_save(principal=principal, memory_user=memory_user, content=revision.content,
-                         base_version=base_version, note=f"restored version {version}")
+    return notebook_save(
+        principal=principal,
+        memory_user=memory_user,
+        content=revision.content,
+        base_version=base_version,
+        note=f"restored version {version}",
+    )

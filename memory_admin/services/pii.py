@@ -43,8 +43,18 @@ from django.conf import settings
 
 from memory_admin.textnorm import Mapped, base64_text, screen_form
 
-SECRET_KINDS = ("openai_key", "github_token", "aws_access_key", "aws_secret_key", "slack_token", "stripe_key",
-                "google_api_key", "jwt", "private_key", "card_number")
+SECRET_KINDS = (
+    "openai_key",
+    "github_token",
+    "aws_access_key",
+    "aws_secret_key",
+    "slack_token",
+    "stripe_key",
+    "google_api_key",
+    "jwt",
+    "private_key",
+    "card_number",
+)
 CONTACT_KINDS = ("email", "phone", "national_id")
 
 _ALNUM = "A-Za-z0-9"
@@ -69,6 +79,7 @@ def _wordiness(s: str) -> float:
 def _transitions(s: str) -> float:
     """Share of neighbouring characters of different classes (upper, lower, digit, other): about 0.64
     for a random base64 token, under 0.5 for CamelCase words."""
+
     def cls(c: str) -> int:
         return 0 if c.isupper() else 1 if c.islower() else 2 if c.isdigit() else 3
 
@@ -92,17 +103,26 @@ class _Prefixed:
 
 
 def _p(kind: str, prefix: str, body: str, canonical: tuple[str, ...], tail: str = ""):
-    return _Prefixed(kind, re.compile(f"(?P<prefix>{prefix})(?P<body>{body}){tail}", re.I),
-                     re.compile(f"(?P<prefix>{prefix})(?P<body>{body})", re.I), canonical)
+    return _Prefixed(
+        kind,
+        re.compile(f"(?P<prefix>{prefix})(?P<body>{body}){tail}", re.I),
+        re.compile(f"(?P<prefix>{prefix})(?P<body>{body})", re.I),
+        canonical,
+    )
 
 
 _PREFIXED = [
     _p("jwt", "eyJ", r"[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}", ("eyJ",)),
-    _p("stripe_key", r"(?:sk|rk)_(?:live|test)_", r"[A-Za-z0-9]{16,}",
-       ("sk_live_", "rk_live_", "sk_test_", "rk_test_")),
+    _p(
+        "stripe_key", r"(?:sk|rk)_(?:live|test)_", r"[A-Za-z0-9]{16,}", ("sk_live_", "rk_live_", "sk_test_", "rk_test_")
+    ),
     _p("openai_key", r"sk-(?:proj-|ant-(?:api\d\d-)?|live-|test-|svcacct-|admin-)?", r"[A-Za-z0-9_-]{16,}", ("sk-",)),
-    _p("github_token", r"gh[pousr]_|github_pat_", r"[A-Za-z0-9_]{20,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_",
-                                                                         "github_pat_")),
+    _p(
+        "github_token",
+        r"gh[pousr]_|github_pat_",
+        r"[A-Za-z0-9_]{20,}",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    ),
     _p("aws_access_key", r"AKIA|ASIA", r"[0-9A-Z]{16}", ("AKIA", "ASIA"), tail="(?![0-9A-Za-z])"),
     _p("slack_token", r"xox[abposr]-", r"[A-Za-z0-9-]{10,}", ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-")),
     _p("google_api_key", "AIza", r"[0-9A-Za-z_-]{35}", ("AIza",)),
@@ -240,7 +260,7 @@ class _Collector:
 
 
 def _verdict(spec: _Prefixed, m: re.Match[str], text: str, *, compact: bool) -> str | None:
-    """"strict": the prefix as issued, standing on its own; "lenient": glued to a word, in another
+    """ "strict": the prefix as issued, standing on its own; "lenient": glued to a word, in another
     case, or found only once whitespace is removed, with a random-looking body; None: not a secret."""
     prefix, body = m.group("prefix"), m.group("body")
     if spec.kind == "jwt":
@@ -282,7 +302,7 @@ def _prefixed_matches(text: str, compact: bool, starts: list[int] | None = None)
     """(verdict, spec, match) for every prefixed-secret candidate: the patterns are tried only where
     some prefix occurs (one pass over the text for all kinds)."""
     low = text.lower()
-    for p in (_ANY_PREFIX.finditer(low) if len(low) == len(text) else _ANY_PREFIX_I.finditer(text)):
+    for p in _ANY_PREFIX.finditer(low) if len(low) == len(text) else _ANY_PREFIX_I.finditer(text):
         for spec in _PREFIXED:
             pattern = spec.compact_pattern if compact else spec.pattern
             m = pattern.match(text, p.start())
@@ -334,7 +354,7 @@ def _aws_candidates(text: str):
         run, start = m.group(), m.start()
         for i, ch in enumerate(run):
             if ch == "/" and len(run) - i - 1 == 40:
-                yield start + i + 1, run[i + 1:]
+                yield start + i + 1, run[i + 1 :]
             if ch == "/" and i == 40:
                 yield start, run[:40]
 
@@ -345,8 +365,13 @@ def _scan_aws_secret(col: _Collector, form: Mapped) -> None:
         if not (re.search(r"\d", token) and re.search(r"[A-Za-z]", token)) or re.fullmatch(r"[0-9a-fA-F]+", token):
             continue
         context = _AWS_CONTEXT.search(text, max(0, begin - 80), begin)
-        standalone = (_looks_random(token, min_len=30) and _entropy(token) >= 4.2 and _wordiness(token) < 0.3
-                      and _transitions(token) >= 0.4 and sum(c.isdigit() for c in token) >= 2)
+        standalone = (
+            _looks_random(token, min_len=30)
+            and _entropy(token) >= 4.2
+            and _wordiness(token) < 0.3
+            and _transitions(token) >= 0.4
+            and sum(c.isdigit() for c in token) >= 2
+        )
         if context or standalone:
             col.add("aws_secret_key", form, begin, begin + 40)
 

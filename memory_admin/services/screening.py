@@ -32,8 +32,15 @@ from memory_admin.services.settings import tenant_settings
 T = TypeVar("T")
 
 
-def screen_text(principal: Principal, text: str, *, route: str, memory_user_id: int | None,
-                what: str = "text", policy: dict[str, str] | None = None) -> ScanResult:
+def screen_text(
+    principal: Principal,
+    text: str,
+    *,
+    route: str,
+    memory_user_id: int | None,
+    what: str = "text",
+    policy: dict[str, str] | None = None,
+) -> ScanResult:
     """Scan `text` under the tenant's PII policy; raise Blocked (after recording it) or return
     the result whose `content` is safe to store (redacted where the policy says so)."""
     if not text:
@@ -76,14 +83,17 @@ def screen_text(principal: Principal, text: str, *, route: str, memory_user_id: 
     return result
 
 
-def screen_identifier(principal: Principal, value: str | None, *, what: str, route: str,
-                      memory_user_id: int | None = None) -> str | None:
+def screen_identifier(
+    principal: Principal, value: str | None, *, what: str, route: str, memory_user_id: int | None = None
+) -> str | None:
     """An identifier stored as given: refused (Blocked, recorded) when it holds a secret, or contact
     PII the tenant policy blocks or redacts; returned unchanged otherwise."""
     if not value or not find(value):
         return value
-    policy = {kind: "flag" if action == "flag" else "block"
-              for kind, action in tenant_settings(principal.tenant_id).pii_policy.items()}
+    policy = {
+        kind: "flag" if action == "flag" else "block"
+        for kind, action in tenant_settings(principal.tenant_id).pii_policy.items()
+    }
     screen_text(principal, value, route=route, memory_user_id=memory_user_id, what=what, policy=policy)
     return value
 
@@ -98,8 +108,9 @@ def screens(field_name: str, *, route: str):
         @functools.wraps(fn)
         def wrapper(*args, principal: Principal, **kwargs):
             if kwargs.get(field_name):
-                kwargs[field_name] = screen_text(principal, kwargs[field_name], route=route, memory_user_id=None,
-                                                 what=field_name.replace("_", " ")).content
+                kwargs[field_name] = screen_text(
+                    principal, kwargs[field_name], route=route, memory_user_id=None, what=field_name.replace("_", " ")
+                ).content
             return fn(*args, principal=principal, **kwargs)
 
         return wrapper

@@ -54,37 +54,96 @@ class Limit:
         too_low = value <= self.minimum if self.above_minimum else value < self.minimum
         if too_low or value > self.maximum:
             if self.above_minimum:
-                raise Invalid(f"{words} must be above {self.minimum:g} and at most {self.maximum:g}.",
-                              field=self.name)
+                raise Invalid(f"{words} must be above {self.minimum:g} and at most {self.maximum:g}.", field=self.name)
             raise Invalid(f"{words} must be between {self.minimum:g} and {self.maximum:g}.", field=self.name)
         return self.type(value)
 
 
-LIMITS: dict[str, Limit] = {limit.name: limit for limit in (
-    Limit("confidence_threshold", float, 0, 1, "Minimum confidence", "score 0–1",
-          "Writes claiming less confidence than this are refused (rejected: low confidence)."),
-    # Above 0, as the database's check constraint says: 0 would make every pair of facts a duplicate.
-    Limit("dedup_similarity", float, 0, 1, "Duplicate similarity", "cosine 0–1",
-          "A new fact at least this similar to an existing one is merged into it instead of stored.",
-          above_minimum=True),
-    Limit("contradiction_similarity", float, 0, 1, "Contradiction similarity", "cosine 0–1",
-          "Facts this similar but saying different things are checked for a contradiction.", above_minimum=True),
-    Limit("auto_resolve_gap", float, 0, 1, "Auto-resolve gap", "confidence points 0–1",
-          "A contradiction resolves itself when one side is this much more confident; "
-          "below, it goes to the review queue."),
-    Limit("fact_cap", int, 1, 100_000, "Fact cap per user", "facts",
-          "Above this many active facts, the least useful unpinned ones are evicted."),
-    Limit("debounce_seconds", int, 0, 86_400, "Extraction delay", "seconds",
-          "How long a conversation must be quiet before its new messages are extracted."),
-    # Up to the largest message the API accepts (SPEC §11: 64 KB): a higher minimum would silently stop
-    # all extraction, which is what the kill switch is for.
-    Limit("min_message_chars", int, 0, 64 * 1024, "Shortest message extracted", "characters",
-          "Shorter messages (greetings, \"ok\") are logged but not sent to extraction."),
-    # Up to a week: a conversation quiet for longer is over, and its episode belongs in "what happened
-    # last time" (SPEC §2, §6) rather than waiting weeks to be summarised.
-    Limit("episode_idle_minutes", int, 1, 7 * 24 * 60, "Episode break", "minutes",
-          "A pause this long in a conversation starts a new episode."),
-)}
+LIMITS: dict[str, Limit] = {
+    limit.name: limit
+    for limit in (
+        Limit(
+            "confidence_threshold",
+            float,
+            0,
+            1,
+            "Minimum confidence",
+            "score 0–1",
+            "Writes claiming less confidence than this are refused (rejected: low confidence).",
+        ),
+        # Above 0, as the database's check constraint says: 0 would make every pair of facts a duplicate.
+        Limit(
+            "dedup_similarity",
+            float,
+            0,
+            1,
+            "Duplicate similarity",
+            "cosine 0–1",
+            "A new fact at least this similar to an existing one is merged into it instead of stored.",
+            above_minimum=True,
+        ),
+        Limit(
+            "contradiction_similarity",
+            float,
+            0,
+            1,
+            "Contradiction similarity",
+            "cosine 0–1",
+            "Facts this similar but saying different things are checked for a contradiction.",
+            above_minimum=True,
+        ),
+        Limit(
+            "auto_resolve_gap",
+            float,
+            0,
+            1,
+            "Auto-resolve gap",
+            "confidence points 0–1",
+            "A contradiction resolves itself when one side is this much more confident; "
+            "below, it goes to the review queue.",
+        ),
+        Limit(
+            "fact_cap",
+            int,
+            1,
+            100_000,
+            "Fact cap per user",
+            "facts",
+            "Above this many active facts, the least useful unpinned ones are evicted.",
+        ),
+        Limit(
+            "debounce_seconds",
+            int,
+            0,
+            86_400,
+            "Extraction delay",
+            "seconds",
+            "How long a conversation must be quiet before its new messages are extracted.",
+        ),
+        # Up to the largest message the API accepts (SPEC §11: 64 KB): a higher minimum would silently stop
+        # all extraction, which is what the kill switch is for.
+        Limit(
+            "min_message_chars",
+            int,
+            0,
+            64 * 1024,
+            "Shortest message extracted",
+            "characters",
+            'Shorter messages (greetings, "ok") are logged but not sent to extraction.',
+        ),
+        # Up to a week: a conversation quiet for longer is over, and its episode belongs in "what happened
+        # last time" (SPEC §2, §6) rather than waiting weeks to be summarised.
+        Limit(
+            "episode_idle_minutes",
+            int,
+            1,
+            7 * 24 * 60,
+            "Episode break",
+            "minutes",
+            "A pause this long in a conversation starts a new episode.",
+        ),
+    )
+}
 
 # Every setting the API reads and writes, in the order it answers them.
 SETTING_NAMES = (*LIMITS, "pii_policy", "search_weights", "extraction_enabled")
@@ -138,8 +197,10 @@ def _pii_policy(current: dict[str, str], value: object) -> dict[str, str]:
         raise Invalid("pii_policy: give an action per PII kind.", field="pii_policy")
     for kind, action in value.items():
         if kind not in PII_KINDS or action not in PII_ACTIONS:
-            raise Invalid(f"PII policy for {kind}: choose one of {', '.join(PII_ACTIONS)}.",
-                          field=f"pii_policy.{kind}" if kind in PII_KINDS else "pii_policy")
+            raise Invalid(
+                f"PII policy for {kind}: choose one of {', '.join(PII_ACTIONS)}.",
+                field=f"pii_policy.{kind}" if kind in PII_KINDS else "pii_policy",
+            )
     return {**current, **value}
 
 

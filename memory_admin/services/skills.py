@@ -21,14 +21,22 @@ _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
 def check_skill_path(path: str) -> str:
     path = path.strip().strip("/").lower()
     if not _PATH.match(path) or ".." in path or len(path) > 300:
-        raise Invalid("A skill path is lowercase segments separated by '/', e.g. deploy/kubernetes.md.",
-                      code="invalid", field="path")
+        raise Invalid(
+            "A skill path is lowercase segments separated by '/', e.g. deploy/kubernetes.md.",
+            code="invalid",
+            field="path",
+        )
     return path
 
 
 def skill_save(
-    *, principal: Principal, path: str, content: str, base_version: int | None,
-    memory_user: MemoryUser | None = None, user_id: str | None = None,
+    *,
+    principal: Principal,
+    path: str,
+    content: str,
+    base_version: int | None,
+    memory_user: MemoryUser | None = None,
+    user_id: str | None = None,
 ) -> Skill:
     """Create (base_version None or 0) or update (base_version = current) a skill; a stale version
     raises Conflict with the current version. A tenant skill (no memory user) is served to every
@@ -61,12 +69,25 @@ def skill_save(
             )
         before = {"version": current, "content": skill.content[:2000]} if skill else None
         if skill is None:
-            skill = Skill.objects.create(tenant_id=principal.tenant_id, memory_user=memory_user, path=path,
-                                         content=content, version=1, updated_by=principal.actor)
+            skill = Skill.objects.create(
+                tenant_id=principal.tenant_id,
+                memory_user=memory_user,
+                path=path,
+                content=content,
+                version=1,
+                updated_by=principal.actor,
+            )
         else:
             skill.content, skill.version, skill.updated_by = content, skill.version + 1, principal.actor
             skill.save(update_fields=["content", "version", "updated_by", "updated_at"])
         SkillRevision.objects.create(skill=skill, version=skill.version, content=content, author=principal.actor)
-        audit(principal, "skill.save", outcome="saved", target=skill, memory_user_id=user_pk, before=before,
-              after={"version": skill.version, "content": content[:2000]})
+        audit(
+            principal,
+            "skill.save",
+            outcome="saved",
+            target=skill,
+            memory_user_id=user_pk,
+            before=before,
+            after={"version": skill.version, "content": content[:2000]},
+        )
     return skill

@@ -15,8 +15,13 @@ from memory_admin.models import Membership, MemoryUser, Tenant
 
 @transaction.atomic
 def staff_create(
-    *, tenant_slug: str, username: str, role: str, memory_user_external_id: str | None = None,
-    password: str | None = None, email: str = "",
+    *,
+    tenant_slug: str,
+    username: str,
+    role: str,
+    memory_user_external_id: str | None = None,
+    password: str | None = None,
+    email: str = "",
 ) -> tuple[Membership, str | None]:
     """Create (or update) a dashboard account and its membership in one tenant. Idempotent: running it
     again changes the role and, when given, the password. A member must name the memory user it is.
@@ -31,8 +36,9 @@ def staff_create(
     memory_user = None
     if role == Membership.Role.MEMBER:
         if not memory_user_external_id:
-            raise Invalid("A member needs --memory-user: the memory user whose notebook and facts they own.",
-                          field="memory_user")
+            raise Invalid(
+                "A member needs --memory-user: the memory user whose notebook and facts they own.", field="memory_user"
+            )
         # A member may sign in before any agent wrote about them: create their memory user.
         memory_user, _ = MemoryUser.objects.get_or_create(tenant=tenant, external_id=memory_user_external_id)
     user_model = get_user_model()

@@ -12,7 +12,11 @@ from memory_admin.services.keys import api_key_create, api_key_revoke
 
 
 def dashboard_key_create(
-    *, principal: Principal, agent_name: str, label: str = "", is_admin: bool = False,
+    *,
+    principal: Principal,
+    agent_name: str,
+    label: str = "",
+    is_admin: bool = False,
     allowed_user_ids: list[str] | None = None,
 ) -> tuple[ApiKey, str]:
     require_tenant_wide(principal, ADMIN)
@@ -20,11 +24,20 @@ def dashboard_key_create(
     if not agent_name or len(agent_name) > 200:
         raise Invalid("Name the agent this key is for (up to 200 characters).", field="agent")
     with transaction.atomic():
-        key, raw = api_key_create(tenant_id=principal.tenant_id, agent_name=agent_name, is_admin=is_admin,
-                                  allowed_user_ids=allowed_user_ids, label=label[:200])
-        audit(principal, "api_key.create", outcome="created", target=key,
-              after={"prefix": key.prefix, "agent": agent_name, "admin": is_admin,
-                     "users": allowed_user_ids or []})
+        key, raw = api_key_create(
+            tenant_id=principal.tenant_id,
+            agent_name=agent_name,
+            is_admin=is_admin,
+            allowed_user_ids=allowed_user_ids,
+            label=label[:200],
+        )
+        audit(
+            principal,
+            "api_key.create",
+            outcome="created",
+            target=key,
+            after={"prefix": key.prefix, "agent": agent_name, "admin": is_admin, "users": allowed_user_ids or []},
+        )
     return key, raw
 
 

@@ -37,8 +37,10 @@ def _window(seconds: int) -> tuple[int, int]:
 
 def _count_sql(rows: str) -> str:
     """The one counting statement: a hit for each (bucket, window_start) row of `rows`."""
-    return (f"INSERT INTO {_TABLE} (bucket, window_start, hits) {rows} "
-            f"ON CONFLICT (bucket, window_start) DO UPDATE SET hits = {_TABLE}.hits + 1 RETURNING hits")
+    return (
+        f"INSERT INTO {_TABLE} (bucket, window_start, hits) {rows} "
+        f"ON CONFLICT (bucket, window_start) DO UPDATE SET hits = {_TABLE}.hits + 1 RETURNING hits"
+    )
 
 
 def _sweep(cursor: CursorWrapper) -> None:
@@ -87,7 +89,9 @@ def api_key_check(hits: int | None, retry_after: int) -> None:
     if limit > 0 and hits is not None and hits > limit:
         raise RateLimited(
             f"This key made more than {limit} requests in {seconds} s. Retry in {retry_after} s.",
-            retry_after=retry_after, limit=limit, window_seconds=seconds,
+            retry_after=retry_after,
+            limit=limit,
+            window_seconds=seconds,
         )
 
 
@@ -110,8 +114,9 @@ def login_retry_after(username: str, address: str) -> int:
     if limit <= 0:
         return 0
     start, retry_after = _window(seconds)
-    locked = ThrottleWindow.objects.filter(bucket__in=_login_buckets(username, address), window_start=start,
-                                           hits__gte=limit).exists()
+    locked = ThrottleWindow.objects.filter(
+        bucket__in=_login_buckets(username, address), window_start=start, hits__gte=limit
+    ).exists()
     return retry_after if locked else 0
 
 

@@ -44,16 +44,28 @@ def _iso(value: datetime | None) -> str | None:
 
 def _export_fact(f: Fact) -> dict[str, Any]:
     return {
-        "id": str(f.pk), "key": f.key, "content": f.content, "category": f.category, "kind": f.kind,
-        "confidence": f.confidence, "source": f.source, "status": f.status, "version": f.version,
-        "supersedes": str(f.supersedes_id) if f.supersedes_id else None, "pinned": f.pinned,
-        "valid_from": f.valid_from.isoformat(), "created_at": f.created_at.isoformat(),
+        "id": str(f.pk),
+        "key": f.key,
+        "content": f.content,
+        "category": f.category,
+        "kind": f.kind,
+        "confidence": f.confidence,
+        "source": f.source,
+        "status": f.status,
+        "version": f.version,
+        "supersedes": str(f.supersedes_id) if f.supersedes_id else None,
+        "pinned": f.pinned,
+        "valid_from": f.valid_from.isoformat(),
+        "created_at": f.created_at.isoformat(),
         "metadata": f.metadata,
         # Added for import (services/imports.py); an export without them still imports.
-        "task_id": f.task_ref or None, "status_reason": f.status_reason, "importance": f.importance,
+        "task_id": f.task_ref or None,
+        "status_reason": f.status_reason,
+        "importance": f.importance,
         "superseded_by": str(f.superseded_by_id) if f.superseded_by_id else None,
         "superseded_by_notebook_version": f.superseded_by_notebook.version if f.superseded_by_notebook_id else None,
-        "valid_to": _iso(f.valid_to), "soft_expires_at": _iso(f.soft_expires_at),
+        "valid_to": _iso(f.valid_to),
+        "soft_expires_at": _iso(f.soft_expires_at),
         "hard_expires_at": _iso(f.hard_expires_at),
     }
 
@@ -63,21 +75,41 @@ def _export_notebook(notebook: Notebook | None) -> dict[str, Any]:
     return {
         "version": notebook.version if notebook else 0,
         "content": notebook.content if notebook else "",
-        "revisions": [{"version": r.version, "content": r.content, "author": r.author, "note": r.note,
-                       "created_at": r.created_at.isoformat()} for r in revisions],
+        "revisions": [
+            {
+                "version": r.version,
+                "content": r.content,
+                "author": r.author,
+                "note": r.note,
+                "created_at": r.created_at.isoformat(),
+            }
+            for r in revisions
+        ],
     }
 
 
 def _export_episode(e: Episode) -> dict[str, Any]:
-    return {"id": str(e.pk), "started_at": e.started_at.isoformat(), "ended_at": e.ended_at.isoformat(),
-            "summary": e.summary, "outcome": e.outcome, "thread_id": e.thread.external_id if e.thread_id else None,
-            "fact_ids": sorted(str(pk) for pk in e.facts.values_list("pk", flat=True))}
+    return {
+        "id": str(e.pk),
+        "started_at": e.started_at.isoformat(),
+        "ended_at": e.ended_at.isoformat(),
+        "summary": e.summary,
+        "outcome": e.outcome,
+        "thread_id": e.thread.external_id if e.thread_id else None,
+        "fact_ids": sorted(str(pk) for pk in e.facts.values_list("pk", flat=True)),
+    }
 
 
 def _export_skill(s: Skill) -> dict[str, Any]:
-    return {"path": s.path, "version": s.version, "content": s.content,
-            "revisions": [{"version": r.version, "content": r.content, "author": r.author,
-                           "created_at": r.created_at.isoformat()} for r in s.revisions.order_by("version")]}
+    return {
+        "path": s.path,
+        "version": s.version,
+        "content": s.content,
+        "revisions": [
+            {"version": r.version, "content": r.content, "author": r.author, "created_at": r.created_at.isoformat()}
+            for r in s.revisions.order_by("version")
+        ],
+    }
 
 
 def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, Any]:
@@ -94,8 +126,12 @@ def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, A
         "facts": [_export_fact(f) for f in facts.order_by("created_at", "id")],
         "episodes": [_export_episode(e) for e in episodes.order_by("started_at", "id")],
         "messages": [
-            {"thread_id": m.thread.external_id, "role": m.role, "content": m.content,
-             "created_at": m.created_at.isoformat()}
+            {
+                "thread_id": m.thread.external_id,
+                "role": m.role,
+                "content": m.content,
+                "created_at": m.created_at.isoformat(),
+            }
             for m in Message.objects.filter(memory_user=memory_user).select_related("thread").order_by("id")
         ],
         "skills": [_export_skill(s) for s in Skill.objects.filter(memory_user=memory_user).order_by("path")],
@@ -124,10 +160,15 @@ def _erase_member_accounts(memory_user: MemoryUser) -> tuple[int, list[str]]:
 def _erase_actor_names(tenant_id: int, actors: list[str]) -> None:
     """Where the tenant recorded who did something, an erased member's name becomes `erased`."""
     for model, path, field in (
-        (Notebook, "tenant_id", "updated_by"), (NotebookRevision, "notebook__tenant_id", "author"),
-        (Skill, "tenant_id", "updated_by"), (SkillRevision, "skill__tenant_id", "author"),
-        (Fact, "tenant_id", "created_by"), (Contradiction, "tenant_id", "resolved_by"),
-        (Edge, "tenant_id", "created_by"), (PiiBlock, "tenant_id", "actor"), (AuditEvent, "tenant_id", "actor"),
+        (Notebook, "tenant_id", "updated_by"),
+        (NotebookRevision, "notebook__tenant_id", "author"),
+        (Skill, "tenant_id", "updated_by"),
+        (SkillRevision, "skill__tenant_id", "author"),
+        (Fact, "tenant_id", "created_by"),
+        (Contradiction, "tenant_id", "resolved_by"),
+        (Edge, "tenant_id", "created_by"),
+        (PiiBlock, "tenant_id", "actor"),
+        (AuditEvent, "tenant_id", "actor"),
     ):
         model.objects.filter(**{path: tenant_id, f"{field}__in": actors}).update(**{field: "erased"})
 
@@ -158,17 +199,25 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     erased_id = f"erased-{uuid.uuid4()}"
     counts = {
         "facts": Fact.objects.for_user(memory_user).update(
-            content=ERASED, content_hash="", key=None, embedding=None, metadata={},
+            content=ERASED,
+            content_hash="",
+            key=None,
+            embedding=None,
+            metadata={},
             # A task-scoped fact keeps a (placeholder) task ref: the scope's shape is a constraint.
             task_ref=Case(When(task_ref="", then=Value("")), default=Value("erased")),
-            status=Fact.Status.EVICTED, status_reason="erased", pinned=False,
+            status=Fact.Status.EVICTED,
+            status_reason="erased",
+            pinned=False,
         ),
         "messages": Message.objects.filter(memory_user=memory_user).update(content=ERASED, skip_reason=""),
         "threads": Thread.objects.filter(memory_user=memory_user).update(
-            external_id=Concat(Value("erased-"), Cast("id", CharField()))),
+            external_id=Concat(Value("erased-"), Cast("id", CharField()))
+        ),
         "episodes": Episode.objects.filter(memory_user=memory_user).update(summary=ERASED),
         "skills": Skill.objects.filter(memory_user=memory_user).update(
-            content=ERASED, path=Concat(Value("erased/"), Cast("id", CharField()), Value(".md"))),
+            content=ERASED, path=Concat(Value("erased/"), Cast("id", CharField()), Value(".md"))
+        ),
     }
     SkillRevision.objects.filter(skill__memory_user=memory_user).update(content=ERASED)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
@@ -201,14 +250,23 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
         .filter(Q(before_text__contains=quoted) | Q(after_text__contains=quoted))
     )
     for event in naming.only("id", "before", "after"):
-        AuditEvent.objects.filter(pk=event.pk).update(before=_replace_exact(event.before, external_id, erased_id),
-                                                      after=_replace_exact(event.after, external_id, erased_id))
+        AuditEvent.objects.filter(pk=event.pk).update(
+            before=_replace_exact(event.before, external_id, erased_id),
+            after=_replace_exact(event.after, external_id, erased_id),
+        )
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL memory_admin.erasing = 'off'")
     memory_user.external_id = erased_id
     memory_user.display_name = ""
     memory_user.erased_at = timezone.now()
     memory_user.save(update_fields=["external_id", "display_name", "erased_at"])
-    audit(principal, "user.erase", outcome="erased", target=memory_user, memory_user_id=memory_user.pk,
-          after=counts, reason=f"erase requested for a user ({len(external_id)}-character id)")
+    audit(
+        principal,
+        "user.erase",
+        outcome="erased",
+        target=memory_user,
+        memory_user_id=memory_user.pk,
+        after=counts,
+        reason=f"erase requested for a user ({len(external_id)}-character id)",
+    )
     return counts

@@ -19,8 +19,37 @@ register = template.Library()
 
 # Tags a notebook or skill may use; no images (they fetch URLs when the page loads), no raw HTML.
 _TAGS = {
-    "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i",
-    "li", "ol", "p", "pre", "s", "strong", "sub", "sup", "table", "tbody", "td", "th", "thead", "tr", "ul",
+    "a",
+    "abbr",
+    "b",
+    "blockquote",
+    "br",
+    "code",
+    "del",
+    "em",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "hr",
+    "i",
+    "li",
+    "ol",
+    "p",
+    "pre",
+    "s",
+    "strong",
+    "sub",
+    "sup",
+    "table",
+    "tbody",
+    "td",
+    "th",
+    "thead",
+    "tr",
+    "ul",
 }
 
 
@@ -42,14 +71,20 @@ def render_markdown(text: str | None) -> SafeString:
     text = text or ""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > settings.MARKDOWN_MAX_INPUT_BYTES:
-        return _plain(text, f"Shown as plain text: {size // 1024} KB is more than the "
-                            f"{settings.MARKDOWN_MAX_INPUT_BYTES // 1024} KB the dashboard formats.")
+        return _plain(
+            text,
+            f"Shown as plain text: {size // 1024} KB is more than the "
+            f"{settings.MARKDOWN_MAX_INPUT_BYTES // 1024} KB the dashboard formats.",
+        )
     html = _MARKDOWN.render(text)
     if len(html.encode("utf-8", "surrogatepass")) > settings.MARKDOWN_MAX_HTML_BYTES:
         return _plain(text, "Shown as plain text: formatted, this text would make too large a page.")
     clean = nh3.clean(
-        html, tags=_TAGS, attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
-        url_schemes={"http", "https", "mailto"}, link_rel="noopener noreferrer nofollow",
+        html,
+        tags=_TAGS,
+        attributes={"a": {"href", "title"}, "th": {"align"}, "td": {"align"}},
+        url_schemes={"http", "https", "mailto"},
+        link_rel="noopener noreferrer nofollow",
     )
     return mark_safe(clean)  # noqa: S308 -- sanitised by nh3 just above
 

@@ -27,16 +27,26 @@ LABELS: dict[str, tuple[str, str | None]] = {
     "evicted": ("removed", "no longer used"),
     "quarantined": ("held for review", "held for review"),
     # write outcomes
-    "created": ("created", None), "updated": ("updated", None), "deduplicated": ("deduplicated", None),
-    "merged": ("merged", None), "superseded_existing": ("replaced an older fact", None),
-    "queued_for_review": ("sent to review", None), "overruled": ("overruled by the notebook", None),
-    "rejected_low_confidence": ("rejected: low confidence", None), "blocked": ("blocked", None),
-    "redacted": ("redacted", None), "flagged": ("flagged", None), "capped": ("over the fact cap", None),
+    "created": ("created", None),
+    "updated": ("updated", None),
+    "deduplicated": ("deduplicated", None),
+    "merged": ("merged", None),
+    "superseded_existing": ("replaced an older fact", None),
+    "queued_for_review": ("sent to review", None),
+    "overruled": ("overruled by the notebook", None),
+    "rejected_low_confidence": ("rejected: low confidence", None),
+    "blocked": ("blocked", None),
+    "redacted": ("redacted", None),
+    "flagged": ("flagged", None),
+    "capped": ("over the fact cap", None),
     "over_budget": ("over the token budget", None),
     "duplicate": ("same words as a listed fact", None),
     # review resolutions
-    "keep_a": ("kept A", None), "keep_b": ("kept B", None), "both_true": ("both true", None),
-    "dismiss": ("dismissed", None), "merge": ("merged", None),
+    "keep_a": ("kept A", None),
+    "keep_b": ("kept B", None),
+    "both_true": ("both true", None),
+    "dismiss": ("dismissed", None),
+    "merge": ("merged", None),
 }
 
 
@@ -92,8 +102,14 @@ def changes(event) -> list[dict]:
     rows = []
     for field in list(dict.fromkeys([*before, *after])):
         old, new = before.get(field), after.get(field)
-        rows.append({"field": field, "before": "—" if old is None else old, "after": "—" if new is None else new,
-                     "changed": old != new})
+        rows.append(
+            {
+                "field": field,
+                "before": "—" if old is None else old,
+                "after": "—" if new is None else new,
+                "changed": old != new,
+            }
+        )
     rows.sort(key=lambda r: not r["changed"])
     return rows
 

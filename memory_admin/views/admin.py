@@ -27,10 +27,16 @@ def batches(request: HttpRequest) -> HttpResponse:
     if status:
         qs = qs.filter(status=status)
     qs = qs.select_related("memory_user", "thread").order_by("-created_at", "-pk")
-    return render(request, "dashboard/batches.html", {
-        "page": paginate(request, qs), "status": status, "statuses": ExtractionBatch.Status.values,
-        "can_retry": request.principal.can(CURATE),
-    })
+    return render(
+        request,
+        "dashboard/batches.html",
+        {
+            "page": paginate(request, qs),
+            "status": status,
+            "statuses": ExtractionBatch.Status.values,
+            "can_retry": request.principal.can(CURATE),
+        },
+    )
 
 
 @require_POST
@@ -56,9 +62,13 @@ def keys(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         users = [u.strip() for u in request.POST.get("users", "").split(",") if u.strip()]
         try:
-            key, raw = dashboard_key_create(principal=request.principal, agent_name=request.POST.get("agent", ""),
-                                            label=request.POST.get("label", ""),
-                                            is_admin=request.POST.get("is_admin") == "on", allowed_user_ids=users)
+            key, raw = dashboard_key_create(
+                principal=request.principal,
+                agent_name=request.POST.get("agent", ""),
+                label=request.POST.get("label", ""),
+                is_admin=request.POST.get("is_admin") == "on",
+                allowed_user_ids=users,
+            )
         except DomainError as exc:
             error = exc.detail
         else:
@@ -67,8 +77,11 @@ def keys(request: HttpRequest) -> HttpResponse:
     created = None
     parked = request.session.pop(NEW_KEY_SESSION, None)
     if parked and parked.get("tenant") == request.tenant.slug:
-        key = ApiKey.objects.filter(pk=parked["key_id"], tenant_id=request.principal.tenant_id).select_related(
-            "agent").first()
+        key = (
+            ApiKey.objects.filter(pk=parked["key_id"], tenant_id=request.principal.tenant_id)
+            .select_related("agent")
+            .first()
+        )
         if key is not None:
             created = {"key": key, "raw": parked["raw"]}
     agents = (
@@ -76,8 +89,12 @@ def keys(request: HttpRequest) -> HttpResponse:
         .prefetch_related(Prefetch("keys", queryset=ApiKey.objects.order_by("-created_at")))
         .order_by("name")
     )
-    response = render(request, "dashboard/keys.html", {"agents": agents, "created": created, "error": error},
-                      status=422 if error else 200)
+    response = render(
+        request,
+        "dashboard/keys.html",
+        {"agents": agents, "created": created, "error": error},
+        status=422 if error else 200,
+    )
     if created:
         response["Cache-Control"] = "no-store"  # the raw key is on this page exactly once
     return response
@@ -99,8 +116,12 @@ def settings_page(request: HttpRequest) -> HttpResponse:
     error = None
     if request.method == "POST":
         if not request.principal.can(ADMIN):
-            return render(request, "dashboard/error.html", {"title": "Not allowed",
-                                                            "detail": "Only admins change settings."}, status=403)
+            return render(
+                request,
+                "dashboard/error.html",
+                {"title": "Not allowed", "detail": "Only admins change settings."},
+                status=403,
+            )
         try:
             tenant_settings_update(principal=request.principal, changes=_settings_form(request.POST))
             messages.success(request, "Settings saved.")
@@ -108,19 +129,31 @@ def settings_page(request: HttpRequest) -> HttpResponse:
         except DomainError as exc:
             error = exc.detail
     obj = tenant_settings(request.principal.tenant_id)
-    fields = [{"limit": limit, "value": getattr(obj, name), "step": "1" if limit.type is int else "0.01"}
-              for name, limit in LIMITS.items()]
-    return render(request, "dashboard/settings.html", {
-        "obj": obj, "fields": fields, "error": error, "pii_kinds": PII_KINDS, "pii_actions": PII_ACTIONS,
-        "can_edit": request.principal.can(ADMIN),
-    }, status=422 if error else 200)
+    fields = [
+        {"limit": limit, "value": getattr(obj, name), "step": "1" if limit.type is int else "0.01"}
+        for name, limit in LIMITS.items()
+    ]
+    return render(
+        request,
+        "dashboard/settings.html",
+        {
+            "obj": obj,
+            "fields": fields,
+            "error": error,
+            "pii_kinds": PII_KINDS,
+            "pii_actions": PII_ACTIONS,
+            "can_edit": request.principal.can(ADMIN),
+        },
+        status=422 if error else 200,
+    )
 
 
 def _settings_form(post: QueryDict) -> dict[str, Any]:
     """The settings form as typed values (a blank number field leaves that setting as it is)."""
     changes: dict[str, Any] = {
         name: form_number(post[name], field=name, whole=limit.type is int)
-        for name, limit in LIMITS.items() if post.get(name, "").strip()
+        for name, limit in LIMITS.items()
+        if post.get(name, "").strip()
     }
     changes["pii_policy"] = {kind: post.get(f"pii_{kind}", "block") for kind in PII_KINDS}
     changes["extraction_enabled"] = post.get("extraction_enabled") == "on"

@@ -61,5 +61,9 @@ def tenant_home(request: HttpRequest, slug: str) -> HttpResponse:
             # Remembered so that "/" brings a multi-tenant account back to where it was.
             request.session["tenant"] = slug
             return redirect(landing_url(membership))
-    return render(request, "dashboard/error.html",
-                  {"title": "Not found", "detail": "No tenant with that name is visible to you."}, status=404)
+    return render(
+        request,
+        "dashboard/error.html",
+        {"title": "Not found", "detail": "No tenant with that name is visible to you."},
+        status=404,
+    )

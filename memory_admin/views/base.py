@@ -28,8 +28,19 @@ PER_PAGE = 50
 # The top-nav entry each page belongs to (by URL name), so the nav marks the current page everywhere.
 NAV_SECTIONS = {
     "overview": ("overview",),
-    "users": ("users", "user", "user_notebook", "user_facts", "user_episodes", "user_context", "user_asof",
-              "user_activity", "fact_detail", "notebook_restore", "facts"),
+    "users": (
+        "users",
+        "user",
+        "user_notebook",
+        "user_facts",
+        "user_episodes",
+        "user_context",
+        "user_asof",
+        "user_activity",
+        "fact_detail",
+        "notebook_restore",
+        "facts",
+    ),
     "review": ("review", "review_bulk", "eviction", "quarantine", "fact_queue_action"),
     "lifecycle": ("lifecycle",),
     "tenant_notebook": ("tenant_notebook",),
@@ -82,7 +93,8 @@ def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
                 return forbidden(request, f"Your role ({principal.role}) may not open this page.")
             # One check for every filter and form field of every page (SPEC §11), before any view runs.
             unreadable = unreadable_field(request.GET) or (
-                unreadable_field(request.POST) if request.method == "POST" else None)
+                unreadable_field(request.POST) if request.method == "POST" else None
+            )
             if unreadable:
                 return invalid(request, f"The field “{unreadable[0]}” {unreadable[1]}; nothing was changed.")
             try:
@@ -109,8 +121,12 @@ def invalid(request: HttpRequest, detail: str) -> HttpResponse:
 
 def domain_error(request: HttpRequest, exc: DomainError, *, template: str = "dashboard/_flash.html") -> HttpResponse:
     """A refused action, shown where it happened (htmx) or as a page."""
-    return render(request, template, {"level": "error", "detail": exc.detail, "code": exc.code}, status=exc.status
-                  if not request.htmx else 200)
+    return render(
+        request,
+        template,
+        {"level": "error", "detail": exc.detail, "code": exc.code},
+        status=exc.status if not request.htmx else 200,
+    )
 
 
 def paginate(request: HttpRequest, queryset: QuerySet | list, per_page: int = PER_PAGE) -> Page:

@@ -34,10 +34,16 @@ def search(request: HttpRequest) -> HttpResponse:
     if filters["status"] not in ("", *Fact.Status.values):
         filters["status"] = ""
     result = sel.tenant_search(request.principal, query, filters) if query else None
-    return render(request, "dashboard/search.html", {
-        "q": query, "filters": filters, "result": result,
-        "choices": {"status": Fact.Status.values, "category": Fact.Category.values, "source": Fact.Source.values},
-    })
+    return render(
+        request,
+        "dashboard/search.html",
+        {
+            "q": query,
+            "filters": filters,
+            "result": result,
+            "choices": {"status": Fact.Status.values, "category": Fact.Category.values, "source": Fact.Source.values},
+        },
+    )
 
 
 @tenant_view(staff_only=True)
@@ -53,16 +59,26 @@ def playground(request: HttpRequest) -> HttpResponse:
     if memory_user is not None and "budget_a" in request.GET:
         try:
             for budget in budgets:
-                block = context_block(principal=request.principal, memory_user=memory_user, task=task,
-                                      budget_tokens=budget)
+                block = context_block(
+                    principal=request.principal, memory_user=memory_user, task=task, budget_tokens=budget
+                )
                 columns.append(sel.context_layout(request.principal, block, budget))
         except DomainError as exc:
             error = exc.detail
     elif user_ref and memory_user is None:
         error = f"No memory user “{user_ref}” in this tenant."
-    return render(request, "dashboard/playground.html", {
-        "user_ref": user_ref, "task": task, "budgets": budgets, "columns": columns, "error": error,
-        "memory_user": memory_user,
-        "user_choices": list(users.order_by("external_id").values_list("external_id", flat=True)[:200]),
-        "budget_min": CONTEXT_BUDGET_MIN, "budget_max": MAX_BUDGET_TOKENS,
-    })
+    return render(
+        request,
+        "dashboard/playground.html",
+        {
+            "user_ref": user_ref,
+            "task": task,
+            "budgets": budgets,
+            "columns": columns,
+            "error": error,
+            "memory_user": memory_user,
+            "user_choices": list(users.order_by("external_id").values_list("external_id", flat=True)[:200]),
+            "budget_min": CONTEXT_BUDGET_MIN,
+            "budget_max": MAX_BUDGET_TOKENS,
+        },
+    )

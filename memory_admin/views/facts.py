@@ -19,8 +19,7 @@ from memory_admin.selectors.facts import chain_events, fact_chain
 from memory_admin.services.facts import fact_correct, fact_forget, fact_pin
 from memory_admin.views.base import paginate, paginate_id_list, safe_next, tenant_view
 
-FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q", "conf_min", "conf_max", "stale_min",
-                "stale_max")
+FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q", "conf_min", "conf_max", "stale_min", "stale_max")
 BAND_NAMES = {"conf": "Effective confidence", "stale": "Staleness"}
 
 
@@ -39,8 +38,12 @@ def fact_filters(request: HttpRequest, names: tuple[str, ...] = FACT_FILTERS) ->
 
 
 def fact_choices() -> dict[str, list[str]]:
-    return {"status": Fact.Status.values, "category": Fact.Category.values, "kind": Fact.Kind.values,
-            "source": Fact.Source.values}
+    return {
+        "status": Fact.Status.values,
+        "category": Fact.Category.values,
+        "kind": Fact.Kind.values,
+        "source": Fact.Source.values,
+    }
 
 
 def band_descriptions(filters: dict[str, str]) -> list[str]:
@@ -63,10 +66,17 @@ def facts_list(request: HttpRequest) -> HttpResponse:
     filters = fact_filters(request, (*FACT_FILTERS, "user"))
     rows, sample = sel.score_band_rows(request.principal, filters)
     page = paginate_id_list(request, sample["ids"], rows) if sample else paginate(request, rows)
-    return render(request, "dashboard/facts.html", {
-        "page": page, "filters": filters, "choices": fact_choices(), "sample": sample,
-        "bands": band_descriptions(filters),
-    })
+    return render(
+        request,
+        "dashboard/facts.html",
+        {
+            "page": page,
+            "filters": filters,
+            "choices": fact_choices(),
+            "sample": sample,
+            "bands": band_descriptions(filters),
+        },
+    )
 
 
 @tenant_view()
@@ -74,15 +84,19 @@ def fact_detail(request: HttpRequest, fact_id) -> HttpResponse:
     fact = sel.fact_with_scores(request.principal, fact_id)
     # Version order: a correction's valid-from may be earlier than the version it corrects.
     chain = sorted(fact_chain(fact), key=lambda f: (f.version, f.created_at))
-    return render(request, "dashboard/fact_detail.html", {
-        "fact": fact,
-        "chain": chain,
-        "contradiction": sel.open_contradiction_of(request.principal, fact),
-        "curve": sel.decay_curve(fact),
-        "events": list(chain_events(request.principal, chain).select_related("memory_user")[:500]),
-        "edges": sel.fact_edges(request.principal, fact),
-        "breakdown": scoring.terms(fact),
-    })
+    return render(
+        request,
+        "dashboard/fact_detail.html",
+        {
+            "fact": fact,
+            "chain": chain,
+            "contradiction": sel.open_contradiction_of(request.principal, fact),
+            "curve": sel.decay_curve(fact),
+            "events": list(chain_events(request.principal, chain).select_related("memory_user")[:500]),
+            "edges": sel.fact_edges(request.principal, fact),
+            "breakdown": scoring.terms(fact),
+        },
+    )
 
 
 def _after_action(request: HttpRequest, fact_id, *, error: DomainError | None = None, note: str = "") -> HttpResponse:
@@ -91,10 +105,17 @@ def _after_action(request: HttpRequest, fact_id, *, error: DomainError | None = 
         raise error  # another tenant's or user's fact: 404, like any read
     if request.htmx:
         fact = sel.fact_with_scores(request.principal, fact_id)
-        return render(request, "dashboard/_fact_row.html", {
-            "fact": fact, "row_error": error.detail if error else "", "row_note": note,
-            "next": request.POST.get("next", ""), "show_user": request.POST.get("row_user") == "1",
-        })
+        return render(
+            request,
+            "dashboard/_fact_row.html",
+            {
+                "fact": fact,
+                "row_error": error.detail if error else "",
+                "row_note": note,
+                "next": request.POST.get("next", ""),
+                "show_user": request.POST.get("row_user") == "1",
+            },
+        )
     if error:
         messages.error(request, error.detail)
     elif note:
@@ -118,8 +139,12 @@ def fact_pin_view(request: HttpRequest, fact_id) -> HttpResponse:
 def fact_correct_view(request: HttpRequest, fact_id) -> HttpResponse:
     content = request.POST.get("content", "").strip()
     try:
-        new = fact_correct(principal=request.principal, fact_id=fact_id, content=content,
-                           reason=request.POST.get("reason", "")[:300] or "corrected in the dashboard")
+        new = fact_correct(
+            principal=request.principal,
+            fact_id=fact_id,
+            content=content,
+            reason=request.POST.get("reason", "")[:300] or "corrected in the dashboard",
+        )
     except DomainError as exc:
         return _after_action(request, fact_id, error=exc)
     # The row now shows the new version (the old one is superseded and linked from its chain).
@@ -130,8 +155,11 @@ def fact_correct_view(request: HttpRequest, fact_id) -> HttpResponse:
 @tenant_view(ability=WRITE_MEMORY)
 def fact_forget_view(request: HttpRequest, fact_id) -> HttpResponse:
     try:
-        fact_forget(principal=request.principal, fact_id=fact_id,
-                    reason=request.POST.get("reason", "")[:300] or "forgotten in the dashboard")
+        fact_forget(
+            principal=request.principal,
+            fact_id=fact_id,
+            reason=request.POST.get("reason", "")[:300] or "forgotten in the dashboard",
+        )
     except DomainError as exc:
         return _after_action(request, fact_id, error=exc)
     return _after_action(request, fact_id, note="Forgotten: no longer served to agents.")

@@ -16,24 +16,40 @@ from memory_admin.selectors.lifecycle import GC_RULES
 from memory_admin.services.lifecycle import contradiction_scan_run, lifecycle_gc_run
 from memory_admin.views.base import paginate, tenant_view
 
-SCAN_WINDOWS = {"2h": ("facts changed in the last 2 hours", timedelta(hours=2)),
-                "24h": ("facts changed in the last 24 hours", timedelta(hours=24)),
-                "7d": ("facts changed in the last 7 days", timedelta(days=7)),
-                "all": ("all active facts", None)}
+SCAN_WINDOWS = {
+    "2h": ("facts changed in the last 2 hours", timedelta(hours=2)),
+    "24h": ("facts changed in the last 24 hours", timedelta(hours=24)),
+    "7d": ("facts changed in the last 7 days", timedelta(days=7)),
+    "all": ("all active facts", None),
+}
 DEFAULT_WINDOW = "24h"
 
 
-def _render(request: HttpRequest, *, gc_result: dict | None = None, scan_result: dict | None = None,
-            status: int = 200) -> HttpResponse:
+def _render(
+    request: HttpRequest, *, gc_result: dict | None = None, scan_result: dict | None = None, status: int = 200
+) -> HttpResponse:
     report = sel.gc_preview(request.principal)
-    rules = [{"key": rule.key, "label": rule.reason, "count": report["counts"][rule.key],
-              "capped": rule.key in report["capped"], "outcome": rule.effect}
-             for rule in GC_RULES]
+    rules = [
+        {
+            "key": rule.key,
+            "label": rule.reason,
+            "count": report["counts"][rule.key],
+            "capped": rule.key in report["capped"],
+            "outcome": rule.effect,
+        }
+        for rule in GC_RULES
+    ]
     context = {
-        "nav": "lifecycle", "report": report, "rules": rules, "page": paginate(request, report["facts"]),
-        "gc_result": gc_result, "scan_result": scan_result,
-        "windows": [(key, label) for key, (label, _) in SCAN_WINDOWS.items()], "default_window": DEFAULT_WINDOW,
-        "can_run_gc": request.principal.can(ADMIN), "can_scan": request.principal.can(CURATE),
+        "nav": "lifecycle",
+        "report": report,
+        "rules": rules,
+        "page": paginate(request, report["facts"]),
+        "gc_result": gc_result,
+        "scan_result": scan_result,
+        "windows": [(key, label) for key, (label, _) in SCAN_WINDOWS.items()],
+        "default_window": DEFAULT_WINDOW,
+        "can_run_gc": request.principal.can(ADMIN),
+        "can_scan": request.principal.can(CURATE),
     }
     template = "dashboard/_lifecycle_body.html" if request.htmx else "dashboard/lifecycle.html"
     return render(request, template, context, status=status)

@@ -22,36 +22,60 @@ from memory_admin.views.diffs import line_diff
 READ_ONLY = "Your role may read this notebook but not change it."
 
 
-def notebook_page(request: HttpRequest, ctx: dict, *, draft: str | None = None, base_version: int | None = None,
-                  conflict: dict | None = None, preview: bool = False, status: int = 200) -> HttpResponse:
+def notebook_page(
+    request: HttpRequest,
+    ctx: dict,
+    *,
+    draft: str | None = None,
+    base_version: int | None = None,
+    conflict: dict | None = None,
+    preview: bool = False,
+    status: int = 200,
+) -> HttpResponse:
     notebook = visible(request.principal, Notebook.objects.filter(memory_user=ctx["memory_user"])).first()
     revisions = []
     diff = None
     if notebook is not None:
         revisions = list(
             visible(request.principal, NotebookRevision.objects.filter(notebook=notebook))
-            .only("version", "author", "note", "created_at", "notebook_id").order_by("-version")[:50]
+            .only("version", "author", "note", "created_at", "notebook_id")
+            .order_by("-version")[:50]
         )
         diff_version = whole_number(request.GET.get("diff"), field="diff")
         if diff_version is not None:
-            pair = {r.version: r for r in visible(request.principal, NotebookRevision.objects.filter(
-                notebook=notebook, version__in=[int(diff_version) - 1, int(diff_version)]))}
+            pair = {
+                r.version: r
+                for r in visible(
+                    request.principal,
+                    NotebookRevision.objects.filter(
+                        notebook=notebook, version__in=[int(diff_version) - 1, int(diff_version)]
+                    ),
+                )
+            }
             new = pair.get(int(diff_version))
             if new is not None:
                 old = pair.get(int(diff_version) - 1)
-                diff = {"version": new.version, "rows": line_diff(old.content if old else "", new.content,
-                                                                  old_label=f"v{new.version - 1}",
-                                                                  new_label=f"v{new.version}")}
+                diff = {
+                    "version": new.version,
+                    "rows": line_diff(
+                        old.content if old else "",
+                        new.content,
+                        old_label=f"v{new.version - 1}",
+                        new_label=f"v{new.version}",
+                    ),
+                }
     current = notebook.content if notebook else ""
-    ctx.update({
-        "notebook": notebook,
-        "draft": current if draft is None else draft,
-        "base_version": (notebook.version if notebook else 0) if base_version is None else base_version,
-        "revisions": revisions,
-        "diff": diff,
-        "conflict": conflict,
-        "preview": preview,
-    })
+    ctx.update(
+        {
+            "notebook": notebook,
+            "draft": current if draft is None else draft,
+            "base_version": (notebook.version if notebook else 0) if base_version is None else base_version,
+            "revisions": revisions,
+            "diff": diff,
+            "conflict": conflict,
+            "preview": preview,
+        }
+    )
     return render(request, ctx["template"], ctx, status=status)
 
 
@@ -65,18 +89,26 @@ def notebook_post(request: HttpRequest, ctx: dict) -> HttpResponse:
     if not ctx["can_edit"]:
         return forbidden(request, READ_ONLY)
     try:
-        notebook_save(principal=request.principal, memory_user=ctx["memory_user"], content=draft,
-                      base_version=base_version, note=request.POST.get("note", "")[:500])
+        notebook_save(
+            principal=request.principal,
+            memory_user=ctx["memory_user"],
+            content=draft,
+            base_version=base_version,
+            note=request.POST.get("note", "")[:500],
+        )
     except Conflict as exc:
         current = Notebook.objects.get(tenant_id=request.principal.tenant_id, memory_user=ctx["memory_user"])
         conflict = {
-            "detail": exc.detail, "their_version": current.version, "your_base": base_version,
-            "current": current.content, "updated_by": current.updated_by, "updated_at": current.updated_at,
+            "detail": exc.detail,
+            "their_version": current.version,
+            "your_base": base_version,
+            "current": current.content,
+            "updated_by": current.updated_by,
+            "updated_at": current.updated_at,
             "rows": line_diff(current.content, draft, old_label=f"saved v{current.version}", new_label="your draft"),
         }
         # The draft stays in the editor; saving again now (base = current) is a deliberate overwrite.
-        return notebook_page(request, ctx, draft=draft, base_version=current.version, conflict=conflict,
-                             status=409)
+        return notebook_page(request, ctx, draft=draft, base_version=current.version, conflict=conflict, status=409)
     except DomainError as exc:
         ctx["error"] = exc.detail
         return notebook_page(request, ctx, draft=draft, base_version=base_version, status=exc.status)
@@ -94,8 +126,9 @@ def notebook_restore_post(request: HttpRequest, ctx: dict) -> HttpResponse:
     try:
         if version is None or base_version is None:
             raise KeyError("version")
-        notebook_restore(principal=request.principal, memory_user=ctx["memory_user"],
-                         version=version, base_version=base_version)
+        notebook_restore(
+            principal=request.principal, memory_user=ctx["memory_user"], version=version, base_version=base_version
+        )
     except (KeyError, Notebook.DoesNotExist, NotebookRevision.DoesNotExist) as exc:
         raise Http404("No such revision.") from exc
     except DomainError as exc:
@@ -105,6 +138,7 @@ def notebook_restore_post(request: HttpRequest, ctx: dict) -> HttpResponse:
 
 
 # --- The tenant notebook --------------------------------------------------------------------------
+
 
 def _tenant_ctx(request: HttpRequest) -> dict:
     slug = request.tenant.slug

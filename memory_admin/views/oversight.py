@@ -20,8 +20,20 @@ PII_FILTERS = ("kind", "route", "action", "agent", "user", "since", "until")
 # write-path outcome; a prefix such as "fact." matches all of a kind, the filter being "contains").
 AUDIT_ACTIONS = (
     ("Writes", (".write", "fact.write", "message.write", "notebook.write", "review.write")),
-    ("Facts", ("fact.", "fact.correct", "fact.forget", "fact.pin", "fact.evict", "fact.keep", "fact.lifecycle",
-               "fact.overrule", "fact.promote")),
+    (
+        "Facts",
+        (
+            "fact.",
+            "fact.correct",
+            "fact.forget",
+            "fact.pin",
+            "fact.evict",
+            "fact.keep",
+            "fact.lifecycle",
+            "fact.overrule",
+            "fact.promote",
+        ),
+    ),
     ("Review", ("contradiction.resolve", "contradiction.scan", "quarantine.release", "quarantine.discard")),
     ("Notebooks and skills", ("notebook.save", "skill.save")),
     ("Extraction", ("extraction.batch", "extraction.retry", "thread.close")),
@@ -56,12 +68,18 @@ def _is_date(text: str) -> bool:
 def pii_list(request: HttpRequest) -> HttpResponse:
     filters = _filters(request, PII_FILTERS)
     page = paginate(request, sel.pii_blocks(request.principal, filters))
-    routes = (visible(request.principal, PiiBlock.objects.all()).order_by().values_list("route", flat=True)
-              .distinct())
-    return render(request, "dashboard/pii.html", {
-        "page": page, "filters": filters, "kinds": [*CONTACT_KINDS, *SECRET_KINDS],
-        "routes": sorted(routes), "actions": PiiBlock.Action.values,
-    })
+    routes = visible(request.principal, PiiBlock.objects.all()).order_by().values_list("route", flat=True).distinct()
+    return render(
+        request,
+        "dashboard/pii.html",
+        {
+            "page": page,
+            "filters": filters,
+            "kinds": [*CONTACT_KINDS, *SECRET_KINDS],
+            "routes": sorted(routes),
+            "actions": PiiBlock.Action.values,
+        },
+    )
 
 
 @tenant_view(ability=AUDIT)
@@ -69,13 +87,20 @@ def pii_detail(request: HttpRequest, block_id) -> HttpResponse:
     block = get_visible(request.principal, PiiBlock.objects.select_related("agent", "memory_user"), pk=block_id)
     repeats = visible(request.principal, PiiBlock.objects.filter(fingerprint=block.fingerprint))
     # Not "block": inside {% block %} Django binds that name to the block node itself.
-    return render(request, "dashboard/pii_detail.html", {
-        "pii": block,
-        "repeat_count": repeats.count(),
-        "repeats": list(repeats.select_related("agent", "memory_user").order_by("-created_at")[:50]),
-        "events": list(visible(request.principal, AuditEvent.objects.filter(
-            target_type="piiblock", target_id=str(block.pk))).order_by("created_at")[:20]),
-    })
+    return render(
+        request,
+        "dashboard/pii_detail.html",
+        {
+            "pii": block,
+            "repeat_count": repeats.count(),
+            "repeats": list(repeats.select_related("agent", "memory_user").order_by("-created_at")[:50]),
+            "events": list(
+                visible(
+                    request.principal, AuditEvent.objects.filter(target_type="piiblock", target_id=str(block.pk))
+                ).order_by("created_at")[:20]
+            ),
+        },
+    )
 
 
 class _Echo:
@@ -94,18 +119,43 @@ def pii_export(request: HttpRequest) -> StreamingHttpResponse:
     filters = _filters(request, PII_FILTERS)
     rows = sel.pii_blocks(request.principal, filters)
     writer = csv.writer(_Echo())
-    header = ["id", "created_at", "action", "kinds", "route", "agent", "memory_user", "actor", "fingerprint",
-              "repeat_count", "redacted_preview"]
+    header = [
+        "id",
+        "created_at",
+        "action",
+        "kinds",
+        "route",
+        "agent",
+        "memory_user",
+        "actor",
+        "fingerprint",
+        "repeat_count",
+        "redacted_preview",
+    ]
 
     def stream():
         yield writer.writerow(header)
         # `agent` is what the list shows: the agent's name, else the actor that wrote (staff, system,
         # or an agent whose row is gone).
         for b in rows.iterator(chunk_size=500):
-            yield writer.writerow([_cell(v) for v in (
-                b.pk, b.created_at.isoformat(), b.action, ";".join(b.kinds), b.route,
-                b.agent.name if b.agent else b.actor, b.memory_user.external_id if b.memory_user else "", b.actor,
-                b.fingerprint, b.repeat_count, b.redacted_preview)])
+            yield writer.writerow(
+                [
+                    _cell(v)
+                    for v in (
+                        b.pk,
+                        b.created_at.isoformat(),
+                        b.action,
+                        ";".join(b.kinds),
+                        b.route,
+                        b.agent.name if b.agent else b.actor,
+                        b.memory_user.external_id if b.memory_user else "",
+                        b.actor,
+                        b.fingerprint,
+                        b.repeat_count,
+                        b.redacted_preview,
+                    )
+                ]
+            )
 
     response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
@@ -121,8 +171,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     # so a deep page no longer sorts every event's before/after JSON (which spilled to disk).
     page = paginate(request, events.values_list("pk", flat=True))
     page.object_list = list(events.filter(pk__in=list(page.object_list)))
-    return render(request, "dashboard/audit.html", {"page": page, "filters": filters, "actions": AUDIT_ACTIONS,
-                                                    "actor_types": ["agent", "staff", "system"]})
+    return render(
+        request,
+        "dashboard/audit.html",
+        {"page": page, "filters": filters, "actions": AUDIT_ACTIONS, "actor_types": ["agent", "staff", "system"]},
+    )
 
 
 @tenant_view(staff_only=True)
@@ -132,8 +185,21 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
 
     rows = sel.audit_events(request.principal, _filters(request, AUDIT_FILTERS))
     writer = csv.writer(_Echo())
-    header = ["id", "created_at", "actor_type", "actor", "action", "outcome", "target_type", "target_id",
-              "memory_user", "reason", "changed_fields", "before", "after"]
+    header = [
+        "id",
+        "created_at",
+        "actor_type",
+        "actor",
+        "action",
+        "outcome",
+        "target_type",
+        "target_id",
+        "memory_user",
+        "reason",
+        "changed_fields",
+        "before",
+        "after",
+    ]
 
     def stream():
         from memory_admin.templatetags.labels import changes
@@ -141,11 +207,26 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
         yield writer.writerow(header)
         for e in rows.iterator(chunk_size=500):
             changed = ";".join(r["field"] for r in changes(e) if r["changed"])
-            yield writer.writerow([_cell(v) for v in (
-                e.pk, e.created_at.isoformat(timespec="seconds"), e.actor_type, e.actor, e.action, e.outcome,
-                e.target_type, e.target_id, e.memory_user.external_id if e.memory_user else "", e.reason, changed,
-                json.dumps(e.before, sort_keys=True) if e.before is not None else "",
-                json.dumps(e.after, sort_keys=True) if e.after is not None else "")])
+            yield writer.writerow(
+                [
+                    _cell(v)
+                    for v in (
+                        e.pk,
+                        e.created_at.isoformat(timespec="seconds"),
+                        e.actor_type,
+                        e.actor,
+                        e.action,
+                        e.outcome,
+                        e.target_type,
+                        e.target_id,
+                        e.memory_user.external_id if e.memory_user else "",
+                        e.reason,
+                        changed,
+                        json.dumps(e.before, sort_keys=True) if e.before is not None else "",
+                        json.dumps(e.after, sort_keys=True) if e.after is not None else "",
+                    )
+                ]
+            )
 
     response = StreamingHttpResponse(stream(), content_type="text/csv; charset=utf-8")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")

@@ -30,10 +30,15 @@ def overview(request: HttpRequest) -> HttpResponse:
     labels = [d.strftime("%b %d") for d in days]
     outcomes = writes["outcomes"]
     writes_chart = sel.bar_chart(
-        labels, [[writes["table"][d].get(o, 0) for d in days] for o in outcomes], [label(o) for o in outcomes],
+        labels,
+        [[writes["table"][d].get(o, 0) for d in days] for o in outcomes],
+        [label(o) for o in outcomes],
         [sel.outcome_color(o) for o in outcomes],
-        links=[[f"{audit_url}?{urlencode({'action': '.write', 'outcome': o, 'since': d, 'until': d})}" for d in days]
-               for o in outcomes])
+        links=[
+            [f"{audit_url}?{urlencode({'action': '.write', 'outcome': o, 'since': d, 'until': d})}" for d in days]
+            for o in outcomes
+        ],
+    )
     contradictions = sel.open_contradictions(p)
     scores = sel.score_distributions(p)
     bins = [f"{i / 10:.1f}" for i in range(10)]
@@ -44,47 +49,67 @@ def overview(request: HttpRequest) -> HttpResponse:
     batch_days = list(batches)
     usage = sel.usage_per_day(p, n_days)
     llm_days = list(llm)
-    return render(request, "dashboard/overview.html", {
-        "writes": writes,
-        "writes_chart": writes_chart,
-        "contradictions": contradictions,
-        "age_chart": sel.bar_chart([b[0] for b in contradictions["buckets"]],
-                                   [[b[1] for b in contradictions["buckets"]]]),
-        "scores": scores,
-        "conf_chart": sel.bar_chart(bins, [scores["confidence"]], links=[_band_links(slug, "conf")]),
-        "stale_chart": sel.bar_chart(bins, [scores["staleness"]], links=[_band_links(slug, "stale")]),
-        "pii_chart": sel.bar_chart([d.strftime("%b %d") for d in pii], [list(pii.values())],
-                                   links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]]),
-        "pii_total": sum(pii.values()),
-        "llm_calls_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
-                                         [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days],
-                                          [llm[d]["failed"] for d in llm_days]], ["ok", "failed"], [0, 9]),
-        "llm_tokens_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
-                                          [[llm[d]["tokens"] for d in llm_days]]),
-        "llm_cost_chart": sel.bar_chart([d.strftime("%b %d") for d in llm_days],
-                                        [[round(llm[d]["cost"], 4) for d in llm_days]]),
-        "batches_chart": sel.bar_chart([d.strftime("%b %d") for d in batch_days],
-                                       [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
-                                       list(sel.BATCH_STATES), [0, 9, 4, 6],
-                                       links=[[f"{batches_url}?status={s}"] * len(batch_days)
-                                              for s in sel.BATCH_STATES]),
-        # Reads are counted, not logged one by one: there is no list behind a bar to click through to.
-        "usage_chart": sel.bar_chart([d.strftime("%b %d") for d in usage],
-                                     [[usage[d][k] for d in usage] for k in sel.USAGE_KINDS],
-                                     list(USAGE_NAMES), [0, 3, 5]),  # not 9: red means failed
-        "usage_totals": {k: sum(v[k] for v in usage.values()) for k in sel.USAGE_KINDS},
-        "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
-        "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
-        "failed_count": failed_count,
-        "failed": failed,
-        "days": n_days,
-        "ranges": RANGES,
-    })
+    return render(
+        request,
+        "dashboard/overview.html",
+        {
+            "writes": writes,
+            "writes_chart": writes_chart,
+            "contradictions": contradictions,
+            "age_chart": sel.bar_chart(
+                [b[0] for b in contradictions["buckets"]], [[b[1] for b in contradictions["buckets"]]]
+            ),
+            "scores": scores,
+            "conf_chart": sel.bar_chart(bins, [scores["confidence"]], links=[_band_links(slug, "conf")]),
+            "stale_chart": sel.bar_chart(bins, [scores["staleness"]], links=[_band_links(slug, "stale")]),
+            "pii_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in pii],
+                [list(pii.values())],
+                links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]],
+            ),
+            "pii_total": sum(pii.values()),
+            "llm_calls_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in llm_days],
+                [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days], [llm[d]["failed"] for d in llm_days]],
+                ["ok", "failed"],
+                [0, 9],
+            ),
+            "llm_tokens_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in llm_days], [[llm[d]["tokens"] for d in llm_days]]
+            ),
+            "llm_cost_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in llm_days], [[round(llm[d]["cost"], 4) for d in llm_days]]
+            ),
+            "batches_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in batch_days],
+                [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
+                list(sel.BATCH_STATES),
+                [0, 9, 4, 6],
+                links=[[f"{batches_url}?status={s}"] * len(batch_days) for s in sel.BATCH_STATES],
+            ),
+            # Reads are counted, not logged one by one: there is no list behind a bar to click through to.
+            "usage_chart": sel.bar_chart(
+                [d.strftime("%b %d") for d in usage],
+                [[usage[d][k] for d in usage] for k in sel.USAGE_KINDS],
+                list(USAGE_NAMES),
+                [0, 3, 5],
+            ),  # not 9: red means failed
+            "usage_totals": {k: sum(v[k] for v in usage.values()) for k in sel.USAGE_KINDS},
+            "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
+            "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
+            "failed_count": failed_count,
+            "failed": failed,
+            "days": n_days,
+            "ranges": RANGES,
+        },
+    )
 
 
 def _band_links(slug: str, prefix: str) -> list[str]:
     """Each bar of a score distribution (tenths of 0-1) leads to the active facts of its band."""
     facts_url = reverse("facts", args=[slug])
-    bands = [{"status": "active", f"{prefix}_min": f"{i / 10:.1f}", f"{prefix}_max": f"{(i + 1) / 10:.1f}"}
-             for i in range(10)]
+    bands = [
+        {"status": "active", f"{prefix}_min": f"{i / 10:.1f}", f"{prefix}_max": f"{(i + 1) / 10:.1f}"}
+        for i in range(10)
+    ]
     return [f"{facts_url}?{urlencode(band)}" for band in bands]

@@ -25,18 +25,30 @@ from memory_admin.services.curation import (
 from memory_admin.views.base import paginate, paginate_ids, safe_next, tenant_view
 
 REVIEW_FILTERS = ("detector", "user", "category")
-ACTION_LABELS = {"keep_a": "Kept A", "keep_b": "Kept B", "both_true": "Both true", "merge": "Merged",
-                 "dismiss": "Dismissed"}
+ACTION_LABELS = {
+    "keep_a": "Kept A",
+    "keep_b": "Kept B",
+    "both_true": "Both true",
+    "merge": "Merged",
+    "dismiss": "Dismissed",
+}
 
 
 @tenant_view(staff_only=True)
 def review_queue(request: HttpRequest) -> HttpResponse:
     filters = {name: request.GET.get(name, "") for name in REVIEW_FILTERS}
     page = paginate(request, sel.review_queue(request.principal, filters), 20)
-    return render(request, "dashboard/review.html", {
-        "page": page, "filters": filters, "detectors": Contradiction.Detector.values,
-        "categories": Fact.Category.values, "queue": "contradictions",
-    })
+    return render(
+        request,
+        "dashboard/review.html",
+        {
+            "page": page,
+            "filters": filters,
+            "detectors": Contradiction.Detector.values,
+            "categories": Fact.Category.values,
+            "queue": "contradictions",
+        },
+    )
 
 
 @require_POST
@@ -44,25 +56,38 @@ def review_queue(request: HttpRequest) -> HttpResponse:
 def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
     action = request.POST.get("action", "")
     try:
-        item = contradiction_resolve(principal=request.principal, contradiction_id=contradiction_id, action=action,
-                                     note=request.POST.get("note", ""),
-                                     merged_text=request.POST.get("merged_text", ""))
+        item = contradiction_resolve(
+            principal=request.principal,
+            contradiction_id=contradiction_id,
+            action=action,
+            note=request.POST.get("note", ""),
+            merged_text=request.POST.get("merged_text", ""),
+        )
         outcome = {"level": "success", "detail": f"{ACTION_LABELS.get(action, action)}."}
     except NotFound:
         raise
     except AlreadyResolved:
-        item = get_visible(request.principal, Contradiction.objects.select_related("fact_a", "fact_b", "merged_fact"),
-                           pk=contradiction_id)
+        item = get_visible(
+            request.principal,
+            Contradiction.objects.select_related("fact_a", "fact_b", "merged_fact"),
+            pk=contradiction_id,
+        )
         done = ACTION_LABELS.get(item.resolution, "closed without an action")
-        outcome = {"level": "warning", "already": True,
-                   "detail": f"Already resolved by {item.resolved_by or 'someone else'} ({done}); "
-                             "your choice was not applied."}
+        outcome = {
+            "level": "warning",
+            "already": True,
+            "detail": f"Already resolved by {item.resolved_by or 'someone else'} ({done}); "
+            "your choice was not applied.",
+        }
     except DomainError as exc:
         if not request.htmx:
             messages.error(request, exc.detail)
             return redirect(safe_next(request, _queue_url(request)))
-        item = get_visible(request.principal, Contradiction.objects.select_related(
-            "memory_user", "fact_a", "fact_b"), pk=contradiction_id)
+        item = get_visible(
+            request.principal,
+            Contradiction.objects.select_related("memory_user", "fact_a", "fact_b"),
+            pk=contradiction_id,
+        )
         return render(request, "dashboard/_review_card.html", {"item": item, "card_error": exc.detail})
     outcome.update(resolution_sides(item))
     if request.htmx:
@@ -77,20 +102,27 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
 def review_reopen(request: HttpRequest, contradiction_id) -> HttpResponse:
     """Undo a resolution: the card comes back open (htmx) or the queue shows it again."""
     try:
-        contradiction_reopen(principal=request.principal, contradiction_id=contradiction_id,
-                             note=request.POST.get("note", ""))
+        contradiction_reopen(
+            principal=request.principal, contradiction_id=contradiction_id, note=request.POST.get("note", "")
+        )
         level, detail = "success", "Reopened: back in the queue, the facts as they were."
     except NotFound:
         raise
     except DomainError as exc:
         level, detail = "warning", exc.detail
     if request.htmx:
-        item = get_visible(request.principal, Contradiction.objects.select_related(
-            "memory_user", "fact_a", "fact_b", "notebook_revision"), pk=contradiction_id)
+        item = get_visible(
+            request.principal,
+            Contradiction.objects.select_related("memory_user", "fact_a", "fact_b", "notebook_revision"),
+            pk=contradiction_id,
+        )
         if item.status == Contradiction.Status.OPEN:
             return render(request, "dashboard/_review_card.html", {"item": item, "card_note": detail})
-        return render(request, "dashboard/_review_done.html", {"item": item, "level": level, "detail": detail,
-                                                                **resolution_sides(item)})
+        return render(
+            request,
+            "dashboard/_review_done.html",
+            {"item": item, "level": level, "detail": detail, **resolution_sides(item)},
+        )
     getattr(messages, level)(request, detail)
     return redirect(safe_next(request, _queue_url(request)))
 
@@ -111,23 +143,36 @@ def review_bulk(request: HttpRequest) -> HttpResponse:
     if request.POST.get("confirmed") != "1":
         # First the list of what would change, with each side's text; applying is a second POST.
         items = list(sel.review_queue(request.principal, {}).filter(pk__in=[i for i in ids[:200] if _is_uuid(i)]))
-        return render(request, "dashboard/review_bulk_confirm.html", {
-            "items": items, "action": action, "action_label": ACTION_LABELS[action], "ids": [str(i.pk) for i in items],
-            "note": request.POST.get("note", ""), "next": safe_next(request, _queue_url(request)),
-        })
+        return render(
+            request,
+            "dashboard/review_bulk_confirm.html",
+            {
+                "items": items,
+                "action": action,
+                "action_label": ACTION_LABELS[action],
+                "ids": [str(i.pk) for i in items],
+                "note": request.POST.get("note", ""),
+                "next": safe_next(request, _queue_url(request)),
+            },
+        )
     done = skipped = 0
     for cid in ids[:200]:
         try:
-            contradiction_resolve(principal=request.principal, contradiction_id=cid, action=action,
-                                  note=request.POST.get("note", ""))
+            contradiction_resolve(
+                principal=request.principal, contradiction_id=cid, action=action, note=request.POST.get("note", "")
+            )
             done += 1
         except (AlreadyResolved, NotFound):
             skipped += 1
         except DomainError as exc:
             messages.error(request, exc.detail)
             skipped += 1
-    messages.success(request, f"{ACTION_LABELS[action]}: {done} resolved"
-                     + (f", {skipped} skipped (already resolved or not visible)" if skipped else "") + ".")
+    messages.success(
+        request,
+        f"{ACTION_LABELS[action]}: {done} resolved"
+        + (f", {skipped} skipped (already resolved or not visible)" if skipped else "")
+        + ".",
+    )
     return redirect(safe_next(request, _queue_url(request)))
 
 
@@ -160,23 +205,35 @@ def _queue_url(request: HttpRequest) -> str:
 @tenant_view(staff_only=True)
 def eviction_queue(request: HttpRequest) -> HttpResponse:
     page = paginate(request, sel.eviction_candidates(request.principal))
-    return render(request, "dashboard/review_facts.html", {
-        "page": page, "queue": "eviction", "title": "Eviction candidates",
-        "intro": "Active facts whose staleness is above 0.9: old, unread for long, or contested. Evict them "
-                 "(they stop being served, history is kept) or keep them (counts as a fresh read).",
-        "actions": [("keep", "Keep"), ("evict", "Evict")],
-    })
+    return render(
+        request,
+        "dashboard/review_facts.html",
+        {
+            "page": page,
+            "queue": "eviction",
+            "title": "Eviction candidates",
+            "intro": "Active facts whose staleness is above 0.9: old, unread for long, or contested. Evict them "
+            "(they stop being served, history is kept) or keep them (counts as a fresh read).",
+            "actions": [("keep", "Keep"), ("evict", "Evict")],
+        },
+    )
 
 
 @tenant_view(staff_only=True)
 def quarantine_queue(request: HttpRequest) -> HttpResponse:
     page = paginate_ids(request, sel.quarantined(request.principal))
-    return render(request, "dashboard/review_facts.html", {
-        "page": page, "queue": "quarantine", "title": "Quarantined writes",
-        "intro": "Writes the poisoning guard held back: text that reads like instructions to a model, or "
-                 "came from an external source. They are never served until released.",
-        "actions": [("release", "Release"), ("discard", "Discard")],
-    })
+    return render(
+        request,
+        "dashboard/review_facts.html",
+        {
+            "page": page,
+            "queue": "quarantine",
+            "title": "Quarantined writes",
+            "intro": "Writes the poisoning guard held back: text that reads like instructions to a model, or "
+            "came from an external source. They are never served until released.",
+            "actions": [("release", "Release"), ("discard", "Discard")],
+        },
+    )
 
 
 def _undo(action: str):
@@ -215,9 +272,16 @@ def fact_queue_action(request: HttpRequest, queue: str, fact_id, action: str) ->
         raise
     except DomainError as exc:
         level, detail, fact = "warning", exc.detail, None
-    context = {"level": level, "detail": detail, "colspan": 7, "fact": fact, "undo_url": undo,
-               "next": safe_next(request, reverse(queue if queue != "contradictions" else "review",
-                                                  args=[request.tenant.slug]))}
+    context = {
+        "level": level,
+        "detail": detail,
+        "colspan": 7,
+        "fact": fact,
+        "undo_url": undo,
+        "next": safe_next(
+            request, reverse(queue if queue != "contradictions" else "review", args=[request.tenant.slug])
+        ),
+    }
     if request.htmx:
         return render(request, "dashboard/_flash_row.html", context)
     if undo:  # without JavaScript: the outcome page with its undo button

@@ -22,8 +22,14 @@ from memory_admin.views.facts import band_descriptions, fact_choices, fact_filte
 from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post
 
 # Tabs of a user's page; members see only the first two (their own notebook and facts).
-TABS = [("notebook", "Notebook"), ("facts", "Facts"), ("episodes", "Episodes"), ("context", "Context preview"),
-        ("asof", "As of"), ("activity", "Activity")]
+TABS = [
+    ("notebook", "Notebook"),
+    ("facts", "Facts"),
+    ("episodes", "Episodes"),
+    ("context", "Context preview"),
+    ("asof", "As of"),
+    ("activity", "Activity"),
+]
 MEMBER_TABS = {"notebook", "facts"}
 # The same names as the member's top nav: one name per page.
 MEMBER_TAB_LABELS = {"notebook": "My notebook", "facts": "What agents believe about me"}
@@ -36,30 +42,35 @@ def users(request: HttpRequest) -> HttpResponse:
     ids, window = sel.memory_users(request.principal, q=q, sort=sort)
     page = paginate(request, ids)
     page.object_list = sel.memory_user_rows(request.principal, list(page.object_list))
-    return render(request, "dashboard/users.html", {"page": page, "q": q, "sort": sort, "window": window,
-                                                    "sorts": list(sel.USER_SORTS)})
+    return render(
+        request,
+        "dashboard/users.html",
+        {"page": page, "q": q, "sort": sort, "window": window, "sorts": list(sel.USER_SORTS)},
+    )
 
 
 def _user_context(request: HttpRequest, user_id: int, tab: str) -> dict:
     if request.is_member and tab not in MEMBER_TABS:
         raise Http404("Members see their own notebook and facts only.")
     memory_user = get_visible(request.principal, MemoryUser.objects.all(), pk=user_id)
-    tabs = ([(key, MEMBER_TAB_LABELS[key]) for key, _ in TABS if key in MEMBER_TABS] if request.is_member
-            else TABS)
+    tabs = [(key, MEMBER_TAB_LABELS[key]) for key, _ in TABS if key in MEMBER_TABS] if request.is_member else TABS
     return {"memory_user": memory_user, "tab": tab, "tabs": tabs}
 
 
 # --- Notebook (the editor itself lives in views.notebooks, shared with the tenant notebook) --------
 
+
 def _notebook_ctx(request: HttpRequest, user_id: int) -> dict:
     ctx = _user_context(request, user_id, "notebook")
     slug = request.tenant.slug
-    ctx.update({
-        "template": "dashboard/user_notebook.html",
-        "save_url": reverse("user_notebook", args=[slug, user_id]),
-        "restore_url": reverse("notebook_restore", args=[slug, user_id]),
-        "can_edit": request.principal.can(WRITE_MEMORY),
-    })
+    ctx.update(
+        {
+            "template": "dashboard/user_notebook.html",
+            "save_url": reverse("user_notebook", args=[slug, user_id]),
+            "restore_url": reverse("notebook_restore", args=[slug, user_id]),
+            "can_edit": request.principal.can(WRITE_MEMORY),
+        }
+    )
     return ctx
 
 
@@ -85,6 +96,7 @@ def notebook_restore_view(request: HttpRequest, user_id: int) -> HttpResponse:
 
 # --- Facts ----------------------------------------------------------------------------------------
 
+
 @tenant_view()
 def user_facts(request: HttpRequest, user_id: int) -> HttpResponse:
     ctx = _user_context(request, user_id, "facts")
@@ -95,6 +107,7 @@ def user_facts(request: HttpRequest, user_id: int) -> HttpResponse:
 
 
 # --- Episodes, context preview, as of, activity ---------------------------------------------------
+
 
 @tenant_view(staff_only=True)
 def user_episodes(request: HttpRequest, user_id: int) -> HttpResponse:
@@ -117,12 +130,21 @@ def user_context(request: HttpRequest, user_id: int) -> HttpResponse:
     error = None
     if "budget" in request.GET:
         try:
-            block = context_block(principal=request.principal, memory_user=ctx["memory_user"], task=task,
-                                  budget_tokens=budget)
+            block = context_block(
+                principal=request.principal, memory_user=ctx["memory_user"], task=task, budget_tokens=budget
+            )
         except DomainError as exc:
             error = exc.detail
-    ctx.update({"task": task, "budget": budget, "context_block": block, "error": error,
-                "budget_min": CONTEXT_BUDGET_MIN, "budget_max": MAX_BUDGET_TOKENS})
+    ctx.update(
+        {
+            "task": task,
+            "budget": budget,
+            "context_block": block,
+            "error": error,
+            "budget_min": CONTEXT_BUDGET_MIN,
+            "budget_max": MAX_BUDGET_TOKENS,
+        }
+    )
     return render(request, "dashboard/user_context.html", ctx)
 
 
@@ -145,8 +167,9 @@ def user_asof(request: HttpRequest, user_id: int) -> HttpResponse:
         except (ValueError, OverflowError):
             error = "Give a date as YYYY-MM-DD (or YYYY-MM-DDTHH:MM)."
     beliefs = sel.beliefs_as_of(request.principal, ctx["memory_user"], moment) if moment else None
-    ctx.update({"date": raw, "moment": moment, "beliefs": beliefs, "error": error,
-                "today": timezone.localdate().isoformat()})
+    ctx.update(
+        {"date": raw, "moment": moment, "beliefs": beliefs, "error": error, "today": timezone.localdate().isoformat()}
+    )
     return render(request, "dashboard/user_asof.html", ctx)
 
 

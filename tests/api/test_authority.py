@@ -38,10 +38,10 @@ def alice_admin_key(tenant, make_api):
 
 def shared_state(tenant) -> dict:
     return {
-        "skills": sorted(Skill.objects.filter(tenant=tenant).values_list("path", "memory_user_id", "version",
-                                                                          "content")),
-        "notebooks": sorted(Notebook.objects.filter(tenant=tenant).values_list("memory_user_id", "version",
-                                                                                "content")),
+        "skills": sorted(
+            Skill.objects.filter(tenant=tenant).values_list("path", "memory_user_id", "version", "content")
+        ),
+        "notebooks": sorted(Notebook.objects.filter(tenant=tenant).values_list("memory_user_id", "version", "content")),
         "settings": TenantSettings.objects.filter(tenant=tenant).values().first(),
         "org_facts": list(Fact.objects.filter(tenant=tenant, memory_user__isnull=True).values_list("id")),
     }
@@ -54,13 +54,15 @@ def assert_forbidden(response):
 
 
 @pytest.mark.parametrize("key", ["alice_key", "alice_admin_key"])
-@pytest.mark.parametrize(("path", "body"), [
-    pytest.param("skills/deploy/prod.md", {"content": FORGED, "version": 1}, id="overwrite the admin's skill"),
-    pytest.param("skills/deploy/prod.md", {"content": FORGED}, id="overwrite without a version"),
-    pytest.param("skills/deploy/new.md", {"content": FORGED}, id="new tenant skill"),
-])
-def test_restricted_key_cannot_write_tenant_skills(request, tenant, admin_api, users, admin_skill, key, path,
-                                                   body):
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        pytest.param("skills/deploy/prod.md", {"content": FORGED, "version": 1}, id="overwrite the admin's skill"),
+        pytest.param("skills/deploy/prod.md", {"content": FORGED}, id="overwrite without a version"),
+        pytest.param("skills/deploy/new.md", {"content": FORGED}, id="new tenant skill"),
+    ],
+)
+def test_restricted_key_cannot_write_tenant_skills(request, tenant, admin_api, users, admin_skill, key, path, body):
     before = shared_state(tenant)
     assert_forbidden(request.getfixturevalue(key).put(path, body))
     assert shared_state(tenant) == before
@@ -85,8 +87,9 @@ def test_unrestricted_key_writes_tenant_skills(tenant, api, admin_skill):
 def test_restricted_admin_key_cannot_change_settings(tenant, admin_api, alice_admin_key, users):
     admin_api.get("settings")  # the row exists
     before = shared_state(tenant)
-    assert_forbidden(alice_admin_key.patch("settings", {"confidence_threshold": 0.1, "extraction_enabled": False,
-                                                        "fact_cap": 5}))
+    assert_forbidden(
+        alice_admin_key.patch("settings", {"confidence_threshold": 0.1, "extraction_enabled": False, "fact_cap": 5})
+    )
     assert shared_state(tenant) == before
     assert not AuditEvent.objects.filter(tenant=tenant, action="settings.update").exists()
     # The unrestricted admin key is the control.
@@ -94,8 +97,9 @@ def test_restricted_admin_key_cannot_change_settings(tenant, admin_api, alice_ad
 
 
 def test_restricted_key_cannot_promote_to_the_org(tenant, alice_key, alice_admin_key, users):
-    written = alice_key.post("users/alice/facts", {"content": "the office wifi is called quokka",
-                                                   "source": "user_stated"})
+    written = alice_key.post(
+        "users/alice/facts", {"content": "the office wifi is called quokka", "source": "user_stated"}
+    )
     assert written.status_code == 201
     fact_id = written.json()["fact"]["id"]
     before = shared_state(tenant)
@@ -106,18 +110,38 @@ def test_restricted_key_cannot_promote_to_the_org(tenant, alice_key, alice_admin
     assert Fact.objects.get(pk=fact_id).status == "active"
 
 
-@pytest.mark.parametrize(("principal", "allowed"), [
-    (Principal(tenant_id=1, role="agent", actor="k"), True),
-    (Principal(tenant_id=1, role="agent_admin", actor="k"), True),
-    (Principal(tenant_id=1, role="agent", actor="k", allowed_external_ids=("alice",)), False),
-    (Principal(tenant_id=1, role="agent_admin", actor="k", allowed_external_ids=("alice",)), False),
-    (Principal(tenant_id=1, role="member", actor="m", member_user_id=7), False),
-    (Principal(tenant_id=1, role="agent", actor="k", allowed_external_ids=("alice",),
-               abilities=frozenset({READ, WRITE_MEMORY, CURATE})), True),
-    (Principal(tenant_id=1, role="operator", actor="o"), True),
-    (Principal(tenant_id=1, role="auditor", actor="a"), False),
-], ids=["agent", "agent-admin", "restricted-agent", "restricted-admin", "member", "restricted-curator",
-        "operator", "auditor"])
+@pytest.mark.parametrize(
+    ("principal", "allowed"),
+    [
+        (Principal(tenant_id=1, role="agent", actor="k"), True),
+        (Principal(tenant_id=1, role="agent_admin", actor="k"), True),
+        (Principal(tenant_id=1, role="agent", actor="k", allowed_external_ids=("alice",)), False),
+        (Principal(tenant_id=1, role="agent_admin", actor="k", allowed_external_ids=("alice",)), False),
+        (Principal(tenant_id=1, role="member", actor="m", member_user_id=7), False),
+        (
+            Principal(
+                tenant_id=1,
+                role="agent",
+                actor="k",
+                allowed_external_ids=("alice",),
+                abilities=frozenset({READ, WRITE_MEMORY, CURATE}),
+            ),
+            True,
+        ),
+        (Principal(tenant_id=1, role="operator", actor="o"), True),
+        (Principal(tenant_id=1, role="auditor", actor="a"), False),
+    ],
+    ids=[
+        "agent",
+        "agent-admin",
+        "restricted-agent",
+        "restricted-admin",
+        "member",
+        "restricted-curator",
+        "operator",
+        "auditor",
+    ],
+)
 def test_the_tenant_wide_rule(principal, allowed):
     if allowed:
         require_tenant_wide(principal, WRITE_MEMORY)
@@ -132,8 +156,9 @@ def test_restricted_admin_key_retries_only_its_users_batches(tenant, alice_admin
     batches = {}
     for name, user in users.items():
         thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id=f"t-{name}")
-        batches[name] = ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread,
-                                                       status="failed", error="model down")
+        batches[name] = ExtractionBatch.objects.create(
+            tenant=tenant, memory_user=user, thread=thread, status="failed", error="model down"
+        )
     response = alice_admin_key.post(f"batches/{batches['bob'].pk}/retry")
     assert response.status_code == 404 and response.json()["code"] == "not_found"
     assert ExtractionBatch.objects.get(pk=batches["bob"].pk).status == "failed"

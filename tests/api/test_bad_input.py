@@ -46,8 +46,11 @@ def counts() -> dict[str, int]:
 def alice_state(tenant) -> tuple:
     alice = MemoryUser.objects.get(tenant=tenant, external_id="alice")
     notebook = Notebook.objects.get(memory_user=alice)
-    facts = sorted(Fact.objects.filter(memory_user=alice).values_list("id", "content", "status", "pinned",
-                                                                      "confidence", "version", "metadata"))
+    facts = sorted(
+        Fact.objects.filter(memory_user=alice).values_list(
+            "id", "content", "status", "pinned", "confidence", "version", "metadata"
+        )
+    )
     skill = Skill.objects.get(tenant=tenant, path="ops/deploy.md")
     settings_row = TenantSettings.objects.filter(tenant=tenant).values().get()
     return facts, notebook.version, notebook.content, skill.version, skill.content, settings_row
@@ -56,8 +59,9 @@ def alice_state(tenant) -> tuple:
 @pytest.fixture
 def alice(tenant, api):
     """alice with one fact, a notebook at version 1 and a tenant skill at version 1."""
-    fact = api.post("users/alice/facts", {"content": "Alice prefers vim", "key": "preference.editor",
-                                          "source": "user_stated"})
+    fact = api.post(
+        "users/alice/facts", {"content": "Alice prefers vim", "key": "preference.editor", "source": "user_stated"}
+    )
     assert fact.status_code == 201, fact.content
     notebook = api.put("users/alice/notebook", {"content": "# Alice\n- Alice lives in Lyon", "version": 0})
     assert notebook.status_code == 200, notebook.content
@@ -79,8 +83,14 @@ def assert_refused(response, status: int, code: str) -> dict:
 
 FACT = "users/{user}/facts"
 IMPORT = "users/{user}/import"
-EXPORTED_FACT = {"id": "3f6c2a1b-9d8e-4f70-a1b2-c3d4e5f60718", "content": "Alice likes tea", "confidence": 1.0,
-                 "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z", "created_at": "2025-01-02T03:04:05Z"}
+EXPORTED_FACT = {
+    "id": "3f6c2a1b-9d8e-4f70-a1b2-c3d4e5f60718",
+    "content": "Alice likes tea",
+    "confidence": 1.0,
+    "source": "user_stated",
+    "valid_from": "2025-01-02T03:04:05Z",
+    "created_at": "2025-01-02T03:04:05Z",
+}
 INVALID = [
     # (method, path, body, field)
     pytest.param("post", FACT, '{"content": ', "body", id="fact: truncated JSON"),
@@ -93,88 +103,163 @@ INVALID = [
     pytest.param("post", FACT, {"content": 42}, "content", id="fact: content number"),
     pytest.param("post", FACT, {"content": None}, "content", id="fact: content null"),
     pytest.param("post", FACT, {"content": ["a"]}, "content", id="fact: content list"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "confidence": "0.9"}, "confidence",
-                 id="fact: confidence string"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "confidence": True}, "confidence",
-                 id="fact: confidence bool"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "confidence": 1.5}, "confidence",
-                 id="fact: confidence above 1"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "confidence": -0.1}, "confidence",
-                 id="fact: confidence below 0"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "importance": 2}, "importance",
-                 id="fact: importance above 1"),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "confidence": "0.9"}, "confidence", id="fact: confidence string"
+    ),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "confidence": True}, "confidence", id="fact: confidence bool"
+    ),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "confidence": 1.5}, "confidence", id="fact: confidence above 1"
+    ),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "confidence": -0.1}, "confidence", id="fact: confidence below 0"
+    ),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "importance": 2}, "importance", id="fact: importance above 1"
+    ),
     pytest.param("post", FACT, {"content": "Alice likes tea", "pinned": "yes"}, "pinned", id="fact: pinned yes"),
     pytest.param("post", FACT, {"content": "Alice likes tea", "pinned": 1}, "pinned", id="fact: pinned 1"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "category": "hobby"}, "category",
-                 id="fact: unknown category"),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "category": "hobby"}, "category", id="fact: unknown category"
+    ),
     pytest.param("post", FACT, {"content": "Alice likes tea", "kind": "rumour"}, "kind", id="fact: unknown kind"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "source": "gossip"}, "source",
-                 id="fact: unknown source"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "source": "notebook"}, "source",
-                 id="fact: agents cannot claim the notebook as source"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "source": "USER_STATED"}, "source",
-                 id="fact: enum values are case-sensitive"),
+    pytest.param("post", FACT, {"content": "Alice likes tea", "source": "gossip"}, "source", id="fact: unknown source"),
+    pytest.param(
+        "post",
+        FACT,
+        {"content": "Alice likes tea", "source": "notebook"},
+        "source",
+        id="fact: agents cannot claim the notebook as source",
+    ),
+    pytest.param(
+        "post",
+        FACT,
+        {"content": "Alice likes tea", "source": "USER_STATED"},
+        "source",
+        id="fact: enum values are case-sensitive",
+    ),
     pytest.param("post", FACT, {"content": "Alice likes tea", "ttl_days": 0}, "ttl_days", id="fact: ttl 0"),
     pytest.param("post", FACT, {"content": "Alice likes tea", "ttl_days": "7"}, "ttl_days", id="fact: ttl string"),
     pytest.param("post", FACT, {"content": "Alice likes tea", "key": "has space"}, "key", id="fact: bad key"),
     pytest.param("post", FACT, {"content": "Alice likes tea", "key": ""}, "key", id="fact: empty key"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "observed_at": "last tuesday"}, "observed_at",
-                 id="fact: bad date"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "metadata": "ticket-7"}, "metadata",
-                 id="fact: metadata not an object"),
+    pytest.param(
+        "post", FACT, {"content": "Alice likes tea", "observed_at": "last tuesday"}, "observed_at", id="fact: bad date"
+    ),
+    pytest.param(
+        "post",
+        FACT,
+        {"content": "Alice likes tea", "metadata": "ticket-7"},
+        "metadata",
+        id="fact: metadata not an object",
+    ),
     pytest.param("post", FACT, {"content": "Alice likes tea", "task_id": ""}, "task_id", id="fact: empty task"),
-    pytest.param("post", FACT, {"content": "Alice likes tea", "colour": "red"}, "colour",
-                 id="fact: unknown field"),
+    pytest.param("post", FACT, {"content": "Alice likes tea", "colour": "red"}, "colour", id="fact: unknown field"),
     pytest.param("post", FACT, {"content": "   "}, "content", id="fact: blank content"),
     pytest.param("post", "facts/{fact}/correct", {"content": 42}, "content", id="correct: content number"),
-    pytest.param("post", "facts/{fact}/correct", {"content": "Alice prefers emacs", "confidence": "0.9"},
-                 "confidence", id="correct: confidence string"),
-    pytest.param("post", "facts/{fact}/correct", {"content": "Alice prefers emacs", "category": "hobby"},
-                 "category", id="correct: unknown category"),
-    pytest.param("post", "facts/{fact}/correct", {"content": "Alice prefers emacs", "source": "user_stated"},
-                 "source", id="correct: unknown field"),
+    pytest.param(
+        "post",
+        "facts/{fact}/correct",
+        {"content": "Alice prefers emacs", "confidence": "0.9"},
+        "confidence",
+        id="correct: confidence string",
+    ),
+    pytest.param(
+        "post",
+        "facts/{fact}/correct",
+        {"content": "Alice prefers emacs", "category": "hobby"},
+        "category",
+        id="correct: unknown category",
+    ),
+    pytest.param(
+        "post",
+        "facts/{fact}/correct",
+        {"content": "Alice prefers emacs", "source": "user_stated"},
+        "source",
+        id="correct: unknown field",
+    ),
     pytest.param("post", "facts/{fact}/correct", '{"content": ', "body", id="correct: truncated JSON"),
     pytest.param("post", "facts/{fact}/pin", {"pinned": "yes"}, "pinned", id="pin: pinned yes"),
     pytest.param("post", "facts/{fact}/pin", {}, "pinned", id="pin: no pinned"),
     pytest.param("delete", "facts/{fact}", {"reason": 5}, "reason", id="forget: reason number"),
     pytest.param("delete", "facts/{fact}", {"why": "x"}, "why", id="forget: unknown field"),
-    pytest.param("put", "users/{user}/notebook", {"content": "# Alice", "version": "1"}, "version",
-                 id="notebook: version string"),
-    pytest.param("put", "users/{user}/notebook", {"content": "# Alice", "version": -1}, "version",
-                 id="notebook: negative version"),
+    pytest.param(
+        "put", "users/{user}/notebook", {"content": "# Alice", "version": "1"}, "version", id="notebook: version string"
+    ),
+    pytest.param(
+        "put",
+        "users/{user}/notebook",
+        {"content": "# Alice", "version": -1},
+        "version",
+        id="notebook: negative version",
+    ),
     pytest.param("put", "users/{user}/notebook", {"content": "# Alice"}, "version", id="notebook: no version"),
     pytest.param("put", "users/{user}/notebook", {"version": 1}, "content", id="notebook: no content"),
-    pytest.param("put", "users/{user}/notebook", {"content": 7, "version": 1}, "content",
-                 id="notebook: content number"),
-    pytest.param("put", "users/{user}/notebook", {"content": "# Alice", "version": 1, "colour": "red"}, "colour",
-                 id="notebook: unknown field"),
-    pytest.param("put", "users/{user}/notebook", '{"content": "# Alice", "version": 1', "body",
-                 id="notebook: truncated JSON"),
-    pytest.param("put", "skills/ops/deploy.md", {"content": "helm", "version": "1"}, "version",
-                 id="skill: version string"),
+    pytest.param(
+        "put", "users/{user}/notebook", {"content": 7, "version": 1}, "content", id="notebook: content number"
+    ),
+    pytest.param(
+        "put",
+        "users/{user}/notebook",
+        {"content": "# Alice", "version": 1, "colour": "red"},
+        "colour",
+        id="notebook: unknown field",
+    ),
+    pytest.param(
+        "put", "users/{user}/notebook", '{"content": "# Alice", "version": 1', "body", id="notebook: truncated JSON"
+    ),
+    pytest.param(
+        "put", "skills/ops/deploy.md", {"content": "helm", "version": "1"}, "version", id="skill: version string"
+    ),
     pytest.param("put", "skills/ops/deploy.md", {"content": 5, "version": 1}, "content", id="skill: content number"),
-    pytest.param("put", "skills/ops/deploy.md", {"content": "helm", "version": 1, "tags": []}, "tags",
-                 id="skill: unknown field"),
+    pytest.param(
+        "put", "skills/ops/deploy.md", {"content": "helm", "version": 1, "tags": []}, "tags", id="skill: unknown field"
+    ),
     pytest.param("put", "skills/Ops/../../etc", {"content": "helm", "version": 1}, "path", id="skill: bad path"),
     pytest.param("post", IMPORT, '{"format": ', "body", id="import: truncated JSON"),
     pytest.param("post", IMPORT, {}, "format", id="import: no format"),
     pytest.param("post", IMPORT, {"format": "memory-admin/export-v2"}, "format", id="import: unknown format"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": "many"}, "facts",
-                 id="import: facts not a list"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "colour": 1}, "colour",
-                 id="import: unknown field"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "confidence": "1"}]},
-                 "facts.0.confidence", id="import: confidence string"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "id": "7"}]},
-                 "facts.0.id", id="import: fact id not a uuid"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT,
-                                                                                 "status": "deleted"}]},
-                 "facts.0.status", id="import: unknown status"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT,
-                                                                                 "content": "tea\u0000"}]},
-                 "facts.0.content", id="import: NUL in content"),
-    pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "facts": [EXPORTED_FACT, EXPORTED_FACT]},
-                 "facts.id", id="import: a fact id twice"),
+    pytest.param(
+        "post", IMPORT, {"format": "memory-admin/export-v1", "facts": "many"}, "facts", id="import: facts not a list"
+    ),
+    pytest.param(
+        "post", IMPORT, {"format": "memory-admin/export-v1", "colour": 1}, "colour", id="import: unknown field"
+    ),
+    pytest.param(
+        "post",
+        IMPORT,
+        {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "confidence": "1"}]},
+        "facts.0.confidence",
+        id="import: confidence string",
+    ),
+    pytest.param(
+        "post",
+        IMPORT,
+        {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "id": "7"}]},
+        "facts.0.id",
+        id="import: fact id not a uuid",
+    ),
+    pytest.param(
+        "post",
+        IMPORT,
+        {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "status": "deleted"}]},
+        "facts.0.status",
+        id="import: unknown status",
+    ),
+    pytest.param(
+        "post",
+        IMPORT,
+        {"format": "memory-admin/export-v1", "facts": [{**EXPORTED_FACT, "content": "tea\u0000"}]},
+        "facts.0.content",
+        id="import: NUL in content",
+    ),
+    pytest.param(
+        "post",
+        IMPORT,
+        {"format": "memory-admin/export-v1", "facts": [EXPORTED_FACT, EXPORTED_FACT]},
+        "facts.id",
+        id="import: a fact id twice",
+    ),
 ]
 
 
@@ -192,8 +277,9 @@ def for_each_user(cases: list, *, user_first: bool) -> list:
 
 
 @pytest.mark.parametrize(("method", "path", "body", "field", "user"), for_each_user(INVALID, user_first=False))
-def test_invalid_input_is_422_with_the_field_and_nothing_is_written(tenant, api, alice, method, path, body, field,
-                                                                    user):
+def test_invalid_input_is_422_with_the_field_and_nothing_is_written(
+    tenant, api, alice, method, path, body, field, user
+):
     before, state = counts(), alice_state(tenant)
     response = getattr(api, method)(path.format(user=user, fact=alice["fact"]), body)
     out = assert_refused(response, 422, "invalid")
@@ -230,8 +316,13 @@ def test_invalid_settings_are_422_and_change_nothing(tenant, admin_api, alice, b
 
 @pytest.mark.parametrize(
     ("params", "field"),
-    [({"status": "bogus"}, "status"), ({"category": "hobby"}, "category"), ({"kind": "rumour"}, "kind"),
-     ({"limit": "many"}, "limit"), ({"cursor": "not-a-cursor"}, "cursor")],
+    [
+        ({"status": "bogus"}, "status"),
+        ({"category": "hobby"}, "category"),
+        ({"kind": "rumour"}, "kind"),
+        ({"limit": "many"}, "limit"),
+        ({"cursor": "not-a-cursor"}, "cursor"),
+    ],
 )
 def test_invalid_list_filters_are_422(api, alice, params, field):
     out = assert_refused(api.get("users/alice/facts", **params), 422, "invalid")
@@ -259,34 +350,112 @@ def test_a_fact_of_exactly_the_limit_is_accepted(api, alice):
 
 @pytest.mark.parametrize(
     ("method", "path", "body", "code", "limit", "user"),
-    for_each_user([
-        pytest.param("post", FACT, {"content": "a" * (8 * 1024 + 1), "source": "user_stated"},
-                     "content_too_large", 8 * 1024, id="fact over 8 KB"),
-        pytest.param("post", FACT, {"content": "€" * 2731, "source": "user_stated"},
-                     "content_too_large", 8 * 1024, id="fact over 8 KB in bytes, not characters"),
-        pytest.param("post", FACT, {"content": "Alice likes tea", "source": "user_stated",
-                                    "metadata": {"blob": "x" * 5000}},
-                     "metadata_too_large", 4 * 1024, id="metadata over 4 KB"),
-        pytest.param("post", "facts/{fact}/correct", {"content": "b" * (8 * 1024 + 1)},
-                     "content_too_large", 8 * 1024, id="correction over 8 KB"),
-        pytest.param("put", "users/{user}/notebook", {"content": "n" * (1024 * 1024 + 1), "version": 1},
-                     "content_too_large", 1024 * 1024, id="notebook over 1 MB"),
-        pytest.param("put", "users/{user}/notebook", {"content": "n" * (3 * 1024 * 1024), "version": 1},
-                     "content_too_large", 1024 * 1024, id="notebook of 3 MB"),
-        pytest.param("put", "users/{user}/notebook", {"content": "n" * (5 * 1024 * 1024), "version": 1},
-                     "content_too_large", None, id="notebook larger than any request body"),
-        pytest.param("put", "skills/ops/deploy.md", {"content": "s" * (256 * 1024 + 1), "version": 1},
-                     "content_too_large", 256 * 1024, id="skill over 256 KB"),
-        pytest.param("put", "skills/ops/newbie.md", {"content": "s" * (256 * 1024 + 1), "user_id": "{user}"},
-                     "content_too_large", 256 * 1024, id="user skill over 256 KB"),
-        pytest.param("post", IMPORT, {"format": "memory-admin/export-v1",
-                                      "facts": [EXPORTED_FACT, {**EXPORTED_FACT, "id": str(uuid.uuid4()),
-                                                                "content": "a" * (8 * 1024 + 1)}]},
-                     "content_too_large", 8 * 1024, id="import: a fact over 8 KB"),
-        pytest.param("post", IMPORT, {"format": "memory-admin/export-v1", "notebook": {"revisions": [
-            {"version": 1, "content": "n" * (1024 * 1024 + 1), "created_at": "2025-01-02T03:04:05Z"}]}},
-                     "content_too_large", 1024 * 1024, id="import: a notebook revision over 1 MB"),
-    ], user_first=True),
+    for_each_user(
+        [
+            pytest.param(
+                "post",
+                FACT,
+                {"content": "a" * (8 * 1024 + 1), "source": "user_stated"},
+                "content_too_large",
+                8 * 1024,
+                id="fact over 8 KB",
+            ),
+            pytest.param(
+                "post",
+                FACT,
+                {"content": "€" * 2731, "source": "user_stated"},
+                "content_too_large",
+                8 * 1024,
+                id="fact over 8 KB in bytes, not characters",
+            ),
+            pytest.param(
+                "post",
+                FACT,
+                {"content": "Alice likes tea", "source": "user_stated", "metadata": {"blob": "x" * 5000}},
+                "metadata_too_large",
+                4 * 1024,
+                id="metadata over 4 KB",
+            ),
+            pytest.param(
+                "post",
+                "facts/{fact}/correct",
+                {"content": "b" * (8 * 1024 + 1)},
+                "content_too_large",
+                8 * 1024,
+                id="correction over 8 KB",
+            ),
+            pytest.param(
+                "put",
+                "users/{user}/notebook",
+                {"content": "n" * (1024 * 1024 + 1), "version": 1},
+                "content_too_large",
+                1024 * 1024,
+                id="notebook over 1 MB",
+            ),
+            pytest.param(
+                "put",
+                "users/{user}/notebook",
+                {"content": "n" * (3 * 1024 * 1024), "version": 1},
+                "content_too_large",
+                1024 * 1024,
+                id="notebook of 3 MB",
+            ),
+            pytest.param(
+                "put",
+                "users/{user}/notebook",
+                {"content": "n" * (5 * 1024 * 1024), "version": 1},
+                "content_too_large",
+                None,
+                id="notebook larger than any request body",
+            ),
+            pytest.param(
+                "put",
+                "skills/ops/deploy.md",
+                {"content": "s" * (256 * 1024 + 1), "version": 1},
+                "content_too_large",
+                256 * 1024,
+                id="skill over 256 KB",
+            ),
+            pytest.param(
+                "put",
+                "skills/ops/newbie.md",
+                {"content": "s" * (256 * 1024 + 1), "user_id": "{user}"},
+                "content_too_large",
+                256 * 1024,
+                id="user skill over 256 KB",
+            ),
+            pytest.param(
+                "post",
+                IMPORT,
+                {
+                    "format": "memory-admin/export-v1",
+                    "facts": [
+                        EXPORTED_FACT,
+                        {**EXPORTED_FACT, "id": str(uuid.uuid4()), "content": "a" * (8 * 1024 + 1)},
+                    ],
+                },
+                "content_too_large",
+                8 * 1024,
+                id="import: a fact over 8 KB",
+            ),
+            pytest.param(
+                "post",
+                IMPORT,
+                {
+                    "format": "memory-admin/export-v1",
+                    "notebook": {
+                        "revisions": [
+                            {"version": 1, "content": "n" * (1024 * 1024 + 1), "created_at": "2025-01-02T03:04:05Z"}
+                        ]
+                    },
+                },
+                "content_too_large",
+                1024 * 1024,
+                id="import: a notebook revision over 1 MB",
+            ),
+        ],
+        user_first=True,
+    ),
 )
 def test_oversized_content_is_413_with_the_limit_and_nothing_is_written(
     tenant, api, alice, method, path, body, code, limit, user
@@ -324,11 +493,17 @@ def test_two_agents_editing_one_notebook_the_second_gets_409_and_the_first_edit_
     base = first.get("users/alice/notebook").json()["version"]
     assert second.get("users/alice/notebook").json()["version"] == base
     assert first.put("users/alice/notebook", {"content": "# Alice\n- first edit", "version": base}).status_code == 200
-    out = assert_refused(second.put("users/alice/notebook", {"content": "# Alice\n- second edit", "version": base}),
-                         409, "version_conflict")
+    out = assert_refused(
+        second.put("users/alice/notebook", {"content": "# Alice\n- second edit", "version": base}),
+        409,
+        "version_conflict",
+    )
     assert out["current_version"] == base + 1
     assert first.get("users/alice/notebook").json() | {"updated_at": None} == {
-        "user_id": "alice", "content": "# Alice\n- first edit", "version": base + 1, "updated_at": None,
+        "user_id": "alice",
+        "content": "# Alice\n- first edit",
+        "version": base + 1,
+        "updated_at": None,
         "updated_by": "agent:first",
     }
     assert NotebookRevision.objects.filter(notebook__memory_user__external_id="alice").count() == base + 1
@@ -381,17 +556,20 @@ def assert_secret_nowhere(secret: str, response) -> None:
     ("method", "path", "body"),
     [
         pytest.param("post", FACT, {"content": "Alice's token is {secret}", "source": "user_stated"}, id="fact"),
-        pytest.param("post", FACT, {"content": "Alice's deploy bot", "source": "user_stated",
-                                    "metadata": {"note": "token {secret}"}}, id="fact metadata"),
+        pytest.param(
+            "post",
+            FACT,
+            {"content": "Alice's deploy bot", "source": "user_stated", "metadata": {"note": "token {secret}"}},
+            id="fact metadata",
+        ),
         pytest.param("post", "facts/{fact}/correct", {"content": "Alice's token is now {secret}"}, id="correction"),
-        pytest.param("put", "users/{user}/notebook", {"content": "# Alice\n- token {secret}", "version": 1},
-                     id="notebook"),
+        pytest.param(
+            "put", "users/{user}/notebook", {"content": "# Alice\n- token {secret}", "version": 1}, id="notebook"
+        ),
         pytest.param("put", "skills/ops/deploy.md", {"content": "export TOKEN={secret}", "version": 1}, id="skill"),
     ],
 )
-def test_a_secret_is_refused_with_a_block_id_and_never_echoed_or_stored(
-    tenant, api, alice, method, path, body, kind
-):
+def test_a_secret_is_refused_with_a_block_id_and_never_echoed_or_stored(tenant, api, alice, method, path, body, kind):
     secret = SECRETS[kind]
     body = json.loads(json.dumps(body).replace("{secret}", secret.replace("\n", "\\n")))
     before, state = counts(), alice_state(tenant)
@@ -429,9 +607,13 @@ def test_unknown_user_on_read_is_404_and_creates_nothing(api, alice, path):
 
 @pytest.mark.parametrize(
     ("method", "path", "body"),
-    [("get", "facts/{id}", None), ("get", "facts/{id}/history", None),
-     ("post", "facts/{id}/correct", {"content": "x"}), ("delete", "facts/{id}", None),
-     ("post", "facts/{id}/pin", {"pinned": True})],
+    [
+        ("get", "facts/{id}", None),
+        ("get", "facts/{id}/history", None),
+        ("post", "facts/{id}/correct", {"content": "x"}),
+        ("delete", "facts/{id}", None),
+        ("post", "facts/{id}/pin", {"pinned": True}),
+    ],
 )
 @pytest.mark.parametrize("bad_id", ["not-a-uuid", "123", "'; DROP TABLE x;--"])
 def test_a_malformed_fact_id_is_422_invalid_naming_fact_id(api, alice, method, path, body, bad_id):
@@ -479,13 +661,28 @@ def _request(url: str, method: str = "GET", body: bytes | None = None, headers: 
 def server_without_database():
     """The real app under gunicorn, its DATABASE_URL pointing at a port where nothing listens."""
     port, dead = _free_port(), _free_port()
-    env = {**os.environ, "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{dead}/memory_admin",
-           "DJANGO_SETTINGS_MODULE": "memory_admin.settings", "DB_CONN_MAX_AGE": "0"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{dead}/memory_admin",
+        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
+        "DB_CONN_MAX_AGE": "0",
+    }
     gunicorn = Path(sys.executable).with_name("gunicorn")
     proc = subprocess.Popen(
-        [str(gunicorn), "memory_admin.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1",
-         "--timeout", "60"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            str(gunicorn),
+            "memory_admin.wsgi:application",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--timeout",
+            "60",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     base = f"http://127.0.0.1:{port}/api/v1/"
     try:
@@ -516,8 +713,9 @@ def server_without_database():
     [
         pytest.param("GET", "health", None, False, id="health"),
         pytest.param("GET", "users/alice/facts", None, True, id="list facts"),
-        pytest.param("POST", "users/alice/facts", {"content": "Alice likes tea", "source": "user_stated"}, True,
-                     id="write fact"),
+        pytest.param(
+            "POST", "users/alice/facts", {"content": "Alice likes tea", "source": "user_stated"}, True, id="write fact"
+        ),
         pytest.param("PUT", "users/alice/notebook", {"content": "# Alice", "version": 0}, True, id="save notebook"),
         pytest.param("GET", f"facts/{uuid.uuid4()}", None, True, id="get fact"),
     ],
@@ -526,8 +724,9 @@ def test_database_down_answers_503_database_unavailable(server_without_database,
     headers = {"Content-Type": "application/json"}
     if auth:
         headers["Authorization"] = "Bearer mem_" + "k" * 43
-    status, raw = _request(server_without_database + path, method,
-                           json.dumps(body).encode() if body is not None else None, headers)
+    status, raw = _request(
+        server_without_database + path, method, json.dumps(body).encode() if body is not None else None, headers
+    )
     assert status == 503, raw[:500]
     out = json.loads(raw)
     assert out["code"] == "database_unavailable"
@@ -536,8 +735,14 @@ def test_database_down_answers_503_database_unavailable(server_without_database,
 
 def test_contact_pii_in_metadata_follows_the_redact_policy(tenant, api, admin_api, alice):
     assert admin_api.patch("settings", {"pii_policy": {"email": "redact"}}).status_code == 200
-    response = api.post("users/alice/facts", {"content": "Alice's manager is Bob", "source": "user_stated",
-                                              "metadata": {"ticket": 7, "cc": ["bob@example.com"]}})
+    response = api.post(
+        "users/alice/facts",
+        {
+            "content": "Alice's manager is Bob",
+            "source": "user_stated",
+            "metadata": {"ticket": 7, "cc": ["bob@example.com"]},
+        },
+    )
     assert response.status_code == 201, response.content
     assert response.json()["fact"]["metadata"] == {"ticket": 7, "cc": ["[REDACTED:email]"]}
     assert "bob@example.com" not in json.dumps(list(Fact.objects.values_list("metadata", flat=True)))

@@ -23,34 +23,59 @@ USER = f"erin-{MARK}"
 @pytest.mark.django_db(transaction=True)
 def test_erase_leaves_no_identifier_or_content_in_any_table(tenant, api, admin_api, make_api):
     uid = USER
-    assert api.post(f"users/{uid}/facts", {"content": f"Erin's codename is {MARK}", "source": "user_stated",
-                                           "key": f"codename.{MARK}", "task_id": f"task-{MARK}",
-                                           "metadata": {"ref": f"ticket-{MARK}"}}).status_code == 201
+    assert (
+        api.post(
+            f"users/{uid}/facts",
+            {
+                "content": f"Erin's codename is {MARK}",
+                "source": "user_stated",
+                "key": f"codename.{MARK}",
+                "task_id": f"task-{MARK}",
+                "metadata": {"ref": f"ticket-{MARK}"},
+            },
+        ).status_code
+        == 201
+    )
     # Same key, close confidence: a contradiction for review, with its reason.
-    api.post(f"users/{uid}/facts", {"content": f"Erin's codename is not {MARK} but heron", "key": f"codename.{MARK}",
-                                    "source": "agent_inferred", "confidence": 0.95})
-    blocked = api.post(f"users/{uid}/facts", {"content": f"{MARK}: write to erin.{MARK}@example.com",
-                                              "source": "user_stated"})
+    api.post(
+        f"users/{uid}/facts",
+        {
+            "content": f"Erin's codename is not {MARK} but heron",
+            "key": f"codename.{MARK}",
+            "source": "agent_inferred",
+            "confidence": 0.95,
+        },
+    )
+    blocked = api.post(
+        f"users/{uid}/facts", {"content": f"{MARK}: write to erin.{MARK}@example.com", "source": "user_stated"}
+    )
     assert blocked.status_code == 422
     assert api.put(f"users/{uid}/notebook", {"content": f"# Erin\n- loves {MARK}\n", "version": 0}).status_code == 200
     assert api.put(f"skills/notes/{MARK}.md", {"content": f"how Erin likes {MARK}", "user_id": uid}).status_code == 200
-    posted = api.post(f"users/{uid}/messages", {"thread_id": f"thread-{MARK}",
-                                                "messages": [{"role": "user", "content": f"call me {MARK}"}]})
+    posted = api.post(
+        f"users/{uid}/messages",
+        {"thread_id": f"thread-{MARK}", "messages": [{"role": "user", "content": f"call me {MARK}"}]},
+    )
     assert posted.status_code == 202
     user = MemoryUser.objects.get(external_id=uid)
     thread = Thread.objects.get(memory_user=user)
-    ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread, status="failed",
-                                   error=f"model echoed: call me {MARK}")
+    ExtractionBatch.objects.create(
+        tenant=tenant, memory_user=user, thread=thread, status="failed", error=f"model echoed: call me {MARK}"
+    )
     # Erin signs in to the dashboard as a member and edits her own notebook.
-    staff_create(tenant_slug=tenant.slug, username=f"erin.{MARK}", role="member", memory_user_external_id=uid,
-                 password=PASSWORD)
+    staff_create(
+        tenant_slug=tenant.slug, username=f"erin.{MARK}", role="member", memory_user_external_id=uid, password=PASSWORD
+    )
     member = Client()
     assert member.post("/accounts/login/", {"username": f"erin.{MARK}", "password": PASSWORD}).status_code == 302
-    saved = member.post(reverse("user_notebook", args=[tenant.slug, user.pk]),
-                        {"content": f"# Erin\n- loves {MARK} a lot\n", "base_version": 1})
+    saved = member.post(
+        reverse("user_notebook", args=[tenant.slug, user.pk]),
+        {"content": f"# Erin\n- loves {MARK} a lot\n", "base_version": 1},
+    )
     assert saved.status_code == 302, saved.content
-    key, raw = dashboard_key_create(principal=Principal.system(tenant.pk), agent_name="erin's agent",
-                                    allowed_user_ids=[uid])
+    key, raw = dashboard_key_create(
+        principal=Principal.system(tenant.pk), agent_name="erin's agent", allowed_user_ids=[uid]
+    )
     assert MARK in pg_dump_text()
 
     response = admin_api.delete(f"users/{uid}")

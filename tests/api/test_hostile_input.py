@@ -38,12 +38,15 @@ BAD_TIMES = [
 @pytest.mark.parametrize("when", BAD_TIMES)
 def test_an_implausible_or_naive_observed_at_is_422_and_nothing_is_written(tenant, api, alice, when):
     before, state = counts(), alice_state(tenant)
-    out = assert_refused(api.post("users/alice/facts", {"content": "Alice likes tea", "observed_at": when}),
-                         422, "invalid")
+    out = assert_refused(
+        api.post("users/alice/facts", {"content": "Alice likes tea", "observed_at": when}), 422, "invalid"
+    )
     assert out["field"] == "observed_at"
     assert counts() == before and alice_state(tenant) == state
-    batch = api.post("users/alice/facts/batch", {"facts": [{"content": "Alice likes tea"},
-                                                           {"content": "Alice likes jam", "observed_at": when}]})
+    batch = api.post(
+        "users/alice/facts/batch",
+        {"facts": [{"content": "Alice likes tea"}, {"content": "Alice likes jam", "observed_at": when}]},
+    )
     assert assert_refused(batch, 422, "invalid")["field"] == "facts.1.observed_at"
     assert counts() == before
 
@@ -51,8 +54,13 @@ def test_an_implausible_or_naive_observed_at_is_422_and_nothing_is_written(tenan
 @pytest.mark.parametrize("when", BAD_TIMES)
 def test_an_implausible_or_naive_message_time_is_422_and_nothing_is_written(api, alice, when):
     before = (Message.objects.count(), Thread.objects.count())
-    body = {"thread_id": "t1", "messages": [{"role": "user", "content": "hello there, I moved to Paris"},
-                                            {"role": "user", "content": "and I like tea", "created_at": when}]}
+    body = {
+        "thread_id": "t1",
+        "messages": [
+            {"role": "user", "content": "hello there, I moved to Paris"},
+            {"role": "user", "content": "and I like tea", "created_at": when},
+        ],
+    }
     out = assert_refused(api.post("users/alice/messages", body), 422, "invalid")
     assert out["field"] == "messages.1.created_at"
     assert (Message.objects.count(), Thread.objects.count()) == before
@@ -67,8 +75,10 @@ def test_an_implausible_or_naive_episode_range_is_422(api, alice, name, when):
 
 @pytest.mark.parametrize("when", ["1900-01-01T00:00:00Z", "2024-05-01T09:30:00+02:00", "2199-12-31T23:59:59Z"])
 def test_plausible_aware_times_are_accepted(api, alice, when):
-    response = api.post("users/alice/facts", {"content": f"Alice noted something at {when}", "observed_at": when,
-                                              "source": "user_stated"})
+    response = api.post(
+        "users/alice/facts",
+        {"content": f"Alice noted something at {when}", "observed_at": when, "source": "user_stated"},
+    )
     assert response.status_code == 201, response.content
     stored = Fact.objects.get(pk=response.json()["fact"]["id"]).valid_from
     assert stored == datetime.fromisoformat(when.replace("Z", "+00:00"))
@@ -80,11 +90,12 @@ def test_a_row_dated_1500_in_the_database_breaks_no_read(tenant, api, alice):
     the scoring forms are total, in SQL (exp() underflow raised in Postgres) and in Python."""
     ancient = datetime(1500, 1, 1, tzinfo=UTC)
     far = datetime(2199, 6, 1, tzinfo=UTC)
-    made = [api.post("users/alice/facts", {"content": text, "source": "user_stated"}).json()["fact"]["id"]
-            for text in ("Alice keeps bees in Lyon", "Alice keeps goats in Lyon", "Alice keeps hens in Lyon")]
+    made = [
+        api.post("users/alice/facts", {"content": text, "source": "user_stated"}).json()["fact"]["id"]
+        for text in ("Alice keeps bees in Lyon", "Alice keeps goats in Lyon", "Alice keeps hens in Lyon")
+    ]
     Fact.objects.filter(pk=made[0]).update(valid_from=ancient, created_at=ancient, last_accessed_at=ancient)
-    Fact.objects.filter(pk=made[1]).update(valid_from=far, created_at=far, last_accessed_at=far,
-                                           access_count=2**31 - 1)
+    Fact.objects.filter(pk=made[1]).update(valid_from=far, created_at=far, last_accessed_at=far, access_count=2**31 - 1)
     Fact.objects.filter(pk=made[2]).update(confidence=1e-300, kind="inference", created_at=ancient)
 
     search = api.get("users/alice/search", q="Alice keeps animals in Lyon", k=10)
@@ -126,18 +137,28 @@ STRING_FIELDS = [
     ("put", "users/alice/notebook", '{{"content": "# Alice", "version": 1, "note": "n{bad}"}}', "note"),
     ("put", "skills/ops/deploy.md", '{{"content": "helm{bad}", "version": 1}}', "content"),
     ("put", "skills/ops/new.md", '{{"content": "helm", "user_id": "alice{bad}"}}', "user_id"),
-    ("post", "users/alice/messages", '{{"thread_id": "t1", "messages": [{{"role": "user", "content": "hi{bad}"}}]}}',
-     "messages.0.content"),
-    ("post", "users/alice/messages", '{{"thread_id": "t{bad}", "messages": [{{"role": "user", "content": "hi"}}]}}',
-     "thread_id"),
+    (
+        "post",
+        "users/alice/messages",
+        '{{"thread_id": "t1", "messages": [{{"role": "user", "content": "hi{bad}"}}]}}',
+        "messages.0.content",
+    ),
+    (
+        "post",
+        "users/alice/messages",
+        '{{"thread_id": "t{bad}", "messages": [{{"role": "user", "content": "hi"}}]}}',
+        "thread_id",
+    ),
 ]
 
 
 @pytest.mark.parametrize("bad", [NUL, SURROGATE, BELL], ids=["NUL", "lone surrogate", "control character"])
-@pytest.mark.parametrize(("method", "path", "body", "field"), STRING_FIELDS,
-                         ids=[f"{m} {p} {f}" for m, p, _, f in STRING_FIELDS])
-def test_unreadable_text_in_any_body_field_is_422_and_nothing_is_written(tenant, api, alice, method, path, body,
-                                                                         field, bad):
+@pytest.mark.parametrize(
+    ("method", "path", "body", "field"), STRING_FIELDS, ids=[f"{m} {p} {f}" for m, p, _, f in STRING_FIELDS]
+)
+def test_unreadable_text_in_any_body_field_is_422_and_nothing_is_written(
+    tenant, api, alice, method, path, body, field, bad
+):
     before, state = counts(), alice_state(tenant)
     messages = Message.objects.count()
     response = getattr(api, method)(path.format(fact=alice["fact"]), body.format(bad=bad))
@@ -197,8 +218,16 @@ def test_nan_in_settings_is_422(tenant, admin_api, alice):
 
 @pytest.mark.parametrize(
     ("user_id", "ok"),
-    [("a" * 200, True), ("a" * 201, False), ("alice@acme", True), ("auth0|1234", True),
-     ("al ice", False), ("alice<script>", False), ("-alice", False), ("ålice", False)],
+    [
+        ("a" * 200, True),
+        ("a" * 201, False),
+        ("alice@acme", True),
+        ("auth0|1234", True),
+        ("al ice", False),
+        ("alice<script>", False),
+        ("-alice", False),
+        ("ålice", False),
+    ],
 )
 def test_user_ids_have_a_length_limit_and_a_safe_character_set(api, user_id, ok):
     # (`@` is in the character set; a whole e-mail address as an id is contact PII, which the default
@@ -215,13 +244,17 @@ def test_user_ids_have_a_length_limit_and_a_safe_character_set(api, user_id, ok)
 
 def test_a_thread_id_with_a_slash_is_refused_so_every_thread_can_be_closed(api, alice):
     """A thread id is one URL path segment: ids with `/` were accepted and could never be closed."""
-    refused = api.post("users/alice/messages", {"thread_id": "support/42",
-                                                 "messages": [{"role": "user", "content": "I moved to Paris"}]})
+    refused = api.post(
+        "users/alice/messages",
+        {"thread_id": "support/42", "messages": [{"role": "user", "content": "I moved to Paris"}]},
+    )
     assert assert_refused(refused, 422, "invalid")["field"] == "thread_id"
     assert not Thread.objects.exists()
     for thread_id in ("support:42", "ticket-7.b", "x" * 200):
-        posted = api.post("users/alice/messages", {"thread_id": thread_id,
-                                                    "messages": [{"role": "user", "content": "I moved to Paris"}]})
+        posted = api.post(
+            "users/alice/messages",
+            {"thread_id": thread_id, "messages": [{"role": "user", "content": "I moved to Paris"}]},
+        )
         assert posted.status_code == 202, posted.content
         closed = api.post(f"users/alice/threads/{thread_id}/close", {"outcome": "success"})
         assert closed.status_code == 202, closed.content
@@ -232,17 +265,24 @@ def test_a_thread_id_with_a_slash_is_refused_so_every_thread_can_be_closed(api, 
 
 @pytest.mark.parametrize("task_id", ["t" * 201, "a/b", "two words"])
 def test_task_ids_are_identifiers(api, alice, task_id):
-    out = assert_refused(api.post("users/alice/facts", {"content": "Alice likes tea", "task_id": task_id}),
-                         422, "invalid")
+    out = assert_refused(
+        api.post("users/alice/facts", {"content": "Alice likes tea", "task_id": task_id}), 422, "invalid"
+    )
     assert out["field"] == "task_id"
 
 
 @pytest.mark.parametrize(
     ("path", "cursor"),
-    [("users/alice/facts", "A" * 201), ("users/alice/facts", "not a cursor!"), ("users/alice/facts", "%%%"),
-     ("users/alice/facts", "QUJD"),  # valid base64 but not a cursor this API returned
-     ("users/alice/episodes", "9" * 40), ("users/alice/episodes", "-1"), ("users/alice/episodes", "abc"),
-     ("users/alice/episodes", "²")],
+    [
+        ("users/alice/facts", "A" * 201),
+        ("users/alice/facts", "not a cursor!"),
+        ("users/alice/facts", "%%%"),
+        ("users/alice/facts", "QUJD"),  # valid base64 but not a cursor this API returned
+        ("users/alice/episodes", "9" * 40),
+        ("users/alice/episodes", "-1"),
+        ("users/alice/episodes", "abc"),
+        ("users/alice/episodes", "²"),
+    ],
 )
 def test_oversized_or_malformed_cursors_are_422(api, alice, path, cursor):
     assert assert_refused(api.get(path, cursor=cursor), 422, "invalid")["field"] == "cursor"
@@ -250,8 +290,7 @@ def test_oversized_or_malformed_cursors_are_422(api, alice, path, cursor):
 
 def test_a_returned_cursor_still_pages(api, alice):
     for i in range(3):
-        api.post("users/alice/facts", {"content": f"Alice owns {i + 2} bicycles in total now",
-                                       "source": "user_stated"})
+        api.post("users/alice/facts", {"content": f"Alice owns {i + 2} bicycles in total now", "source": "user_stated"})
     first = api.get("users/alice/facts", limit=2).json()
     second = api.get("users/alice/facts", limit=2, cursor=first["next_cursor"])
     assert second.status_code == 200
@@ -270,13 +309,20 @@ def test_setting_every_search_weight_to_zero_is_422(tenant, admin_api, alice):
     after = TenantSettings.objects.filter(tenant=tenant).values().get()
     assert after["search_weights"] == zero | {"importance": 0.5}
     assert {k: v for k, v in after.items() if k not in ("search_weights", "updated_at")} == {
-        k: v for k, v in before.items() if k not in ("search_weights", "updated_at")}
+        k: v for k, v in before.items() if k not in ("search_weights", "updated_at")
+    }
     assert admin_api.get("users/alice/search", q="vim").status_code == 200
 
 
-@pytest.mark.parametrize(("path", "params"), [("users/alice/facts", {"stauts": "stale"}),
-                                              ("users/alice/search", {"q": "vim", "top_k": "3"}),
-                                              ("batches", {"": "null"}), ("health", {"verbose": "1"})])
+@pytest.mark.parametrize(
+    ("path", "params"),
+    [
+        ("users/alice/facts", {"stauts": "stale"}),
+        ("users/alice/search", {"q": "vim", "top_k": "3"}),
+        ("batches", {"": "null"}),
+        ("health", {"verbose": "1"}),
+    ],
+)
 def test_an_undocumented_query_parameter_is_422_not_ignored(api, alice, path, params):
     out = assert_refused(api.get(path, **params), 422, "invalid")
     assert out["field"] == ([name for name in params if name != "q"][0] or "query")
@@ -291,17 +337,33 @@ def test_out_of_range_batch_ids_are_422(api, batch_id):
 # --- 2. routes, methods, nesting ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/api/v1/nope", "/api/v1/users/alice/nope", "/api/v1/facts/x/y/z",
-                                  "/api/v1/health/", "/api/v1/users/alice/facts/",
-                                  "/api/v1/skills/a%0Ab"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/nope",
+        "/api/v1/users/alice/nope",
+        "/api/v1/facts/x/y/z",
+        "/api/v1/health/",
+        "/api/v1/users/alice/facts/",
+        "/api/v1/skills/a%0Ab",
+    ],
+)
 @pytest.mark.parametrize("method", ["get", "post", "delete"])
 def test_unknown_api_routes_answer_json_404(api, path, method):
     response = getattr(api.client, method)(path, HTTP_AUTHORIZATION=f"Bearer {api.key}")
     assert_refused(response, 404, "not_found")
 
 
-@pytest.mark.parametrize(("method", "path"), [("put", "health"), ("delete", "settings"), ("patch", "facts/{fact}"),
-                                              ("get", "users/alice/messages"), ("post", "users/alice/context")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("put", "health"),
+        ("delete", "settings"),
+        ("patch", "facts/{fact}"),
+        ("get", "users/alice/messages"),
+        ("post", "users/alice/context"),
+    ],
+)
 def test_a_wrong_method_answers_json_405_with_the_allowed_ones(api, alice, method, path):
     path = path.format(fact=alice["fact"])
     response = api.get(path) if method == "get" else getattr(api, method)(path, {})
@@ -357,7 +419,11 @@ def test_operation_ids_are_the_handler_names(api):
 
 def test_error_answers_match_the_documented_schema(api, alice):
     """A sample of real refusals carries what ErrorOut promises (code and detail strings)."""
-    for response in (api.get("users/nobody/facts"), api.post("users/alice/facts", {"content": 1}),
-                     api.get(f"facts/{uuid.uuid4()}"), api.get("/api/v1/nope")):
+    for response in (
+        api.get("users/nobody/facts"),
+        api.post("users/alice/facts", {"content": 1}),
+        api.get(f"facts/{uuid.uuid4()}"),
+        api.get("/api/v1/nope"),
+    ):
         body = json.loads(response.content)
         assert isinstance(body["code"], str) and isinstance(body["detail"], str)

@@ -44,53 +44,131 @@ def ok(response, status: int = 200) -> dict:
 def dana_history(tenant, admin_api) -> dict:
     """dana with every kind of history an export carries, written through the API."""
     api = admin_api
-    v1 = ok(api.post("users/dana/facts", {"content": "Dana uses vim", "key": "preference.editor",
-                                          "source": "user_stated", "category": "preference"}), 201)
-    ok(api.post("users/dana/facts", {"content": "Dana uses helix", "key": "preference.editor",
-                                     "source": "user_stated", "category": "preference"}), 201)
-    lives = ok(api.post("users/dana/facts", {"content": "Dana works at Acme Robotics", "source": "user_stated",
-                                             "metadata": {"ticket": "T-7", "n": 3}}), 201)
-    ok(api.post(f"facts/{lives['fact']['id']}/correct", {"content": "Dana works at Initech", "reason": "moved"}),
-       201)
+    v1 = ok(
+        api.post(
+            "users/dana/facts",
+            {"content": "Dana uses vim", "key": "preference.editor", "source": "user_stated", "category": "preference"},
+        ),
+        201,
+    )
+    ok(
+        api.post(
+            "users/dana/facts",
+            {
+                "content": "Dana uses helix",
+                "key": "preference.editor",
+                "source": "user_stated",
+                "category": "preference",
+            },
+        ),
+        201,
+    )
+    lives = ok(
+        api.post(
+            "users/dana/facts",
+            {"content": "Dana works at Acme Robotics", "source": "user_stated", "metadata": {"ticket": "T-7", "n": 3}},
+        ),
+        201,
+    )
+    ok(api.post(f"facts/{lives['fact']['id']}/correct", {"content": "Dana works at Initech", "reason": "moved"}), 201)
     gone = ok(api.post("users/dana/facts", {"content": "Dana owns a red bicycle", "source": "user_stated"}), 201)
     ok(api.delete(f"facts/{gone['fact']['id']}", {"reason": "sold it"}))
-    ok(api.post("users/dana/facts", {"content": "Dana pins the release checklist", "source": "user_stated",
-                                     "pinned": True, "importance": 0.9,
-                                     "observed_at": "2024-03-01T09:00:00Z"}), 201)
-    ok(api.post("users/dana/facts", {"content": "The deploy of project Falcon needs two approvals",
-                                     "source": "tool_verified", "task_id": "falcon-release"}), 201)
+    ok(
+        api.post(
+            "users/dana/facts",
+            {
+                "content": "Dana pins the release checklist",
+                "source": "user_stated",
+                "pinned": True,
+                "importance": 0.9,
+                "observed_at": "2024-03-01T09:00:00Z",
+            },
+        ),
+        201,
+    )
+    ok(
+        api.post(
+            "users/dana/facts",
+            {
+                "content": "The deploy of project Falcon needs two approvals",
+                "source": "tool_verified",
+                "task_id": "falcon-release",
+            },
+        ),
+        201,
+    )
     ok(api.post("users/dana/facts", {"content": "A web page says Dana likes jazz", "source": "external"}), 201)
     ok(api.put("users/dana/notebook", {"content": "# Dana\n- Dana lives in Lyon", "version": 0}))
-    ok(api.put("users/dana/notebook", {"content": "# Dana\n- Dana lives in Lyon\n- Dana drinks tea",
-                                       "version": 1, "note": "added tea"}))
-    overruled = ok(api.post("users/dana/facts", {"content": "Dana lives in Paris", "source": "agent_inferred",
-                                                 "confidence": 0.8}), 201)
+    ok(
+        api.put(
+            "users/dana/notebook",
+            {"content": "# Dana\n- Dana lives in Lyon\n- Dana drinks tea", "version": 1, "note": "added tea"},
+        )
+    )
+    overruled = ok(
+        api.post("users/dana/facts", {"content": "Dana lives in Paris", "source": "agent_inferred", "confidence": 0.8}),
+        201,
+    )
     assert overruled["outcome"] == "overruled", overruled
     ok(api.put("skills/dana/setup.md", {"content": "Install helix first", "user_id": "dana"}))
-    ok(api.put("skills/dana/setup.md", {"content": "Install helix, then the LSP servers", "user_id": "dana",
-                                        "version": 1}))
-    ok(api.post("users/dana/messages", {"thread_id": "onboarding", "messages": [
-        {"role": "user", "content": "Hi, I am Dana and I just moved to Lyon."},
-        {"role": "assistant", "content": "Welcome, Dana!"}]}), 202)
-    tea = ok(api.post("users/dana/facts", {"content": "Dana likes espresso", "source": "agent_inferred",
-                                           "confidence": 0.8}), 201)
-    no_tea = ok(api.post("users/dana/facts", {"content": "Dana does not like espresso", "source": "agent_inferred",
-                                              "confidence": 0.85}), 201)
+    ok(
+        api.put(
+            "skills/dana/setup.md", {"content": "Install helix, then the LSP servers", "user_id": "dana", "version": 1}
+        )
+    )
+    ok(
+        api.post(
+            "users/dana/messages",
+            {
+                "thread_id": "onboarding",
+                "messages": [
+                    {"role": "user", "content": "Hi, I am Dana and I just moved to Lyon."},
+                    {"role": "assistant", "content": "Welcome, Dana!"},
+                ],
+            },
+        ),
+        202,
+    )
+    tea = ok(
+        api.post("users/dana/facts", {"content": "Dana likes espresso", "source": "agent_inferred", "confidence": 0.8}),
+        201,
+    )
+    no_tea = ok(
+        api.post(
+            "users/dana/facts",
+            {"content": "Dana does not like espresso", "source": "agent_inferred", "confidence": 0.85},
+        ),
+        201,
+    )
     assert no_tea["outcome"] == "queued_for_review", no_tea
     # A reviewer keeps the second: the first is superseded by a fact that does not name it as corrected.
-    contradiction_resolve(principal=Principal.system(tenant.pk, actor="staff:reviewer"),
-                          contradiction_id=no_tea["contradiction_id"], action="keep_b")
+    contradiction_resolve(
+        principal=Principal.system(tenant.pk, actor="staff:reviewer"),
+        contradiction_id=no_tea["contradiction_id"],
+        action="keep_b",
+    )
     assert Fact.objects.get(pk=tea["fact"]["id"]).status == "superseded"
     old = ok(api.post("users/dana/facts", {"content": "Dana once used a Nokia 3310", "source": "user_stated"}), 201)
     Fact.objects.filter(pk=old["fact"]["id"]).update(status="stale", status_reason="low confidence for 60 days")
     ok(api.post("users/dana/facts", {"content": "Dana's cat is called Pixel", "source": "user_stated"}), 201)
-    ok(api.post("users/dana/facts", {"content": "Dana's cat is not called Pixel", "source": "user_stated",
-                                     "confidence": 0.95}), 201)  # an open review item: both stay active
+    ok(
+        api.post(
+            "users/dana/facts",
+            {"content": "Dana's cat is not called Pixel", "source": "user_stated", "confidence": 0.95},
+        ),
+        201,
+    )  # an open review item: both stay active
     dana = MemoryUser.objects.get(tenant=tenant, external_id="dana")
     now = timezone.now()
-    episode = Episode.objects.create(tenant=tenant, memory_user=dana, thread=Thread.objects.get(memory_user=dana),
-                                     started_at=now - timedelta(hours=1), ended_at=now,
-                                     summary="Dana introduced herself and her move to Lyon", outcome="success")
+    episode = Episode.objects.create(
+        tenant=tenant,
+        memory_user=dana,
+        thread=Thread.objects.get(memory_user=dana),
+        started_at=now - timedelta(hours=1),
+        ended_at=now,
+        summary="Dana introduced herself and her move to Lyon",
+        outcome="success",
+    )
     episode.facts.set(Fact.objects.filter(memory_user=dana, content__startswith="Dana works at Initech"))
     return {"first_editor": v1["fact"]["id"]}
 
@@ -113,8 +191,10 @@ def normalised(export: dict) -> dict:
         "facts": [fact(f) for f in export["facts"]],
         "notebook": {**export["notebook"], "revisions": [revision(r) for r in export["notebook"]["revisions"]]},
         "skills": [{**s, "revisions": [revision(r) for r in s["revisions"]]} for s in export["skills"]],
-        "episodes": [{**{k: v for k, v in e.items() if k != "id"},
-                      "fact_ids": sorted(position[i] for i in e["fact_ids"])} for e in export["episodes"]],
+        "episodes": [
+            {**{k: v for k, v in e.items() if k != "id"}, "fact_ids": sorted(position[i] for i in e["fact_ids"])}
+            for e in export["episodes"]
+        ],
         "messages": export["messages"],
     }
 
@@ -136,8 +216,13 @@ def test_export_erase_import_export_round_trips(tenant, admin_api, dana_history)
 
     report = ok(admin_api.post(IMPORT.format(u="dana"), first))
     assert report["refused"] == [] and report["diverged"] == [], report
-    assert report["imported"] == {"facts": 14, "notebook_revisions": 2, "skill_revisions": 2, "messages": 2,
-                                  "episodes": 1}, report
+    assert report["imported"] == {
+        "facts": 14,
+        "notebook_revisions": 2,
+        "skill_revisions": 2,
+        "messages": 2,
+        "episodes": 1,
+    }, report
     second = ok(admin_api.get("users/dana/export"))
 
     assert differences(normalised(first), normalised(second)) == []
@@ -162,7 +247,9 @@ def test_history_survives_the_round_trip(tenant, admin_api, dana_history):
     assert [(f["version"], f["status"]) for f in history["chain"]][-2:] == [(1, "superseded"), (2, "active")]
     editor = ok(admin_api.get("users/dana/facts", key="preference.editor", status="any"))["items"]
     assert sorted((f["version"], f["content"], f["status"]) for f in editor) == [
-        (1, "Dana uses vim", "superseded"), (2, "Dana uses helix", "active")]
+        (1, "Dana uses vim", "superseded"),
+        (2, "Dana uses helix", "active"),
+    ]
     paris = Fact.objects.get(memory_user=dana, content="Dana lives in Paris")
     assert (paris.status, paris.superseded_by_notebook.version) == ("superseded", 2)
     pinned = Fact.objects.get(memory_user=dana, content="Dana pins the release checklist")
@@ -175,8 +262,21 @@ def test_history_survives_the_round_trip(tenant, admin_api, dana_history):
 
 
 def _row_counts() -> dict[str, int]:
-    return {m.__name__: m.objects.count() for m in (Fact, Notebook, NotebookRevision, Skill, SkillRevision,
-                                                    Message, Episode, MemoryUser, ImportedItem, PiiBlock)}
+    return {
+        m.__name__: m.objects.count()
+        for m in (
+            Fact,
+            Notebook,
+            NotebookRevision,
+            Skill,
+            SkillRevision,
+            Message,
+            Episode,
+            MemoryUser,
+            ImportedItem,
+            PiiBlock,
+        )
+    }
 
 
 def test_importing_twice_writes_nothing_the_second_time(tenant, admin_api, dana_history):
@@ -189,9 +289,18 @@ def test_importing_twice_writes_nothing_the_second_time(tenant, admin_api, dana_
     assert again["already_imported"] == first["imported"]
     assert _row_counts() == counts
     # An export that grew since: only the new fact is written.
-    export["facts"].append({**export["facts"][-1], "id": "6f1d4b52-8f0e-4a3c-9d55-0d7f2b1e9a11",
-                            "content": "Dana learns Rust this winter", "key": None, "status": "active",
-                            "supersedes": None, "superseded_by": None, "superseded_by_notebook_version": None})
+    export["facts"].append(
+        {
+            **export["facts"][-1],
+            "id": "6f1d4b52-8f0e-4a3c-9d55-0d7f2b1e9a11",
+            "content": "Dana learns Rust this winter",
+            "key": None,
+            "status": "active",
+            "supersedes": None,
+            "superseded_by": None,
+            "superseded_by_notebook_version": None,
+        }
+    )
     grown = ok(admin_api.post(IMPORT.format(u="dana-copy"), export))
     assert grown["imported"] == {"facts": 1}
     copy = MemoryUser.objects.get(tenant=tenant, external_id="dana-copy")
@@ -219,26 +328,50 @@ def test_a_user_moves_to_another_tenant_with_new_ids(tenant, other_tenant, admin
 
 
 def test_a_secret_in_an_export_is_still_blocked_and_the_rest_imported(tenant, api):
-    export = {"format": "memory-admin/export-v1", "facts": [
-        {"id": "0b7c9a52-1c3e-4f57-a2a4-4b1f3e0a9d01", "content": f"Erin's OpenAI key is {SECRET}",
-         "confidence": 1.0, "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z",
-         "created_at": "2025-01-02T03:04:05Z"},
-        {"id": "0b7c9a52-1c3e-4f57-a2a4-4b1f3e0a9d02", "content": "Erin prefers dark mode",
-         "confidence": 1.0, "source": "user_stated", "valid_from": "2025-01-02T03:04:06Z",
-         "created_at": "2025-01-02T03:04:06Z"}],
-        "notebook": {"version": 1, "content": f"# Erin\n- token {SECRET}", "revisions": [
-            {"version": 1, "content": f"# Erin\n- token {SECRET}", "created_at": "2025-01-01T00:00:00Z"}]}}
+    export = {
+        "format": "memory-admin/export-v1",
+        "facts": [
+            {
+                "id": "0b7c9a52-1c3e-4f57-a2a4-4b1f3e0a9d01",
+                "content": f"Erin's OpenAI key is {SECRET}",
+                "confidence": 1.0,
+                "source": "user_stated",
+                "valid_from": "2025-01-02T03:04:05Z",
+                "created_at": "2025-01-02T03:04:05Z",
+            },
+            {
+                "id": "0b7c9a52-1c3e-4f57-a2a4-4b1f3e0a9d02",
+                "content": "Erin prefers dark mode",
+                "confidence": 1.0,
+                "source": "user_stated",
+                "valid_from": "2025-01-02T03:04:06Z",
+                "created_at": "2025-01-02T03:04:06Z",
+            },
+        ],
+        "notebook": {
+            "version": 1,
+            "content": f"# Erin\n- token {SECRET}",
+            "revisions": [{"version": 1, "content": f"# Erin\n- token {SECRET}", "created_at": "2025-01-01T00:00:00Z"}],
+        },
+    }
     response = api.post(IMPORT.format(u="erin"), export)
     report = ok(response)
     assert SECRET not in response.content.decode()
-    assert [(r["kind"], r["code"]) for r in report["refused"]] == [("notebook_revisions", "blocked"),
-                                                                  ("facts", "blocked")]
+    assert [(r["kind"], r["code"]) for r in report["refused"]] == [
+        ("notebook_revisions", "blocked"),
+        ("facts", "blocked"),
+    ]
     assert all(PiiBlock.objects.filter(pk=r["block_id"], tenant=tenant).exists() for r in report["refused"])
     erin = MemoryUser.objects.get(tenant=tenant, external_id="erin")
     assert list(Fact.objects.filter(memory_user=erin).values_list("content", flat=True)) == ["Erin prefers dark mode"]
-    stored = json.dumps([list(Fact.objects.values_list("content", "metadata")),
-                         list(NotebookRevision.objects.values_list("content", flat=True)),
-                         list(AuditEvent.objects.values_list("before", "after", "reason"))], default=str)
+    stored = json.dumps(
+        [
+            list(Fact.objects.values_list("content", "metadata")),
+            list(NotebookRevision.objects.values_list("content", flat=True)),
+            list(AuditEvent.objects.values_list("before", "after", "reason")),
+        ],
+        default=str,
+    )
     assert SECRET not in stored
     # Refusals are remembered too: a second import does not record the blocks again.
     blocks = PiiBlock.objects.count()
@@ -247,10 +380,20 @@ def test_a_secret_in_an_export_is_still_blocked_and_the_rest_imported(tenant, ap
 
 
 def _valid_export(n_facts: int = 1) -> dict:
-    return {"format": "memory-admin/export-v1", "facts": [
-        {"id": f"00000000-0000-4000-8000-{i:012d}", "content": f"Fact number {i} about Gus", "confidence": 1.0,
-         "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z", "created_at": "2025-01-02T03:04:05Z"}
-        for i in range(n_facts)]}
+    return {
+        "format": "memory-admin/export-v1",
+        "facts": [
+            {
+                "id": f"00000000-0000-4000-8000-{i:012d}",
+                "content": f"Fact number {i} about Gus",
+                "confidence": 1.0,
+                "source": "user_stated",
+                "valid_from": "2025-01-02T03:04:05Z",
+                "created_at": "2025-01-02T03:04:05Z",
+            }
+            for i in range(n_facts)
+        ],
+    }
 
 
 def test_an_export_over_the_item_limit_is_413_and_nothing_is_written(tenant, api, settings):
@@ -263,20 +406,42 @@ def test_an_export_over_the_item_limit_is_413_and_nothing_is_written(tenant, api
     assert _row_counts() == before
 
 
-@pytest.mark.parametrize(("change", "status", "code", "field"), [
-    pytest.param({"format": "memory-admin/export-v9"}, 422, "invalid", "format", id="unknown format"),
-    pytest.param({"facts": [{"id": "x"}]}, 422, "invalid", "facts.0.id", id="fact without its fields"),
-    pytest.param({"facts": _valid_export(2)["facts"][:1] * 2}, 422, "invalid", "facts.id", id="duplicate ids"),
-    pytest.param({"facts": [{**_valid_export()["facts"][0], "content": "x" * 9000}]}, 413, "content_too_large",
-                 None, id="fact over 8 KB"),
-    pytest.param({"facts": [{**_valid_export()["facts"][0], "created_at": "2025-01-02T03:04:05"}]}, 422,
-                 "invalid", "facts.0.created_at", id="naive time"),
-    pytest.param({"skills": [{"path": "../etc/passwd", "content": "x"}]}, 422, "invalid", "skills.0.path",
-                 id="bad skill path"),
-    pytest.param({"messages": [{"thread_id": "t/1", "role": "user", "content": "hi",
-                                "created_at": "2025-01-02T03:04:05Z"}]}, 422, "invalid", "messages.0.thread_id",
-                 id="bad thread id"),
-])
+@pytest.mark.parametrize(
+    ("change", "status", "code", "field"),
+    [
+        pytest.param({"format": "memory-admin/export-v9"}, 422, "invalid", "format", id="unknown format"),
+        pytest.param({"facts": [{"id": "x"}]}, 422, "invalid", "facts.0.id", id="fact without its fields"),
+        pytest.param({"facts": _valid_export(2)["facts"][:1] * 2}, 422, "invalid", "facts.id", id="duplicate ids"),
+        pytest.param(
+            {"facts": [{**_valid_export()["facts"][0], "content": "x" * 9000}]},
+            413,
+            "content_too_large",
+            None,
+            id="fact over 8 KB",
+        ),
+        pytest.param(
+            {"facts": [{**_valid_export()["facts"][0], "created_at": "2025-01-02T03:04:05"}]},
+            422,
+            "invalid",
+            "facts.0.created_at",
+            id="naive time",
+        ),
+        pytest.param(
+            {"skills": [{"path": "../etc/passwd", "content": "x"}]},
+            422,
+            "invalid",
+            "skills.0.path",
+            id="bad skill path",
+        ),
+        pytest.param(
+            {"messages": [{"thread_id": "t/1", "role": "user", "content": "hi", "created_at": "2025-01-02T03:04:05Z"}]},
+            422,
+            "invalid",
+            "messages.0.thread_id",
+            id="bad thread id",
+        ),
+    ],
+)
 def test_a_bad_export_is_refused_whole(tenant, api, change, status, code, field):
     before = _row_counts()
     body = {**_valid_export(), **change}
@@ -291,8 +456,11 @@ def test_a_bad_export_is_refused_whole(tenant, api, change, status, code, field)
 
 
 def test_a_hand_made_export_with_only_the_current_notebook_imports_it_as_one_revision(tenant, api):
-    export = {"format": "memory-admin/export-v1", "exported_at": "2025-02-01T00:00:00Z",
-              "notebook": {"version": 7, "content": "# Ivo\n- Ivo lives in Porto"}}
+    export = {
+        "format": "memory-admin/export-v1",
+        "exported_at": "2025-02-01T00:00:00Z",
+        "notebook": {"version": 7, "content": "# Ivo\n- Ivo lives in Porto"},
+    }
     report = ok(api.post(IMPORT.format(u="ivo"), export))
     assert report["imported"] == {"notebook_revisions": 1}
     notebook = ok(api.get("users/ivo/notebook"))
@@ -301,10 +469,14 @@ def test_a_hand_made_export_with_only_the_current_notebook_imports_it_as_one_rev
 
 def test_a_thread_id_that_is_a_secret_refuses_its_messages_and_keeps_the_rest(tenant, api):
     stamp = "2025-01-02T03:04:05Z"
-    export = {"format": "memory-admin/export-v1", "messages": [
-        {"thread_id": "ok-thread", "role": "user", "content": "Jo says hello", "created_at": stamp},
-        {"thread_id": SECRET, "role": "user", "content": "Jo pasted a key as a thread id", "created_at": stamp}],
-        "facts": _valid_export()["facts"]}
+    export = {
+        "format": "memory-admin/export-v1",
+        "messages": [
+            {"thread_id": "ok-thread", "role": "user", "content": "Jo says hello", "created_at": stamp},
+            {"thread_id": SECRET, "role": "user", "content": "Jo pasted a key as a thread id", "created_at": stamp},
+        ],
+        "facts": _valid_export()["facts"],
+    }
     blocks = PiiBlock.objects.count()
     report = ok(api.post(IMPORT.format(u="jo"), export))
     assert [(r["kind"], r["index"], r["code"]) for r in report["refused"]] == [("messages", 1, "blocked")]
@@ -317,8 +489,10 @@ def test_a_thread_id_that_is_a_secret_refuses_its_messages_and_keeps_the_rest(te
 
 def test_more_messages_than_one_post_takes_are_imported_and_checked_by_their_place(tenant, api):
     stamp = "2025-01-02T03:04:05Z"
-    messages = [{"thread_id": f"t{i // 300}", "role": "user", "content": f"Kim's message {i}", "created_at": stamp}
-                for i in range(700)]
+    messages = [
+        {"thread_id": f"t{i // 300}", "role": "user", "content": f"Kim's message {i}", "created_at": stamp}
+        for i in range(700)
+    ]
     export = {"format": "memory-admin/export-v1", "messages": messages}
     assert ok(api.post(IMPORT.format(u="kim"), export))["imported"] == {"messages": 700}
     assert Message.objects.filter(memory_user__external_id="kim", skip_reason="imported").count() == 700
@@ -357,18 +531,39 @@ def test_no_planted_secret_in_an_export_reaches_the_database(api):
     for i, (kind, secret) in enumerate(SECRETS.items()):
         text = f"Remember this for Hana ({kind}): {secret} thanks"
         base = {"confidence": 1.0, "source": "user_stated", "valid_from": stamp, "created_at": stamp}
-        facts += [{**base, "id": f"00000000-0000-4000-8000-{i:06d}000001", "content": text},
-                  {**base, "id": f"00000000-0000-4000-8000-{i:06d}000002", "content": f"Hana's note {i}",
-                   "metadata": {"note": text}}]
+        facts += [
+            {**base, "id": f"00000000-0000-4000-8000-{i:06d}000001", "content": text},
+            {
+                **base,
+                "id": f"00000000-0000-4000-8000-{i:06d}000002",
+                "content": f"Hana's note {i}",
+                "metadata": {"note": text},
+            },
+        ]
         messages.append({"thread_id": "t1", "role": "user", "content": text, "created_at": stamp})
         revisions.append({"version": i + 1, "content": f"# Hana\n- {text}", "created_at": stamp})
         skills.append({"path": f"hana/s{i}.md", "content": text})
-        episodes.append({"id": f"00000000-0000-4000-9000-{i:012d}", "started_at": stamp, "ended_at": stamp,
-                         "summary": text})
-    facts.append({"id": "00000000-0000-4000-8000-999999999999", "content": "Hana keeps her notes in Obsidian",
-                  "confidence": 1.0, "source": "user_stated", "valid_from": stamp, "created_at": stamp})
-    export = {"format": "memory-admin/export-v1", "facts": facts, "messages": messages, "episodes": episodes,
-              "notebook": {"revisions": revisions}, "skills": skills}
+        episodes.append(
+            {"id": f"00000000-0000-4000-9000-{i:012d}", "started_at": stamp, "ended_at": stamp, "summary": text}
+        )
+    facts.append(
+        {
+            "id": "00000000-0000-4000-8000-999999999999",
+            "content": "Hana keeps her notes in Obsidian",
+            "confidence": 1.0,
+            "source": "user_stated",
+            "valid_from": stamp,
+            "created_at": stamp,
+        }
+    )
+    export = {
+        "format": "memory-admin/export-v1",
+        "facts": facts,
+        "messages": messages,
+        "episodes": episodes,
+        "notebook": {"revisions": revisions},
+        "skills": skills,
+    }
     response = api.post(IMPORT.format(u="hana"), export)
     report = ok(response)
     for needles in NEEDLES.values():

@@ -44,10 +44,20 @@ B_SKILL = "Bob's tenant deploys with a blue-green switch"
 
 
 # A minimal export (the body of POST /users/{id}/import).
-IMPORT_BODY = {"format": "memory-admin/export-v1", "facts": [
-    {"id": "5d0c1f3e-7a2b-4c9d-8e6f-1a2b3c4d5e6f", "content": "bob hates the cello", "key": "hobby",
-     "confidence": 1.0, "source": "user_stated", "valid_from": "2025-01-02T03:04:05Z",
-     "created_at": "2025-01-02T03:04:05Z"}]}
+IMPORT_BODY = {
+    "format": "memory-admin/export-v1",
+    "facts": [
+        {
+            "id": "5d0c1f3e-7a2b-4c9d-8e6f-1a2b3c4d5e6f",
+            "content": "bob hates the cello",
+            "key": "hobby",
+            "confidence": 1.0,
+            "source": "user_stated",
+            "valid_from": "2025-01-02T03:04:05Z",
+            "created_at": "2025-01-02T03:04:05Z",
+        }
+    ],
+}
 
 
 def case(method: str, path: str, *rest):
@@ -73,8 +83,7 @@ def b_world(other_tenant, make_api):
     """Tenant B: user bob with a corrected fact (a chain with history), a notebook, a user skill and a
     tenant skill, all written through B's own key."""
     b_api = make_api(other_tenant, admin=True, agent="b-agent")
-    first = b_api.post("users/bob/facts", {"content": B_SECRET_TEXT, "key": "secret.location",
-                                           "source": "user_stated"})
+    first = b_api.post("users/bob/facts", {"content": B_SECRET_TEXT, "key": "secret.location", "source": "user_stated"})
     assert first.status_code == 201, first.content
     old_id = first.json()["fact"]["id"]
     corrected = b_api.post(f"facts/{old_id}/correct", {"content": B_SECRET_TEXT + " in the attic"})
@@ -109,8 +118,9 @@ def b_snapshot(b_world) -> dict:
 FACT_ID_ROUTES = [
     pytest.param("get", "facts/{id}", None, id="GET facts/{id}"),
     pytest.param("get", "facts/{id}/history", None, id="GET facts/{id}/history"),
-    pytest.param("post", "facts/{id}/correct", {"content": "Bob now hides them in the shed"},
-                 id="POST facts/{id}/correct"),
+    pytest.param(
+        "post", "facts/{id}/correct", {"content": "Bob now hides them in the shed"}, id="POST facts/{id}/correct"
+    ),
     pytest.param("delete", "facts/{id}", None, id="DELETE facts/{id}"),
     pytest.param("delete", "facts/{id}", {"reason": "tenant A wants it gone"}, id="DELETE facts/{id} with reason"),
     pytest.param("post", "facts/{id}/pin", {"pinned": True}, id="POST facts/{id}/pin"),
@@ -154,8 +164,9 @@ def test_another_tenants_user_is_not_found_on_reads(api, b_world, method, path, 
     assert b_snapshot(b_world) == before
 
 
-@pytest.mark.parametrize(("method", "path"), [("get", "users/{u}/export"), ("delete", "users/{u}")],
-                         ids=["export", "erase"])
+@pytest.mark.parametrize(
+    ("method", "path"), [("get", "users/{u}/export"), ("delete", "users/{u}")], ids=["export", "erase"]
+)
 def test_admin_key_of_another_tenant_cannot_export_or_erase(tenant, make_api, b_world, method, path):
     a_admin = make_api(tenant, admin=True)
     before = b_snapshot(b_world)
@@ -222,9 +233,7 @@ def test_fact_lists_never_contain_another_tenants_facts(api, b_world):
         items = api.get("users/alice/facts", status=status).json()["items"]
         assert all(item["user_id"] == "alice" for item in items)
         assert str(b_world["fact"]) not in {item["id"] for item in items}
-    assert {i["content"] for i in api.get("users/alice/facts", status="any").json()["items"]} == {
-        "Alice drinks coffee"
-    }
+    assert {i["content"] for i in api.get("users/alice/facts", status="any").json()["items"]} == {"Alice drinks coffee"}
 
 
 def test_history_of_ones_own_fact_shows_no_events_of_another_tenant(api, b_world):
@@ -263,19 +272,35 @@ def test_settings_are_per_tenant(tenant, other_tenant, make_api, b_world):
 def test_another_tenants_episode_is_not_found(api, b_world, method, path):
     bob = b_world["bob"]
     now = timezone.now()
-    episode = Episode.objects.create(tenant=b_world["tenant"], memory_user=bob, started_at=now, ended_at=now,
-                                     summary="Bob opened the vault")
+    episode = Episode.objects.create(
+        tenant=b_world["tenant"], memory_user=bob, started_at=now, ended_at=now, summary="Bob opened the vault"
+    )
     assert_not_found(api.get(path.format(id=episode.pk)), "vault")
 
 
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
-        case("post", "users/{u}/messages", {"thread_id": "t1", "messages": [
-            {"role": "user", "content": "A's bob says hello to the service"}]}),
-        case("post", "users/{u}/import", {**IMPORT_BODY, "messages": [
-            {"thread_id": "t1", "role": "user", "content": "A's bob says hello to the service",
-             "created_at": "2025-01-02T03:04:05Z"}]}),
+        case(
+            "post",
+            "users/{u}/messages",
+            {"thread_id": "t1", "messages": [{"role": "user", "content": "A's bob says hello to the service"}]},
+        ),
+        case(
+            "post",
+            "users/{u}/import",
+            {
+                **IMPORT_BODY,
+                "messages": [
+                    {
+                        "thread_id": "t1",
+                        "role": "user",
+                        "content": "A's bob says hello to the service",
+                        "created_at": "2025-01-02T03:04:05Z",
+                    }
+                ],
+            },
+        ),
     ],
 )
 def test_message_writes_with_the_other_tenants_user_id_stay_in_ones_own_tenant(
@@ -295,22 +320,48 @@ def test_an_import_naming_another_tenants_fact_ids_never_touches_them(tenant, ap
     export whose correction `supersedes` B's fact, whose fact is `superseded_by` it and whose episode
     links it writes only A's own rows."""
     before = b_snapshot(b_world)
-    body = {"format": "memory-admin/export-v1", "facts": [
-        {"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "content": "Bob's launch codes moved to the shed",
-         "confidence": 1.0, "source": "user_correction", "supersedes": b_world["fact"],
-         "valid_from": "2025-01-02T03:04:05Z", "created_at": "2025-01-02T03:04:05Z"},
-        {"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5c", "content": "A's bob keeps bees", "confidence": 1.0,
-         "source": "user_stated", "status": "superseded", "superseded_by": b_world["old_fact"],
-         "valid_from": "2025-01-02T03:04:06Z", "created_at": "2025-01-02T03:04:06Z"}],
-        "episodes": [{"id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5d", "started_at": "2025-01-02T03:00:00Z",
-                      "ended_at": "2025-01-02T04:00:00Z", "summary": "A's bob talked", "fact_ids": [b_world["fact"]]}]}
+    body = {
+        "format": "memory-admin/export-v1",
+        "facts": [
+            {
+                "id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b",
+                "content": "Bob's launch codes moved to the shed",
+                "confidence": 1.0,
+                "source": "user_correction",
+                "supersedes": b_world["fact"],
+                "valid_from": "2025-01-02T03:04:05Z",
+                "created_at": "2025-01-02T03:04:05Z",
+            },
+            {
+                "id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5c",
+                "content": "A's bob keeps bees",
+                "confidence": 1.0,
+                "source": "user_stated",
+                "status": "superseded",
+                "superseded_by": b_world["old_fact"],
+                "valid_from": "2025-01-02T03:04:06Z",
+                "created_at": "2025-01-02T03:04:06Z",
+            },
+        ],
+        "episodes": [
+            {
+                "id": "7c2f0e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5d",
+                "started_at": "2025-01-02T03:00:00Z",
+                "ended_at": "2025-01-02T04:00:00Z",
+                "summary": "A's bob talked",
+                "fact_ids": [b_world["fact"]],
+            }
+        ],
+    }
     response = api.post("users/bob/import", body)
     assert response.status_code == 200, response.content
     assert "launch codes are hidden" not in response.content.decode()
     assert b_snapshot(b_world) == before
     a_bob = MemoryUser.objects.get(tenant=tenant, external_id="bob")
     assert sorted(Fact.objects.filter(memory_user=a_bob).values_list("content", "version", "supersedes_id")) == [
-        ("A's bob keeps bees", 1, None), ("Bob's launch codes moved to the shed", 1, None)]
+        ("A's bob keeps bees", 1, None),
+        ("Bob's launch codes moved to the shed", 1, None),
+    ]
     assert [d["exported_status"] for d in response.json()["diverged"]] == ["superseded"]
     assert not Episode.objects.get(memory_user=a_bob).facts.exists()
 
@@ -323,12 +374,17 @@ def two_users(tenant, api):
     """alice and bob in one tenant, each with a fact and a notebook, written by an unrestricted key."""
     ids = {}
     for name in ("alice", "bob"):
-        r = api.post(f"users/{name}/facts", {"content": f"{name} plays the cello", "key": "hobby",
-                                             "source": "user_stated"})
+        r = api.post(
+            f"users/{name}/facts", {"content": f"{name} plays the cello", "key": "hobby", "source": "user_stated"}
+        )
         assert r.status_code == 201, r.content
         ids[name] = r.json()["fact"]["id"]
-        assert api.put(f"users/{name}/notebook", {"content": f"# {name}\n- {name} is left-handed",
-                                                  "version": 0}).status_code == 200
+        assert (
+            api.put(
+                f"users/{name}/notebook", {"content": f"# {name}\n- {name} is left-handed", "version": 0}
+            ).status_code
+            == 200
+        )
     return ids
 
 
@@ -350,8 +406,10 @@ def test_restricted_key_reaches_its_own_users(alice_only, two_users):
     assert alice_only.get(f"facts/{two_users['alice']}").status_code == 200
     assert alice_only.get(f"facts/{two_users['alice']}/history").status_code == 200
     assert alice_only.get("users/alice/notebook").json()["version"] == 1
-    assert alice_only.put("users/alice/notebook", {"content": "# alice\n- prefers mornings",
-                                                   "version": 1}).status_code == 200
+    assert (
+        alice_only.put("users/alice/notebook", {"content": "# alice\n- prefers mornings", "version": 1}).status_code
+        == 200
+    )
     assert alice_only.post(f"facts/{two_users['alice']}/pin", {"pinned": True}).status_code == 200
 
 
@@ -361,8 +419,12 @@ def test_restricted_key_reaches_its_own_users(alice_only, two_users):
         pytest.param("get", "users/bob/facts", None, id="GET bob's facts"),
         pytest.param("get", "users/bob/notebook", None, id="GET bob's notebook"),
         pytest.param("put", "users/bob/notebook", {"content": "overwritten", "version": 1}, id="PUT bob's notebook"),
-        pytest.param("post", "users/bob/facts", {"content": "bob hates the cello", "key": "hobby",
-                                                 "source": "user_stated"}, id="POST bob's facts"),
+        pytest.param(
+            "post",
+            "users/bob/facts",
+            {"content": "bob hates the cello", "key": "hobby", "source": "user_stated"},
+            id="POST bob's facts",
+        ),
         pytest.param("get", "facts/{bob}", None, id="GET bob's fact"),
         pytest.param("get", "facts/{bob}/history", None, id="GET bob's history"),
         pytest.param("post", "facts/{bob}/correct", {"content": "bob plays the tuba"}, id="correct bob's fact"),
@@ -399,8 +461,7 @@ def test_restricted_key_cannot_create_new_users_by_writing(tenant, alice_only, t
     response = getattr(alice_only, method)(path, body)
     assert_not_found(response)
     assert not MemoryUser.objects.filter(external_id="carol").exists()
-    assert (MemoryUser.objects.count(), Fact.objects.count(), Notebook.objects.count(),
-            Skill.objects.count()) == counts
+    assert (MemoryUser.objects.count(), Fact.objects.count(), Notebook.objects.count(), Skill.objects.count()) == counts
 
 
 def test_restricted_key_lists_no_other_users_skills(tenant, api, alice_only, two_users):
@@ -557,8 +618,15 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
     rows: dict[type, list] = {}
 
     def fact(text: str) -> Fact:
-        return Fact.objects.create(tenant=tenant, memory_user=user, content=text, content_hash=uuid.uuid4().hex,
-                                   confidence=0.9, source="user_stated", valid_from=now)
+        return Fact.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            content=text,
+            content_hash=uuid.uuid4().hex,
+            confidence=0.9,
+            source="user_stated",
+            valid_from=now,
+        )
 
     fact_a, fact_b = fact(f"{user} likes jazz"), fact(f"{user} hates jazz")
     notebook = Notebook.objects.create(tenant=tenant, memory_user=user, content="# notes", version=1)
@@ -572,23 +640,42 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
     rows[Skill] = [skill]
     rows[SkillRevision] = [SkillRevision.objects.create(skill=skill, version=1, content="swing")]
     rows[Thread] = [thread]
-    rows[Message] = [Message.objects.create(tenant=tenant, memory_user=user, thread=thread, role="user",
-                                            content="I like jazz", created_at=now)]
-    rows[Episode] = [Episode.objects.create(tenant=tenant, memory_user=user, thread=thread, started_at=now,
-                                            ended_at=now, summary="talked jazz")]
-    rows[Contradiction] = [Contradiction.objects.create(tenant=tenant, memory_user=user, fact_a=fact_a,
-                                                        fact_b=fact_b, detector="semantic")]
+    rows[Message] = [
+        Message.objects.create(
+            tenant=tenant, memory_user=user, thread=thread, role="user", content="I like jazz", created_at=now
+        )
+    ]
+    rows[Episode] = [
+        Episode.objects.create(
+            tenant=tenant, memory_user=user, thread=thread, started_at=now, ended_at=now, summary="talked jazz"
+        )
+    ]
+    rows[Contradiction] = [
+        Contradiction.objects.create(tenant=tenant, memory_user=user, fact_a=fact_a, fact_b=fact_b, detector="semantic")
+    ]
     rows[ExtractionBatch] = [batch]
-    rows[PiiBlock] = [PiiBlock.objects.create(tenant=tenant, memory_user=user, route="fact", action="blocked",
-                                              kinds=["email"], redacted_preview="[REDACTED:email]",
-                                              fingerprint="f" * 64)]
-    rows[AuditEvent] = [AuditEvent.objects.create(tenant=tenant, memory_user=user, actor_type="agent",
-                                                  actor="agent:x", action="fact.write")]
+    rows[PiiBlock] = [
+        PiiBlock.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            route="fact",
+            action="blocked",
+            kinds=["email"],
+            redacted_preview="[REDACTED:email]",
+            fingerprint="f" * 64,
+        )
+    ]
+    rows[AuditEvent] = [
+        AuditEvent.objects.create(
+            tenant=tenant, memory_user=user, actor_type="agent", actor="agent:x", action="fact.write"
+        )
+    ]
     rows[Edge] = [Edge.objects.create(tenant=tenant, type="CONTRADICTS", src_fact=fact_b, dst_fact=fact_a)]
     rows[LlmCall] = [LlmCall.objects.create(tenant=tenant, batch=batch, layer="extraction", model="m")]
     # Tenant-wide counts (no user): one row per user here only so that each has rows to look for.
-    rows[UsageDay] = [UsageDay.objects.create(tenant=tenant, day=date(2000, 1, 1) + timedelta(days=user.pk),
-                                              kind="search", count=1)]
+    rows[UsageDay] = [
+        UsageDay.objects.create(tenant=tenant, day=date(2000, 1, 1) + timedelta(days=user.pk), kind="search", count=1)
+    ]
     return {model: {row.pk for row in objs} for model, objs in rows.items()}
 
 
@@ -617,10 +704,12 @@ def principals(tenant, alice: MemoryUser) -> dict[str, Principal]:
         "operator": Principal(tenant_id=tenant.pk, role="operator", actor="staff:op", actor_type="staff"),
         "auditor": Principal(tenant_id=tenant.pk, role="auditor", actor="staff:aud", actor_type="staff"),
         "system": Principal.system(tenant.pk),
-        "restricted_agent": Principal(tenant_id=tenant.pk, role="agent", actor="agent:r",
-                                      allowed_external_ids=("alice",)),
-        "member": Principal(tenant_id=tenant.pk, role="member", actor="staff:alice", actor_type="staff",
-                            member_user_id=alice.pk),
+        "restricted_agent": Principal(
+            tenant_id=tenant.pk, role="agent", actor="agent:r", allowed_external_ids=("alice",)
+        ),
+        "member": Principal(
+            tenant_id=tenant.pk, role="member", actor="staff:alice", actor_type="staff", member_user_id=alice.pk
+        ),
     }
 
 
@@ -630,8 +719,7 @@ def test_every_guarded_model_is_covered_by_these_tests(access_world):
 
 
 @pytest.mark.parametrize("model", GUARDED_MODELS, ids=lambda m: m.__name__)
-@pytest.mark.parametrize("who", ["agent", "agent_admin", "operator", "auditor", "system", "restricted_agent",
-                                 "member"])
+@pytest.mark.parametrize("who", ["agent", "agent_admin", "operator", "auditor", "system", "restricted_agent", "member"])
 def test_visible_never_returns_another_tenants_rows(tenant, access_world, model, who):
     principal = principals(tenant, access_world["alice_user"])[who]
     seen = set(visible(principal, model.objects.all()).values_list("pk", flat=True))
@@ -687,14 +775,28 @@ def test_tenant_wide_notebook_skills_and_org_facts_are_shared_within_the_tenant_
     mine = {
         Notebook: Notebook.objects.get(tenant=tenant, memory_user=None).pk,
         Skill: Skill.objects.create(tenant=tenant, memory_user=None, path="house.md", content="rules").pk,
-        Fact: Fact.objects.create(tenant=tenant, scope="org", content="the office is in Lyon", content_hash="h1",
-                                  confidence=1, source="user_stated", valid_from=now).pk,
+        Fact: Fact.objects.create(
+            tenant=tenant,
+            scope="org",
+            content="the office is in Lyon",
+            content_hash="h1",
+            confidence=1,
+            source="user_stated",
+            valid_from=now,
+        ).pk,
     }
     theirs = {
         Notebook: Notebook.objects.get(tenant=other_tenant, memory_user=None).pk,
         Skill: Skill.objects.create(tenant=other_tenant, memory_user=None, path="house.md", content="x").pk,
-        Fact: Fact.objects.create(tenant=other_tenant, scope="org", content="their office", content_hash="h2",
-                                  confidence=1, source="user_stated", valid_from=now).pk,
+        Fact: Fact.objects.create(
+            tenant=other_tenant,
+            scope="org",
+            content="their office",
+            content_hash="h2",
+            confidence=1,
+            source="user_stated",
+            valid_from=now,
+        ).pk,
     }
     for who, principal in principals(tenant, access_world["alice_user"]).items():
         for model in (Notebook, Skill, Fact):

@@ -48,16 +48,25 @@ def admin_key(tenant):
     for content in ("Alice prefers vim", "Alice lives in Lyon", "Alice deploys with helm"):
         assert api.post("users/alice/facts", {"content": content, "source": "user_stated"}).status_code == 201
     assert api.put("users/alice/notebook", {"content": "# Alice\n- likes tea", "version": 0}).status_code == 200
-    assert api.post("users/alice/messages", {"thread_id": "alice", "messages": [
-        {"role": "user", "content": "I moved to Lyon last year"}]}).status_code == 202
+    assert (
+        api.post(
+            "users/alice/messages",
+            {"thread_id": "alice", "messages": [{"role": "user", "content": "I moved to Lyon last year"}]},
+        ).status_code
+        == 202
+    )
     return raw
 
 
 @schema.parametrize()
-@settings(max_examples=MAX_EXAMPLES, deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 def test_the_api_holds_its_schema_against_generated_requests(case, admin_key):
     # Not checked: that every schema-valid request is accepted. Some refusals depend on the content
     # (a secret is `blocked`, blank text, byte limits, an unknown user is 404) and no JSON Schema states them.
-    case.call_and_validate(headers={"Authorization": f"Bearer {admin_key}"},
-                           excluded_checks=[positive_data_acceptance])
+    case.call_and_validate(headers={"Authorization": f"Bearer {admin_key}"}, excluded_checks=[positive_data_acceptance])

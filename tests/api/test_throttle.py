@@ -82,11 +82,19 @@ def test_the_count_is_shared_across_processes(settings, tenant, make_api):
     key_id = ApiKey.objects.get(tenant=tenant).pk
     assert api.get("skills").status_code == 200
     # Another server process spends five more requests of the same key.
-    code = ("import django; django.setup()\n"
-            "from memory_admin.services.throttle import api_key_hit\n"
-            f"for _ in range(5): api_key_hit({key_id})\n")
-    env = {**os.environ, "DATABASE_URL": _database_url(), "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
-           "API_RATE_LIMIT": "6", "API_RATE_WINDOW_SECONDS": "3600", "PYTHONPATH": str(ROOT)}
+    code = (
+        "import django; django.setup()\n"
+        "from memory_admin.services.throttle import api_key_hit\n"
+        f"for _ in range(5): api_key_hit({key_id})\n"
+    )
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
+        "API_RATE_LIMIT": "6",
+        "API_RATE_WINDOW_SECONDS": "3600",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("TEST_DB_NAME", None)
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
     assert_rate_limited(api.get("skills"), 3600)
@@ -139,8 +147,11 @@ def test_typed_user_names_are_not_stored(settings, account):
 # --- password policy ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("password", ["short1", "password1234", "123456789012", "olga-operator-olga"],
-                         ids=["too-short", "common", "numeric", "like-the-username"])
+@pytest.mark.parametrize(
+    "password",
+    ["short1", "password1234", "123456789012", "olga-operator-olga"],
+    ids=["too-short", "common", "numeric", "like-the-username"],
+)
 def test_create_staff_refuses_weak_passwords(tenant, password):
     with pytest.raises(CommandError, match="too weak"):
         call_command("create_staff", tenant.slug, "olga-operator", "--role", "operator", "--password", password)

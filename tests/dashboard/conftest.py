@@ -40,9 +40,13 @@ def make_staff(db):
 
     def make(tenant, role: str, memory_user: MemoryUser | None = None, username: str | None = None) -> Client:
         username = username or f"{role}-{next(_n)}"
-        membership, _ = staff_create(tenant_slug=tenant.slug, username=username, role=role,
-                                     memory_user_external_id=memory_user.external_id if memory_user else None,
-                                     password=PASSWORD)
+        membership, _ = staff_create(
+            tenant_slug=tenant.slug,
+            username=username,
+            role=role,
+            memory_user_external_id=memory_user.external_id if memory_user else None,
+            password=PASSWORD,
+        )
         client = Client()
         client.force_login(membership.user)
         client.username = username
@@ -76,9 +80,17 @@ def make_fact(db):
     def make(memory_user: MemoryUser, content: str, **fields) -> Fact:
         now = timezone.now()
         defaults = dict(
-            id=uuid.uuid4(), tenant_id=memory_user.tenant_id, memory_user=memory_user, scope="user",
-            content=content, content_hash=content_hash(content), confidence=0.9, source="user_stated",
-            valid_from=now, category="preference", kind="fact",
+            id=uuid.uuid4(),
+            tenant_id=memory_user.tenant_id,
+            memory_user=memory_user,
+            scope="user",
+            content=content,
+            content_hash=content_hash(content),
+            confidence=0.9,
+            source="user_stated",
+            valid_from=now,
+            category="preference",
+            kind="fact",
         )
         defaults.update(fields)
         return Fact.objects.create(**defaults)
@@ -91,8 +103,15 @@ def make_contradiction(make_fact):
     def make(memory_user: MemoryUser, a: str = "Prefers tea", b: str = "Prefers coffee", age_days: int = 0):
         fa = make_fact(memory_user, a, contested=True, confidence=0.8)
         fb = make_fact(memory_user, b, contested=True, confidence=0.7)
-        c = Contradiction.objects.create(tenant_id=memory_user.tenant_id, memory_user=memory_user, fact_a=fa,
-                                         fact_b=fb, detector="semantic", reason="tea vs coffee", similarity=0.8)
+        c = Contradiction.objects.create(
+            tenant_id=memory_user.tenant_id,
+            memory_user=memory_user,
+            fact_a=fa,
+            fact_b=fb,
+            detector="semantic",
+            reason="tea vs coffee",
+            similarity=0.8,
+        )
         if age_days:
             Contradiction.objects.filter(pk=c.pk).update(created_at=timezone.now() - timedelta(days=age_days))
         return c
@@ -103,9 +122,16 @@ def make_contradiction(make_fact):
 @pytest.fixture
 def make_block(db):
     def make(tenant, memory_user=None, preview="contact me at [email]", kinds=("email",), fingerprint="fp1"):
-        return PiiBlock.objects.create(tenant=tenant, memory_user=memory_user, actor="agent:bot", route="fact",
-                                       action="blocked", kinds=list(kinds), redacted_preview=preview,
-                                       fingerprint=fingerprint)
+        return PiiBlock.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            actor="agent:bot",
+            route="fact",
+            action="blocked",
+            kinds=list(kinds),
+            redacted_preview=preview,
+            fingerprint=fingerprint,
+        )
 
     return make
 

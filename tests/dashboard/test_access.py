@@ -37,10 +37,11 @@ def test_principal_for_staff_carries_role_and_member_user(tenant, make_staff, me
     # What tenant_view does for every page: the account's membership of this tenant, as a Principal.
     member = make_staff(tenant, "member", memory_user, username="mia")
     user = Membership.objects.get(user__username=member.username).user
-    membership, = (m for m in memberships_of(user) if m.tenant.slug == tenant.slug)
+    (membership,) = (m for m in memberships_of(user) if m.tenant.slug == tenant.slug)
     principal = principal_from_membership(membership, user.get_username())
-    assert principal == Principal(tenant_id=tenant.pk, role="member", actor="staff:mia", actor_type="staff",
-                                  member_user_id=memory_user.pk)
+    assert principal == Principal(
+        tenant_id=tenant.pk, role="member", actor="staff:mia", actor_type="staff", member_user_id=memory_user.pk
+    )
 
 
 def test_another_tenant_is_404(operator, other_tenant):
@@ -63,17 +64,20 @@ def test_a_member_sees_only_their_own_memory(member, tenant, memory_user, other_
     theirs = make_fact(other_user, "Bob likes coffee")
     assert member.get(reverse("user_facts", args=[tenant.slug, memory_user.pk])).status_code == 200
     assert member.get(reverse("fact_detail", args=[tenant.slug, mine.pk])).status_code == 200
-    for url in (reverse("user_facts", args=[tenant.slug, other_user.pk]),
-                reverse("user_notebook", args=[tenant.slug, other_user.pk]),
-                reverse("fact_detail", args=[tenant.slug, theirs.pk])):
+    for url in (
+        reverse("user_facts", args=[tenant.slug, other_user.pk]),
+        reverse("user_notebook", args=[tenant.slug, other_user.pk]),
+        reverse("fact_detail", args=[tenant.slug, theirs.pk]),
+    ):
         assert member.get(url).status_code == 404, url
     assert member.post(reverse("fact_forget", args=[tenant.slug, theirs.pk])).status_code == 404
     theirs.refresh_from_db()
     assert theirs.status == "active"
 
 
-@pytest.mark.parametrize("page", ["overview", "users", "review", "skills", "batches", "audit", "keys", "settings",
-                                  "pii"])
+@pytest.mark.parametrize(
+    "page", ["overview", "users", "review", "skills", "batches", "audit", "keys", "settings", "pii"]
+)
 def test_a_member_has_no_staff_pages(member, tenant, page):
     assert member.get(reverse(page, args=[tenant.slug])).status_code in (403, 404)
 
@@ -98,8 +102,7 @@ def test_a_member_corrects_and_forgets_their_facts_but_cannot_pin(member, tenant
     assert other.status == "evicted"
 
 
-def test_an_auditor_reads_everything_and_changes_nothing(auditor, tenant, memory_user, make_fact,
-                                                         make_contradiction):
+def test_an_auditor_reads_everything_and_changes_nothing(auditor, tenant, memory_user, make_fact, make_contradiction):
     fact = make_fact(memory_user, "Alice lives in Paris")
     item = make_contradiction(memory_user)
     assert auditor.get(reverse("pii", args=[tenant.slug])).status_code == 200
@@ -108,10 +111,13 @@ def test_an_auditor_reads_everything_and_changes_nothing(auditor, tenant, memory
     assert "Alice lives in Paris" in page and "Forget" not in page
     assert auditor.post(reverse("fact_forget", args=[tenant.slug, fact.pk])).status_code == 403
     assert auditor.post(reverse("fact_correct", args=[tenant.slug, fact.pk]), {"content": "x y z"}).status_code == 403
-    assert auditor.post(reverse("review_resolve", args=[tenant.slug, item.pk]),
-                        {"action": "keep_a"}).status_code == 403
-    assert auditor.post(reverse("user_notebook", args=[tenant.slug, memory_user.pk]),
-                        {"content": "x", "base_version": "0"}).status_code == 403
+    assert auditor.post(reverse("review_resolve", args=[tenant.slug, item.pk]), {"action": "keep_a"}).status_code == 403
+    assert (
+        auditor.post(
+            reverse("user_notebook", args=[tenant.slug, memory_user.pk]), {"content": "x", "base_version": "0"}
+        ).status_code
+        == 403
+    )
     assert auditor.post(reverse("settings", args=[tenant.slug]), {"fact_cap": "5"}).status_code == 403
     assert auditor.post(reverse("keys", args=[tenant.slug]), {"agent": "x"}).status_code == 422
     fact.refresh_from_db()

@@ -41,8 +41,9 @@ def test_restore_and_diff_of_revisions(operator, tenant, memory_user):
     operator.post(url, {"content": "two\n", "base_version": "1"})
     diff = operator.get(url + "?diff=2").content.decode()
     assert '<span class="d-del">-one</span>' in diff and '<span class="d-add">+two</span>' in diff
-    operator.post(reverse("notebook_restore", args=[tenant.slug, memory_user.pk]), {"version": "1",
-                                                                                     "base_version": "2"})
+    operator.post(
+        reverse("notebook_restore", args=[tenant.slug, memory_user.pk]), {"version": "1", "base_version": "2"}
+    )
     notebook = Notebook.objects.get(memory_user=memory_user)
     assert notebook.version == 3 and notebook.content == "one\n"
 
@@ -62,14 +63,14 @@ def test_pin_and_forget_inline_return_the_row(operator, tenant, memory_user, mak
 def test_correcting_an_old_version_explains_instead_of_failing(operator, tenant, memory_user, make_fact):
     fact = make_fact(memory_user, "Alice lives in Paris")
     operator.post(reverse("fact_correct", args=[tenant.slug, fact.pk]), {"content": "Alice lives in Rome"})
-    r = operator.post(reverse("fact_correct", args=[tenant.slug, fact.pk]), {"content": "Alice lives in Oslo"},
-                      **HTMX)
+    r = operator.post(reverse("fact_correct", args=[tenant.slug, fact.pk]), {"content": "Alice lives in Oslo"}, **HTMX)
     assert "already corrected" in r.content.decode()
     assert Fact.objects.filter(memory_user=memory_user, content__contains="Oslo").count() == 0
 
 
-def test_the_second_reviewer_sees_already_resolved_and_nothing_is_applied_twice(tenant, make_staff, memory_user,
-                                                                              make_contradiction):
+def test_the_second_reviewer_sees_already_resolved_and_nothing_is_applied_twice(
+    tenant, make_staff, memory_user, make_contradiction
+):
     first, second = make_staff(tenant, "operator"), make_staff(tenant, "operator")
     item = make_contradiction(memory_user)
     url = reverse("review_resolve", args=[tenant.slug, item.pk])
@@ -88,22 +89,30 @@ def test_the_second_reviewer_sees_already_resolved_and_nothing_is_applied_twice(
 
 def test_bulk_dismiss_reports_what_was_skipped(operator, tenant, memory_user, make_contradiction):
     items = [make_contradiction(memory_user, f"Likes tea {i}", f"Likes coffee {i}") for i in range(3)]
-    Contradiction.objects.filter(pk=items[0].pk).update(status="dismissed", resolution="dismiss",
-                                                        resolved_by="staff:x", resolved_at=items[0].created_at)
-    r = operator.post(reverse("review_bulk", args=[tenant.slug]),
-                      {"action": "dismiss", "ids": [str(i.pk) for i in items], "confirmed": "1"}, follow=True)
+    Contradiction.objects.filter(pk=items[0].pk).update(
+        status="dismissed", resolution="dismiss", resolved_by="staff:x", resolved_at=items[0].created_at
+    )
+    r = operator.post(
+        reverse("review_bulk", args=[tenant.slug]),
+        {"action": "dismiss", "ids": [str(i.pk) for i in items], "confirmed": "1"},
+        follow=True,
+    )
     assert "2 resolved, 1 skipped" in r.content.decode()
     assert Contradiction.objects.filter(status="open").count() == 0
 
 
 def test_merge_creates_one_fact_that_supersedes_both(operator, tenant, memory_user, make_contradiction):
     item = make_contradiction(memory_user)
-    operator.post(reverse("review_resolve", args=[tenant.slug, item.pk]),
-                  {"action": "merge", "merged_text": "Alice drinks tea mornings and coffee afternoons"})
+    operator.post(
+        reverse("review_resolve", args=[tenant.slug, item.pk]),
+        {"action": "merge", "merged_text": "Alice drinks tea mornings and coffee afternoons"},
+    )
     merged = Fact.objects.get(content__startswith="Alice drinks tea mornings")
     assert merged.status == "active"
-    assert set(Fact.objects.filter(superseded_by=merged).values_list("pk", flat=True)) == {item.fact_a_id,
-                                                                                          item.fact_b_id}
+    assert set(Fact.objects.filter(superseded_by=merged).values_list("pk", flat=True)) == {
+        item.fact_a_id,
+        item.fact_b_id,
+    }
 
 
 def test_quarantine_release_and_discard(operator, tenant, memory_user, make_fact):
@@ -159,12 +168,24 @@ def test_operators_see_keys_but_cannot_create_them(operator, tenant):
 
 def test_settings_are_saved_validated_and_audited(admin, tenant):
     url = reverse("settings", args=[tenant.slug])
-    r = admin.post(url, {"confidence_threshold": "0.8", "fact_cap": "50", "pii_email": "redact",
-                         "pii_phone": "flag", "pii_national_id": "block"})
+    r = admin.post(
+        url,
+        {
+            "confidence_threshold": "0.8",
+            "fact_cap": "50",
+            "pii_email": "redact",
+            "pii_phone": "flag",
+            "pii_national_id": "block",
+        },
+    )
     assert r.status_code == 302
     s = TenantSettings.objects.get(tenant=tenant)
-    assert (s.confidence_threshold, s.fact_cap, s.pii_policy["email"], s.extraction_enabled) == (0.8, 50, "redact",
-                                                                                                 False)
+    assert (s.confidence_threshold, s.fact_cap, s.pii_policy["email"], s.extraction_enabled) == (
+        0.8,
+        50,
+        "redact",
+        False,
+    )
     r = admin.post(url, {"confidence_threshold": "3", "extraction_enabled": "on"})
     assert r.status_code == 422 and "between 0 and 1" in r.content.decode()
     assert TenantSettings.objects.get(tenant=tenant).confidence_threshold == 0.8
@@ -172,13 +193,13 @@ def test_settings_are_saved_validated_and_audited(admin, tenant):
 
 
 def test_pii_csv_export_has_previews_and_defuses_formulas(auditor, tenant, memory_user, make_block):
-    make_block(tenant, memory_user, preview="=HYPERLINK(\"http://evil\") [email]", fingerprint="same")
+    make_block(tenant, memory_user, preview='=HYPERLINK("http://evil") [email]', fingerprint="same")
     make_block(tenant, memory_user, preview="mail [email] again", fingerprint="same")
     r = auditor.get(reverse("pii_export", args=[tenant.slug]) + "?kind=email")
     rows = list(csv.reader(io.StringIO(b"".join(r.streaming_content).decode())))
     assert rows[0][0] == "id" and len(rows) == 3
     previews = {row[-1] for row in rows[1:]}
-    assert "'=HYPERLINK(\"http://evil\") [email]" in previews
+    assert '\'=HYPERLINK("http://evil") [email]' in previews
     assert {row[-2] for row in rows[1:]} == {"2"}  # repeat count by fingerprint
 
 
@@ -194,8 +215,7 @@ def test_create_staff_command(tenant, memory_user, capsys):
 
 def test_context_preview_calls_the_context_builder(operator, tenant, memory_user, make_fact):
     make_fact(memory_user, "Alice deploys with Helm")
-    r = operator.get(reverse("user_context", args=[tenant.slug, memory_user.pk]),
-                     {"task": "deploy", "budget": "500"})
+    r = operator.get(reverse("user_context", args=[tenant.slug, memory_user.pk]), {"task": "deploy", "budget": "500"})
     body = r.content.decode()
     assert r.status_code == 200 and 'id="context-text"' in body and "deploys with Helm" in body
 
@@ -204,8 +224,9 @@ def test_a_failed_batch_can_be_retried(operator, tenant, memory_user):
     from memory_admin.models import ExtractionBatch, Thread
 
     thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="t1")
-    batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="failed",
-                                           error="model returned garbage")
+    batch = ExtractionBatch.objects.create(
+        tenant=tenant, memory_user=memory_user, thread=thread, status="failed", error="model returned garbage"
+    )
     page = operator.get(reverse("batches", args=[tenant.slug]) + "?status=failed").content.decode()
     assert "model returned garbage" in page and "Retry" in page
     r = operator.post(reverse("batch_retry", args=[tenant.slug, batch.pk]), follow=True)
@@ -218,8 +239,14 @@ def test_a_failed_batch_can_be_retried(operator, tenant, memory_user):
 
 def test_overview_counts_writes_by_outcome_and_the_dedup_rate(operator, tenant, memory_user):
     for outcome in ("created", "created", "deduplicated", "blocked"):
-        AuditEvent.objects.create(tenant=tenant, memory_user=memory_user, actor_type="agent", actor="agent:x",
-                                  action="fact.write", outcome=outcome)
+        AuditEvent.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            actor_type="agent",
+            actor="agent:x",
+            action="fact.write",
+            outcome=outcome,
+        )
     body = operator.get(reverse("overview", args=[tenant.slug])).content.decode()
     assert "25%" in body  # 1 of 4 writes deduplicated
     assert "deduplicated 1" in body and "blocked 1" in body  # bar tooltips
@@ -231,8 +258,9 @@ def test_as_of_shows_what_was_believed_before_a_correction(operator, tenant, mem
     from django.utils import timezone
 
     paris = make_fact(memory_user, "Alice lives in Paris", key="city")
-    Fact.objects.filter(pk=paris.pk).update(created_at=timezone.now() - timedelta(days=30),
-                                            valid_from=timezone.now() - timedelta(days=30))
+    Fact.objects.filter(pk=paris.pk).update(
+        created_at=timezone.now() - timedelta(days=30), valid_from=timezone.now() - timedelta(days=30)
+    )
     operator.post(reverse("fact_correct", args=[tenant.slug, paris.pk]), {"content": "Alice lives in Berlin"})
     url = reverse("user_asof", args=[tenant.slug, memory_user.pk])
     then = operator.get(url, {"date": (timezone.now() - timedelta(days=10)).date().isoformat()}).content.decode()

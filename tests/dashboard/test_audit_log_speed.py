@@ -51,8 +51,9 @@ def _page_plan(client, url: str) -> str:
     """EXPLAIN ANALYZE of the query that fetches the page's rows."""
     with CaptureQueriesContext(connection) as ctx:
         assert client.get(url).status_code == 200
-    sql = next(q["sql"] for q in ctx.captured_queries
-               if 'FROM "memory_admin_auditevent"' in q["sql"] and "LIMIT" in q["sql"])
+    sql = next(
+        q["sql"] for q in ctx.captured_queries if 'FROM "memory_admin_auditevent"' in q["sql"] and "LIMIT" in q["sql"]
+    )
     with connection.cursor() as cursor:
         cursor.execute("EXPLAIN ANALYZE " + sql)
         return "\n".join(row[0] for row in cursor.fetchall())
@@ -96,8 +97,11 @@ def test_the_log_reads_its_index_in_order_and_dates_are_ranges(auditor, busy_log
     deep = _page_plan(auditor, url + "?page=300")
     print(f"page 300: {_median_ms(auditor, url + '?page=300'):.1f} ms")
     assert "Disk:" not in deep and int(re.search(r"width=(\d+)", deep).group(1)) <= 64, deep
-    expected = list(AuditEvent.objects.filter(tenant=busy_log).order_by("-created_at")
-                    .values_list("action", "target_id")[299 * 50:300 * 50])
+    expected = list(
+        AuditEvent.objects.filter(tenant=busy_log)
+        .order_by("-created_at")
+        .values_list("action", "target_id")[299 * 50 : 300 * 50]
+    )
     body = auditor.get(url + "?page=300").content.decode()
     assert [f"fact {target[:8]}" in body for _, target in expected] == [True] * 50
     assert "audit_tenant_outcome" in _page_plan(auditor, url + "?outcome=blocked")
@@ -109,23 +113,29 @@ def test_date_filters_cover_whole_days_in_the_local_timezone(auditor, tenant):
     tz = timezone.get_current_timezone()
     day = timezone.localdate() - timedelta(days=3)
     start = datetime.combine(day, datetime.min.time(), tzinfo=tz)
-    moments = {"before": start - timedelta(microseconds=1), "first": start,
-               "last": start + timedelta(days=1) - timedelta(microseconds=1), "after": start + timedelta(days=1)}
+    moments = {
+        "before": start - timedelta(microseconds=1),
+        "first": start,
+        "last": start + timedelta(days=1) - timedelta(microseconds=1),
+        "after": start + timedelta(days=1),
+    }
     for name, moment in moments.items():
         event = AuditEvent.objects.create(tenant=tenant, actor_type="staff", actor="staff:x", action=f"probe.{name}")
         with connection.cursor() as cursor:  # created_at is auto_now_add and the table refuses UPDATE
             cursor.execute("SET LOCAL memory_admin.erasing = 'on'")
             cursor.execute("UPDATE memory_admin_auditevent SET created_at = %s WHERE id = %s", [moment, event.pk])
             cursor.execute("SET LOCAL memory_admin.erasing = 'off'")
-    body = auditor.get(reverse("audit", args=[tenant.slug]), {"since": day.isoformat(),
-                                                             "until": day.isoformat()}).content.decode()
+    body = auditor.get(
+        reverse("audit", args=[tenant.slug]), {"since": day.isoformat(), "until": day.isoformat()}
+    ).content.decode()
     assert "probe.first" in body and "probe.last" in body
     assert "probe.before" not in body and "probe.after" not in body
 
 
 def test_outcome_is_matched_exactly(auditor, tenant):
     for outcome in ("blocked", "unblocked"):
-        AuditEvent.objects.create(tenant=tenant, actor_type="staff", actor="staff:x", action=f"probe.{outcome}",
-                                  outcome=outcome)
+        AuditEvent.objects.create(
+            tenant=tenant, actor_type="staff", actor="staff:x", action=f"probe.{outcome}", outcome=outcome
+        )
     body = auditor.get(reverse("audit", args=[tenant.slug]), {"outcome": "blocked"}).content.decode()
     assert "probe.blocked" in body and "probe.unblocked" not in body

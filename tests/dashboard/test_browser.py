@@ -25,8 +25,14 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 pytestmark = [pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SHOTS = Path(__file__).resolve().parents[2] / "artifacts" / "screenshots"
 PASSWORD = "correct horse battery"
 
@@ -49,25 +55,51 @@ def demo(live_server):
     tenant = tenant_create(slug="acme", name="Acme")
     alice = MemoryUser.objects.create(tenant=tenant, external_id="alice", display_name="Alice")
     bob = MemoryUser.objects.create(tenant=tenant, external_id="bob")
-    for username, role, user in (("ada", "admin", None), ("otto", "operator", None), ("olga", "operator", None),
-                                 ("aude", "auditor", None), ("alice", "member", "alice")):
-        staff_create(tenant_slug="acme", username=username, role=role, memory_user_external_id=user,
-                     password=PASSWORD)
+    for username, role, user in (
+        ("ada", "admin", None),
+        ("otto", "operator", None),
+        ("olga", "operator", None),
+        ("aude", "auditor", None),
+        ("alice", "member", "alice"),
+    ):
+        staff_create(tenant_slug="acme", username=username, role=role, memory_user_external_id=user, password=PASSWORD)
 
     def fact(user, content, **kw):
-        return Fact.objects.create(tenant=tenant, memory_user=user, scope="user", content=content,
-                                   content_hash=content_hash(content), confidence=kw.pop("confidence", 0.9),
-                                   source="user_stated", valid_from=timezone.now(), **kw)
+        return Fact.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            scope="user",
+            content=content,
+            content_hash=content_hash(content),
+            confidence=kw.pop("confidence", 0.9),
+            source="user_stated",
+            valid_from=timezone.now(),
+            **kw,
+        )
 
     city = fact(alice, "Alice lives in Paris", key="personal.city", category="personal")
     fact(alice, "Alice prefers vim", key="preference.editor", category="preference")
     tea = fact(alice, "Alice drinks tea in the morning", contested=True, confidence=0.8)
     coffee = fact(alice, "Alice drinks coffee in the morning", contested=True, confidence=0.75)
-    contradiction = Contradiction.objects.create(tenant=tenant, memory_user=alice, fact_a=tea, fact_b=coffee,
-                                                 detector="semantic", reason="tea vs coffee", similarity=0.82)
+    contradiction = Contradiction.objects.create(
+        tenant=tenant,
+        memory_user=alice,
+        fact_a=tea,
+        fact_b=coffee,
+        detector="semantic",
+        reason="tea vs coffee",
+        similarity=0.82,
+    )
     bob_fact = fact(bob, "Bob works on billing")
-    return {"tenant": tenant, "alice": alice, "bob": bob, "city": city, "contradiction": contradiction,
-            "bob_fact": bob_fact, "url": live_server.url}
+    return {
+        "tenant": tenant,
+        "alice": alice,
+        "bob": bob,
+        "city": city,
+        "contradiction": contradiction,
+        "bob_fact": bob_fact,
+        "url": live_server.url,
+    }
 
 
 def sign_in(browser, demo, username):
@@ -86,12 +118,15 @@ def shot(page, name):
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
 
 
-@pytest.mark.parametrize(("username", "lands_on", "heading"), [
-    ("ada", "/t/acme/overview/", "Memory health"),
-    ("otto", "/t/acme/overview/", "Memory health"),
-    ("aude", "/t/acme/overview/", "Memory health"),
-    ("alice", "/notebook/", "My memory"),
-])
+@pytest.mark.parametrize(
+    ("username", "lands_on", "heading"),
+    [
+        ("ada", "/t/acme/overview/", "Memory health"),
+        ("otto", "/t/acme/overview/", "Memory health"),
+        ("aude", "/t/acme/overview/", "Memory health"),
+        ("alice", "/notebook/", "My memory"),
+    ],
+)
 def test_sign_in_per_role(browser, demo, username, lands_on, heading):
     page = sign_in(browser, demo, username)
     assert lands_on in page.url
@@ -189,8 +224,11 @@ def test_the_context_preview(browser, demo):
 
 def test_a_member_cannot_reach_another_users_pages(browser, demo):
     page = sign_in(browser, demo, "alice")
-    for path in (f"/t/acme/users/{demo['bob'].pk}/facts/", f"/t/acme/users/{demo['bob'].pk}/notebook/",
-                 f"/t/acme/facts/{demo['bob_fact'].pk}/"):
+    for path in (
+        f"/t/acme/users/{demo['bob'].pk}/facts/",
+        f"/t/acme/users/{demo['bob'].pk}/notebook/",
+        f"/t/acme/facts/{demo['bob_fact'].pk}/",
+    ):
         response = page.goto(demo["url"] + path)
         assert response.status == 404, path
         assert "Bob works on billing" not in page.content()
@@ -199,9 +237,15 @@ def test_a_member_cannot_reach_another_users_pages(browser, demo):
 
 def test_screenshots_of_the_main_pages(browser, demo):
     page = sign_in(browser, demo, "ada")
-    for name, path in (("overview", "/t/acme/overview/"), ("users", "/t/acme/users/"),
-                       ("pii", "/t/acme/pii/"), ("audit", "/t/acme/audit/"), ("settings", "/t/acme/settings/"),
-                       ("keys", "/t/acme/keys/"), ("skills", "/t/acme/skills/")):
+    for name, path in (
+        ("overview", "/t/acme/overview/"),
+        ("users", "/t/acme/users/"),
+        ("pii", "/t/acme/pii/"),
+        ("audit", "/t/acme/audit/"),
+        ("settings", "/t/acme/settings/"),
+        ("keys", "/t/acme/keys/"),
+        ("skills", "/t/acme/skills/"),
+    ):
         response = page.goto(demo["url"] + path)
         assert response.status == 200, path
         shot(page, name)

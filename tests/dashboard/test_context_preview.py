@@ -15,27 +15,39 @@ from django.utils import timezone
 from memory_admin.selectors.dashboard import SECTION_LABELS
 
 pytestmark = pytest.mark.django_db
-ROW = re.compile(r'<th scope="row"><i class="swatch s\d+"></i> ([^<]+?)(?: <span[^>]*>[^<]*</span>)?</th>'
-                 r'<td class="num">(\d+)</td><td class="num">(\d+)(?: <small class="muted">\((\d+) related\)</small>)?'
-                 r'</td><td class="num">(\d+)</td>')
+ROW = re.compile(
+    r'<th scope="row"><i class="swatch s\d+"></i> ([^<]+?)(?: <span[^>]*>[^<]*</span>)?</th>'
+    r'<td class="num">(\d+)</td><td class="num">(\d+)(?: <small class="muted">\((\d+) related\)</small>)?'
+    r'</td><td class="num">(\d+)</td>'
+)
 
 
 @pytest.fixture
 def baker(memory_user, make_fact):
     now = timezone.now()
     for i in range(40):
-        make_fact(memory_user, f"Status update {i}: the quarterly report number {i} is filed",
-                  valid_from=now - timedelta(hours=2 * i))
+        make_fact(
+            memory_user,
+            f"Status update {i}: the quarterly report number {i} is filed",
+            valid_from=now - timedelta(hours=2 * i),
+        )
     session = now - timedelta(days=100)
-    turns = ["Ben: I have been baking a lot lately", "Alice: What did you bake?",
-             "Ben: A sourdough loaf with rye flour", "Alice: How long did it take?",
-             "Ben: Two days, most of it waiting for the starter"]
-    rows = [make_fact(memory_user, text, valid_from=session + timedelta(seconds=30 * i))
-            for i, text in enumerate(turns)]
-    holder = make_fact(memory_user, "Alice bakes sourdough bread every Sunday morning",
-                       valid_from=now - timedelta(days=3))
-    copy = make_fact(memory_user, "alice bakes sourdough bread, every Sunday morning!",
-                     valid_from=now - timedelta(days=2))
+    turns = [
+        "Ben: I have been baking a lot lately",
+        "Alice: What did you bake?",
+        "Ben: A sourdough loaf with rye flour",
+        "Alice: How long did it take?",
+        "Ben: Two days, most of it waiting for the starter",
+    ]
+    rows = [
+        make_fact(memory_user, text, valid_from=session + timedelta(seconds=30 * i)) for i, text in enumerate(turns)
+    ]
+    holder = make_fact(
+        memory_user, "Alice bakes sourdough bread every Sunday morning", valid_from=now - timedelta(days=3)
+    )
+    copy = make_fact(
+        memory_user, "alice bakes sourdough bread, every Sunday morning!", valid_from=now - timedelta(days=2)
+    )
     return {"turns": rows, "holder": holder, "copy": copy}
 
 
@@ -45,13 +57,17 @@ def column(page: str, number: int) -> str:
 
 def rows(col: str) -> dict[str, tuple[int, int, int, int]]:
     """Section label -> (tokens, included, related, dropped) as the table shows them."""
-    return {label: (int(tokens), int(included), int(related or 0), int(dropped))
-            for label, tokens, included, related, dropped in ROW.findall(col)}
+    return {
+        label: (int(tokens), int(included), int(related or 0), int(dropped))
+        for label, tokens, included, related, dropped in ROW.findall(col)
+    }
 
 
 def test_the_playground_shows_the_numbers_of_the_api_and_why_facts_were_left_out(operator, api, tenant, baker):
-    page = operator.get(reverse("playground", args=[tenant.slug]),
-                        {"user": "alice", "task": "sourdough loaf", "budget_a": "300", "budget_b": "2000"})
+    page = operator.get(
+        reverse("playground", args=[tenant.slug]),
+        {"user": "alice", "task": "sourdough loaf", "budget_a": "300", "budget_b": "2000"},
+    )
     assert page.status_code == 200
     body = page.content.decode()
     for number, budget in ((1, 300), (2, 2000)):
@@ -59,8 +75,10 @@ def test_the_playground_shows_the_numbers_of_the_api_and_why_facts_were_left_out
         served = api.get("users/alice/context", task="sourdough loaf", budget_tokens=budget).json()
         shown = rows(col)
         # Every section, with the tokens, included, related and dropped counts the agent API reports.
-        assert shown == {SECTION_LABELS[s["name"]]: (s["tokens"], len(s["included"]), len(s["related"]),
-                                                      len(s["dropped"])) for s in served["sections"]}
+        assert shown == {
+            SECTION_LABELS[s["name"]]: (s["tokens"], len(s["included"]), len(s["related"]), len(s["dropped"]))
+            for s in served["sections"]
+        }
         # The total differs from the API's only by the width of the fence's random nonce.
         used = int(re.search(r"(\d+) used", col).group(1))
         assert f"{budget} tokens" in col and sum(t for t, *_ in shown.values()) < used <= budget

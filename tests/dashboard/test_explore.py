@@ -13,20 +13,40 @@ from memory_admin.models import ExtractionBatch, Fact, Message, Thread
 @pytest.fixture
 def conversation(tenant, memory_user, make_fact):
     thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="support-42")
-    batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="done",
-                                           extractor="rules-v1", message_count=2, fact_count=1)
-    said = Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="user",
-                                  content="I switched to neovim last week", created_at=timezone.now(), batch=batch,
-                                  status="extracted")
-    Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="assistant",
-                           content="Noted, I will use neovim keybindings", created_at=timezone.now(), batch=batch,
-                           status="extracted")
+    batch = ExtractionBatch.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        thread=thread,
+        status="done",
+        extractor="rules-v1",
+        message_count=2,
+        fact_count=1,
+    )
+    said = Message.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        thread=thread,
+        role="user",
+        content="I switched to neovim last week",
+        created_at=timezone.now(),
+        batch=batch,
+        status="extracted",
+    )
+    Message.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        thread=thread,
+        role="assistant",
+        content="Noted, I will use neovim keybindings",
+        created_at=timezone.now(),
+        batch=batch,
+        status="extracted",
+    )
     fact = make_fact(memory_user, "Alice uses neovim", message=said, batch=batch)
     return {"thread": thread, "batch": batch, "message": said, "fact": fact}
 
 
-def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produced(operator, tenant,
-                                                                                    conversation):
+def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produced(operator, tenant, conversation):
     listing = operator.get(reverse("conversations", args=[tenant.slug])).content.decode()
     assert "support-42" in listing and ">2<" in listing  # the thread with its message count
     page = operator.get(reverse("conversation", args=[tenant.slug, conversation["thread"].pk])).content.decode()
@@ -39,7 +59,7 @@ def test_a_conversation_shows_messages_batches_and_the_facts_each_message_produc
     assert "done" in batch_block and "Alice uses neovim" in batch_block and "rules-v1" in batch_block
     detail = operator.get(reverse("fact_detail", args=[tenant.slug, conversation["fact"].pk])).content.decode()
     target = reverse("conversation", args=[tenant.slug, conversation["thread"].pk])
-    assert f'{target}#m-{conversation["message"].pk}' in detail  # fact -> message
+    assert f"{target}#m-{conversation['message'].pk}" in detail  # fact -> message
 
 
 def test_the_conversations_page_keeps_the_account_bar_and_the_user_filter(operator, tenant, conversation):
@@ -102,11 +122,19 @@ def test_members_do_not_get_search_or_the_playground(member, tenant):
 def test_the_playground_says_in_words_what_was_left_out(operator, tenant, memory_user, make_fact):
     from memory_admin.models import Episode, Notebook, Thread
 
-    Notebook.objects.create(tenant=tenant, memory_user=memory_user, content="# Alice\n\n" + "- likes tea\n" * 40,
-                            version=3)
+    Notebook.objects.create(
+        tenant=tenant, memory_user=memory_user, content="# Alice\n\n" + "- likes tea\n" * 40, version=3
+    )
     thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="chat-9")
-    Episode.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, started_at=timezone.now(),
-                           ended_at=timezone.now(), summary="Planned the tea tasting", outcome="success")
+    Episode.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        thread=thread,
+        started_at=timezone.now(),
+        ended_at=timezone.now(),
+        summary="Planned the tea tasting",
+        outcome="success",
+    )
     make_fact(memory_user, "Alice likes green tea")
     url = reverse("playground", args=[tenant.slug])
     body = operator.get(url, {"user": "alice", "task": "tea", "budget_a": "90", "budget_b": "4000"}).content.decode()

@@ -16,8 +16,11 @@ from memory_admin.models import Fact, Notebook, Skill
 def ancient(memory_user, make_fact):
     """Rows no API would accept any more, written straight into the table."""
     old = datetime(1500, 1, 1, tzinfo=UTC)
-    facts = [make_fact(memory_user, "Alice kept bees in 1500"), make_fact(memory_user, "Alice's tiny confidence"),
-             make_fact(memory_user, "Alice in 2199")]
+    facts = [
+        make_fact(memory_user, "Alice kept bees in 1500"),
+        make_fact(memory_user, "Alice's tiny confidence"),
+        make_fact(memory_user, "Alice in 2199"),
+    ]
     Fact.objects.filter(pk=facts[0].pk).update(valid_from=old, created_at=old, last_accessed_at=old)
     Fact.objects.filter(pk=facts[1].pk).update(confidence=1e-300, kind="inference", created_at=old)
     far = datetime(2199, 6, 1, tzinfo=UTC)
@@ -27,10 +30,15 @@ def ancient(memory_user, make_fact):
 
 def test_rows_dated_1500_break_no_dashboard_page(tenant, memory_user, ancient, operator, admin):
     slug, uid = tenant.slug, memory_user.pk
-    pages = [reverse("overview", args=[slug]), reverse("users", args=[slug]),
-             reverse("user_facts", args=[slug, uid]) + "?status=all", reverse("eviction", args=[slug]),
-             reverse("user_asof", args=[slug, uid]) + "?date=2024-01-01", reverse("lifecycle", args=[slug]),
-             *[reverse("fact_detail", args=[slug, f.pk]) for f in ancient]]
+    pages = [
+        reverse("overview", args=[slug]),
+        reverse("users", args=[slug]),
+        reverse("user_facts", args=[slug, uid]) + "?status=all",
+        reverse("eviction", args=[slug]),
+        reverse("user_asof", args=[slug, uid]) + "?date=2024-01-01",
+        reverse("lifecycle", args=[slug]),
+        *[reverse("fact_detail", args=[slug, f.pk]) for f in ancient],
+    ]
     for client in (operator, admin):
         for url in pages:
             response = client.get(url)
@@ -42,8 +50,9 @@ def test_rows_dated_1500_break_no_dashboard_page(tenant, memory_user, ancient, o
 
 
 @pytest.mark.parametrize("value", ["vim\x00", "vim\x1b[2J", "\x7f"])
-@pytest.mark.parametrize(("page", "field"), [("users", "q"), ("audit", "actor"), ("skills", "prefix"),
-                                             ("review", "user"), ("pii", "agent")])
+@pytest.mark.parametrize(
+    ("page", "field"), [("users", "q"), ("audit", "actor"), ("skills", "prefix"), ("review", "user"), ("pii", "agent")]
+)
 def test_unreadable_filters_get_a_422_page_naming_the_field(tenant, admin, page, field, value):
     response = admin.get(reverse(page, args=[tenant.slug]), {field: value})
     assert response.status_code == 422
@@ -61,8 +70,9 @@ def test_a_nul_in_a_notebook_save_changes_nothing(tenant, memory_user, operator)
 
 def test_a_control_character_in_a_correction_reason_changes_nothing(tenant, memory_user, make_fact, operator):
     fact = make_fact(memory_user, "Alice prefers vim")
-    response = operator.post(reverse("fact_correct", args=[tenant.slug, fact.pk]),
-                             {"content": "Alice prefers emacs", "reason": "typo\x07"})
+    response = operator.post(
+        reverse("fact_correct", args=[tenant.slug, fact.pk]), {"content": "Alice prefers emacs", "reason": "typo\x07"}
+    )
     assert response.status_code == 422
     assert "“reason”" in response.content.decode()
     fact.refresh_from_db()
@@ -72,8 +82,10 @@ def test_a_control_character_in_a_correction_reason_changes_nothing(tenant, memo
 @pytest.mark.parametrize("base_version", ["abc", "-1", "1.5", "²", "9" * 30])
 def test_a_malformed_base_version_on_a_skill_save_is_422_with_a_clear_message(tenant, admin, base_version):
     Skill.objects.create(tenant=tenant, path="deploy/kubernetes.md", content="kubectl apply", version=1)
-    response = admin.post(reverse("skill_edit", args=[tenant.slug]),
-                          {"path": "deploy/kubernetes.md", "content": "helm upgrade", "base_version": base_version})
+    response = admin.post(
+        reverse("skill_edit", args=[tenant.slug]),
+        {"path": "deploy/kubernetes.md", "content": "helm upgrade", "base_version": base_version},
+    )
     assert response.status_code == 422
     assert "base_version must be a whole number" in response.content.decode()
     assert Skill.objects.get(tenant=tenant, path="deploy/kubernetes.md").content == "kubectl apply"

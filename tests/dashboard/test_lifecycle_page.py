@@ -24,8 +24,9 @@ def _url(tenant, name="lifecycle"):
 
 
 def _backdate(fact: Fact, days: int) -> Fact:
-    Fact.objects.filter(pk=fact.pk).update(created_at=timezone.now() - days * DAY,
-                                           valid_from=timezone.now() - days * DAY)
+    Fact.objects.filter(pk=fact.pk).update(
+        created_at=timezone.now() - days * DAY, valid_from=timezone.now() - days * DAY
+    )
     return fact
 
 
@@ -48,12 +49,16 @@ def _links(body: str) -> set[str]:
 
 # --- Who may do what ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize(("role", "page", "gc", "scan"), [
-    ("admin", 200, 200, 200),
-    ("operator", 200, 403, 200),
-    ("auditor", 200, 403, 403),
-    ("member", 403, 403, 403),
-])
+
+@pytest.mark.parametrize(
+    ("role", "page", "gc", "scan"),
+    [
+        ("admin", 200, 200, 200),
+        ("operator", 200, 403, 200),
+        ("auditor", 200, 403, 403),
+        ("member", 403, 403, 403),
+    ],
+)
 def test_roles(tenant, make_staff, memory_user, role, page, gc, scan):
     client = make_staff(tenant, role, memory_user if role == "member" else None)
     r = client.get(_url(tenant))
@@ -99,6 +104,7 @@ def test_actions_are_post_only_and_need_the_csrf_token(tenant, make_staff, due):
 
 # --- The dry run ----------------------------------------------------------------------------------
 
+
 def test_the_dry_run_shows_counts_by_rule_and_links_the_affected_facts_and_changes_nothing(auditor, tenant, due):
     body = auditor.get(_url(tenant)).content.decode()
     for rule in ("hard_ttl", "soft_ttl_unread", "low_confidence"):
@@ -121,15 +127,17 @@ def test_the_sample_is_paginated(operator, tenant, memory_user, make_fact):
 
 
 def test_fact_content_is_escaped(operator, tenant, memory_user, make_fact):
-    make_fact(memory_user, '<script>alert("gc")</script><img src=x onerror=alert(1)>',
-              hard_expires_at=timezone.now() - DAY)
+    make_fact(
+        memory_user, '<script>alert("gc")</script><img src=x onerror=alert(1)>', hard_expires_at=timezone.now() - DAY
+    )
     body = operator.get(_url(tenant)).content.decode()
     assert "<script>alert" not in body and "<img src=x" not in body
     assert "&lt;script&gt;alert(&quot;gc&quot;)&lt;/script&gt;" in body
 
 
-def test_the_page_runs_a_bounded_number_of_queries(operator, tenant, memory_user, make_fact,
-                                                   django_assert_max_num_queries):
+def test_the_page_runs_a_bounded_number_of_queries(
+    operator, tenant, memory_user, make_fact, django_assert_max_num_queries
+):
     for i in range(60):
         make_fact(memory_user, f"Expired fact number {i}", hard_expires_at=timezone.now() - DAY)
     operator.get(_url(tenant))
@@ -138,6 +146,7 @@ def test_the_page_runs_a_bounded_number_of_queries(operator, tenant, memory_user
 
 
 # --- Running ---------------------------------------------------------------------------------------
+
 
 def test_run_gc_now_applies_the_rules_audits_who_ran_it_and_shows_the_result(tenant, make_staff, due):
     admin = make_staff(tenant, "admin")

@@ -41,13 +41,17 @@ def preview(client, tenant, content: str) -> str:
     return html
 
 
-@pytest.mark.parametrize("content", [
-    "[" * 40_000,
-    "[[[[" * 10_000 + "](",
-    "[a](" * 10_000,
-    "![" * 20_000,
-    "*a_" * 13_000,
-], ids=["open-brackets", "nested-brackets-paren", "open-links", "open-images", "emphasis"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[" * 40_000,
+        "[[[[" * 10_000 + "](",
+        "[a](" * 10_000,
+        "![" * 20_000,
+        "*a_" * 13_000,
+    ],
+    ids=["open-brackets", "nested-brackets-paren", "open-links", "open-images", "emphasis"],
+)
 def test_bracket_bombs_preview_promptly(operator, tenant, content):
     html = preview(operator, tenant, content)
     assert content[:12] in html  # the text itself is on the page
@@ -63,10 +67,14 @@ def test_nested_bracket_notebook_page_renders_promptly(operator, tenant, memory_
     assert "<strong>kept</strong>" in html and "[[[[" in html
 
 
-@pytest.mark.parametrize("content", [
-    "".join("  " * i + "- item\n" for i in range(2_000)),  # 4 MB of ever deeper list items
-    "- " * 2_000_000,
-], ids=["indented-list", "dash-run"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "".join("  " * i + "- item\n" for i in range(2_000)),  # 4 MB of ever deeper list items
+        "- " * 2_000_000,
+    ],
+    ids=["indented-list", "dash-run"],
+)
 def test_four_megabyte_nested_list_is_plain_text(operator, tenant, content):
     assert len(content) >= 2_000_000
     html = preview(operator, tenant, content)
@@ -74,11 +82,15 @@ def test_four_megabyte_nested_list_is_plain_text(operator, tenant, content):
     assert "<li>" not in html
 
 
-@pytest.mark.parametrize("content", [
-    "".join("  " * i + "- item\n" for i in range(300)),
-    "> " * 45_000 + "deep",
-    "> " * 40_000 + "\n" + "- " * 10_000,
-], ids=["indented-list", "quotes", "quotes-then-list"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "".join("  " * i + "- item\n" for i in range(300)),
+        "> " * 45_000 + "deep",
+        "> " * 40_000 + "\n" + "- " * 10_000,
+    ],
+    ids=["indented-list", "quotes", "quotes-then-list"],
+)
 def test_deep_nesting_under_the_cap_renders_bounded(operator, tenant, content):
     html = preview(operator, tenant, content)
     assert "Shown as plain text" not in html
@@ -103,8 +115,11 @@ def test_rendered_size_cap(operator, tenant, settings):
 
 
 def test_formatting_still_works(operator, tenant):
-    html = preview(operator, tenant, "# Title\n\n- one\n- two\n\n`code` ~~gone~~ [ok](https://example.com)\n\n"
-                                      "```\nfenced\n```\n\n" + PAYLOAD)
+    html = preview(
+        operator,
+        tenant,
+        "# Title\n\n- one\n- two\n\n`code` ~~gone~~ [ok](https://example.com)\n\n```\nfenced\n```\n\n" + PAYLOAD,
+    )
     assert "<h3>Title</h3>" in html and "<h1>Title" not in html
     assert "<li>one</li>" in html and "<code>code</code>" in html
     assert "<s>gone</s>" in html and 'href="https://example.com"' in html and "<pre><code>fenced" in html

@@ -23,16 +23,31 @@ def busy(tenant, memory_user, make_fact, make_contradiction, make_block):
         make_contradiction(memory_user, f"Tea {i}", f"Coffee {i}")
         make_fact(memory_user, f"Quarantined {i}", status="quarantined")
         make_block(tenant, memory_user, fingerprint=f"fp{i % 3}")
-        AuditEvent.objects.create(tenant=tenant, memory_user=memory_user, actor_type="agent", actor="agent:x",
-                                  action="fact.write", outcome="created", target_type="fact", target_id="")
+        AuditEvent.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            actor_type="agent",
+            actor="agent:x",
+            action="fact.write",
+            outcome="created",
+            target_type="fact",
+            target_id="",
+        )
         Skill.objects.create(tenant=tenant, path=f"area{i % 4}/skill{i}.md", content="x")
     thread = Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id="t")
     now = timezone.now()
     for i in range(ROWS):
         batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, status="failed")
         Episode.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, started_at=now, ended_at=now)
-        message = Message.objects.create(tenant=tenant, memory_user=memory_user, thread=thread, role="user",
-                                         content=f"message {i}", created_at=now, batch=batch)
+        message = Message.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            thread=thread,
+            role="user",
+            content=f"message {i}",
+            created_at=now,
+            batch=batch,
+        )
         make_fact(memory_user, f"From message {i}", message=message, batch=batch)
         Thread.objects.create(tenant=tenant, memory_user=memory_user, external_id=f"t{i}")
     memory_user.thread_id = thread.pk
@@ -61,8 +76,11 @@ PAGES = [
     # search: candidate users (1, +1 for a sampled count), their users, one fact_search_users statement
     # and its facts: the same for 1 or SEARCH_USERS (10) users.
     ("search", lambda s, u: reverse("search", args=[s]) + "?q=Alice+fact+number", 9),
-    ("playground", lambda s, u: reverse("playground", args=[s]) + "?user=alice&task=tea&budget_a=200&budget_b=900",
-     24),  # two context_block calls (about 9 queries each)
+    (
+        "playground",
+        lambda s, u: reverse("playground", args=[s]) + "?user=alice&task=tea&budget_a=200&budget_b=900",
+        24,
+    ),  # two context_block calls (about 9 queries each)
     ("fact_detail", lambda s, u: reverse("fact_detail", args=[s, Fact.objects.filter(key="k.1").get().pk]), 14),
     ("audit_export", lambda s, u: reverse("audit_export", args=[s]), 6),
 ]

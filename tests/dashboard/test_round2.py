@@ -62,10 +62,18 @@ def test_diff_rows_are_single_spaced(operator, tenant, memory_user):
 
 
 def test_the_audit_log_highlights_changes_offers_actions_and_exports_csv(auditor, tenant, memory_user):
-    AuditEvent.objects.create(tenant=tenant, memory_user=memory_user, actor_type="staff", actor="staff:otto",
-                              action="fact.correct", outcome="updated", target_type="fact", target_id=str(uuid.uuid4()),
-                              before={"content": "Lives in Lyon", "version": 1, "category": "personal"},
-                              after={"content": "Lives in Paris", "version": 2, "category": "personal"})
+    AuditEvent.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        actor_type="staff",
+        actor="staff:otto",
+        action="fact.correct",
+        outcome="updated",
+        target_type="fact",
+        target_id=str(uuid.uuid4()),
+        before={"content": "Lives in Lyon", "version": 1, "category": "personal"},
+        after={"content": "Lives in Paris", "version": 2, "category": "personal"},
+    )
     url = reverse("audit", args=[tenant.slug])
     body = auditor.get(url).content.decode()
     assert "<summary>content, version</summary>" in body  # the changed fields, named
@@ -80,7 +88,7 @@ def test_the_audit_log_highlights_changes_offers_actions_and_exports_csv(auditor
 
 def test_settings_explain_units_ranges_and_meaning(admin, tenant):
     body = admin.get(reverse("settings", args=[tenant.slug])).content.decode()
-    assert "Extraction delay <span class=\"unit\">(seconds)</span>" in body
+    assert 'Extraction delay <span class="unit">(seconds)</span>' in body
     assert "Allowed: 0 to 86400." in body
     assert 'aria-describedby="help-fact_cap"' in body
 
@@ -90,8 +98,9 @@ def test_date_filters_take_iso_dates(auditor, tenant):
     assert 'type="date"' not in body and 'placeholder="YYYY-MM-DD"' in body
 
 
-def test_fact_detail_has_labels_version_order_contradiction_link_and_decay(operator, tenant, memory_user,
-                                                                          make_contradiction):
+def test_fact_detail_has_labels_version_order_contradiction_link_and_decay(
+    operator, tenant, memory_user, make_contradiction
+):
     item = make_contradiction(memory_user)
     fact = item.fact_a
     Fact.objects.filter(pk=fact.pk).update(created_at=timezone.now() - timedelta(days=40))
@@ -105,8 +114,16 @@ def test_fact_detail_has_labels_version_order_contradiction_link_and_decay(opera
 
 
 def test_overview_range_click_through_and_numbers(operator, tenant, memory_user):
-    AuditEvent.objects.create(tenant=tenant, memory_user=memory_user, actor_type="agent", actor="agent:x",
-                              action="fact.write", outcome="created", target_type="fact", target_id="")
+    AuditEvent.objects.create(
+        tenant=tenant,
+        memory_user=memory_user,
+        actor_type="agent",
+        actor="agent:x",
+        action="fact.write",
+        outcome="created",
+        target_type="fact",
+        target_id="",
+    )
     body = operator.get(reverse("overview", args=[tenant.slug]), {"days": "30"}).content.decode()
     assert "last 30 days" in body and 'href="?days=30" aria-current="true"' in body
     today = timezone.localdate().isoformat()
@@ -122,8 +139,7 @@ def test_a_member_sees_you_for_their_own_notebook_revisions(member, tenant, memo
     assert "<td>v1</td><td>you</td>" in body and f"staff:{member.username}" not in body
 
 
-def test_a_resolution_can_be_undone_and_the_facts_are_as_they_were(operator, tenant, memory_user,
-                                                                   make_contradiction):
+def test_a_resolution_can_be_undone_and_the_facts_are_as_they_were(operator, tenant, memory_user, make_contradiction):
     from memory_admin.models import Contradiction
 
     item = make_contradiction(memory_user)

@@ -28,7 +28,8 @@ def _backdate(fact: Fact, days: int) -> Fact:
 
 
 def test_sampled_distributions_at_100_percent_equal_the_exact_ones_and_say_they_are_sampled(
-        operator, tenant, memory_user, make_fact, monkeypatch):
+    operator, tenant, memory_user, make_fact, monkeypatch
+):
     for i in range(12):
         _backdate(make_fact(memory_user, f"fact {i}", confidence=0.5 + i / 30), i * 40)
     principal = Principal(tenant_id=tenant.pk, role="operator", actor="t", actor_type="staff")
@@ -54,7 +55,8 @@ def test_a_small_tenant_in_a_big_table_is_scored_exactly(tenant, memory_user, ma
 
 
 def test_users_ranked_by_an_aggregate_past_the_window_rank_the_newest_and_say_so(
-        operator, tenant, make_fact, monkeypatch):
+    operator, tenant, make_fact, monkeypatch
+):
     monkeypatch.setattr(sel, "USER_RANK_WINDOW", {"facts": 3, "staleness": 3})
     users = []
     for i in range(5):
@@ -100,10 +102,18 @@ def due(memory_user, make_fact):
         _backdate(make_fact(memory_user, "soft but pinned", soft_expires_at=now - 10 * DAY, pinned=True), 90),
         _backdate(make_fact(memory_user, "faded", kind="inference", confidence=0.75), 200),
         _backdate(make_fact(memory_user, "faded slowly", kind="skill", confidence=0.75), 200),
-        _backdate(make_fact(memory_user, "faded but read lately", kind="inference", confidence=0.75,
-                            last_accessed_at=now - 10 * DAY), 200),
-        _backdate(make_fact(memory_user, "faded, soft and fresh read", kind="inference", confidence=0.75,
-                            soft_expires_at=now - DAY), 300),
+        _backdate(
+            make_fact(
+                memory_user, "faded but read lately", kind="inference", confidence=0.75, last_accessed_at=now - 10 * DAY
+            ),
+            200,
+        ),
+        _backdate(
+            make_fact(
+                memory_user, "faded, soft and fresh read", kind="inference", confidence=0.75, soft_expires_at=now - DAY
+            ),
+            300,
+        ),
         make_fact(memory_user, "fresh"),
         # Imported: true since long ago, stored today, unsure. Not unread for 60 days (last
         # access counts from when it was stored), so the GC leaves it.

@@ -22,14 +22,26 @@ from memory_admin.selectors import dashboard as sel
 def scored(tenant, memory_user, other_user, make_fact):
     """Pinned facts (effective confidence = confidence, no decay), two of them exactly on a bin bound,
     and unpinned facts of several ages, some contested (staleness spread over the bins)."""
-    for user, confidence in ((memory_user, 0.05), (memory_user, 0.3), (other_user, 0.35), (memory_user, 0.7),
-                             (other_user, 0.9), (other_user, 1.0)):
+    for user, confidence in (
+        (memory_user, 0.05),
+        (memory_user, 0.3),
+        (other_user, 0.35),
+        (memory_user, 0.7),
+        (other_user, 0.9),
+        (other_user, 1.0),
+    ):
         make_fact(user, f"Pinned at confidence {confidence}", confidence=confidence, pinned=True)
     now = timezone.now()
     for i, days in enumerate((0, 20, 90, 200, 400)):
-        make_fact(other_user, f"Aged {days} days", confidence=0.8, contested=i % 2 == 0,
-                  valid_from=now - timedelta(days=days), created_at=now - timedelta(days=days),
-                  last_accessed_at=now - timedelta(days=days))
+        make_fact(
+            other_user,
+            f"Aged {days} days",
+            confidence=0.8,
+            contested=i % 2 == 0,
+            valid_from=now - timedelta(days=days),
+            created_at=now - timedelta(days=days),
+            last_accessed_at=now - timedelta(days=days),
+        )
     make_fact(memory_user, "Forgotten long ago", confidence=0.9, pinned=True, status="evicted")
     return {"alice": memory_user, "bob": other_user}
 
@@ -37,8 +49,10 @@ def scored(tenant, memory_user, other_user, make_fact):
 def _bars(body: str, chart: str) -> list[tuple[str, int, str]]:
     """(bin, value, link) of each bar of one overview chart, as the SVG draws them."""
     svg = body.split(f'aria-label="{chart}')[1].split("</svg>")[0]
-    return [(label, int(value), html.unescape(link))
-            for link, label, value in re.findall(r'<a href="([^"]+)" aria-label="([0-9.]+): ([0-9]+)"', svg)]
+    return [
+        (label, int(value), html.unescape(link))
+        for link, label, value in re.findall(r'<a href="([^"]+)" aria-label="([0-9.]+): ([0-9]+)"', svg)
+    ]
 
 
 def _listed(body: str) -> list[str]:
@@ -76,8 +90,9 @@ def test_the_confidence_bars_list_exactly_the_facts_of_their_band(operator, tena
     assert len(shown) == value and all(0.3 <= v < 0.4 for v in shown)
     assert "effective confidence 0.3 to under 0.4" in body
     # Facts of every user, each saying whose it is.
-    assert re.search(r"about <a href=\"[^\"]+\">alice</a>", body) and re.search(r"about <a href=\"[^\"]+\">bob</a>",
-                                                                              body)
+    assert re.search(r"about <a href=\"[^\"]+\">alice</a>", body) and re.search(
+        r"about <a href=\"[^\"]+\">bob</a>", body
+    )
     value, link = bars["0.9"]  # the top bar holds 1.0 too
     body = operator.get(link).content.decode()
     assert value == 2 and sorted(_listed(body)) == ["Pinned at confidence 0.9", "Pinned at confidence 1.0"]
@@ -115,14 +130,17 @@ def _facts_named(contents: list[str]) -> list[Fact]:
     return facts
 
 
-@pytest.mark.parametrize(("params", "field"), [
-    ({"conf_min": "abc"}, "Effective confidence from"),
-    ({"conf_max": "1.5"}, "Effective confidence to"),
-    ({"stale_min": "nan"}, "Staleness from"),
-    ({"stale_max": "1e-1"}, "Staleness to"),
-    ({"conf_min": "-0.1"}, "Effective confidence from"),
-    ({"conf_min": "0.8", "conf_max": "0.2"}, "Effective confidence from"),
-])
+@pytest.mark.parametrize(
+    ("params", "field"),
+    [
+        ({"conf_min": "abc"}, "Effective confidence from"),
+        ({"conf_max": "1.5"}, "Effective confidence to"),
+        ({"stale_min": "nan"}, "Staleness from"),
+        ({"stale_max": "1e-1"}, "Staleness to"),
+        ({"conf_min": "-0.1"}, "Effective confidence from"),
+        ({"conf_min": "0.8", "conf_max": "0.2"}, "Effective confidence from"),
+    ],
+)
 def test_a_bad_bound_is_refused_naming_the_field(operator, tenant, memory_user, params, field):
     for url in (reverse("facts", args=[tenant.slug]), reverse("user_facts", args=[tenant.slug, memory_user.pk])):
         response = operator.get(url, params)
@@ -134,8 +152,9 @@ def test_members_do_not_get_the_tenant_wide_list(member, tenant):
     assert member.get(reverse("facts", args=[tenant.slug])).status_code == 403
 
 
-def test_at_scale_the_list_shows_the_sampled_facts_and_the_bars_estimate(operator, tenant, scored, make_fact,
-                                                                         monkeypatch):
+def test_at_scale_the_list_shows_the_sampled_facts_and_the_bars_estimate(
+    operator, tenant, scored, make_fact, monkeypatch
+):
     """Past SCORE_SAMPLE_ABOVE rows the bars are estimated from a page sample; the list a bar opens is
     that bar's sampled facts, and the estimate it shows is the bar's own number."""
     carol = MemoryUser.objects.create(tenant=tenant, external_id="carol")
@@ -155,6 +174,7 @@ def test_at_scale_the_list_shows_the_sampled_facts_and_the_bars_estimate(operato
         assert int(re.search(r"≈ <b>([0-9]+)</b>", summary).group(1)) == value and "100.0% sample" in summary
         assert len(_listed(body)) == min(value, 50) and f"the {value} on the sampled pages" in body
     # Naming a user lists all of theirs, exactly, without the sample.
-    body = operator.get(reverse("facts", args=[tenant.slug]), {"user": "carol", "conf_min": "0.5",
-                                                               "conf_max": "0.6"}).content.decode()
+    body = operator.get(
+        reverse("facts", args=[tenant.slug]), {"user": "carol", "conf_min": "0.5", "conf_max": "0.6"}
+    ).content.decode()
     assert _count(body) == 40 and 'id="band-sample"' not in body

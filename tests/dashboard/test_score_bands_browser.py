@@ -22,8 +22,9 @@ def _tab_to(page, selector: str, limit: int = 300) -> None:
     raise AssertionError(f"{selector} never got the focus with Tab")
 
 
-@pytest.mark.parametrize(("chart", "prefix"), [("Effective confidence distribution", "conf"),
-                                               ("Staleness distribution", "stale")])
+@pytest.mark.parametrize(
+    ("chart", "prefix"), [("Effective confidence distribution", "conf"), ("Staleness distribution", "stale")]
+)
 def test_a_bar_opens_the_facts_it_counts_by_keyboard(browser, demo, chart, prefix):  # noqa: F811
     Fact.objects.filter(pk=demo["city"].pk).update(pinned=True, confidence=0.35)  # no decay: stays in 0.3
     page = sign_in(browser, demo, "otto")

@@ -41,8 +41,7 @@ def test_the_api_takes_the_agreed_limit_and_refuses_one_past_it(tenant, admin_ap
 
 
 @pytest.mark.parametrize(("name", "allowed", "refused"), LIMITS)
-def test_the_dashboard_form_takes_the_agreed_limit_and_refuses_one_past_it(tenant, admin, name, allowed,
-                                                                           refused):
+def test_the_dashboard_form_takes_the_agreed_limit_and_refuses_one_past_it(tenant, admin, name, allowed, refused):
     url = reverse("settings", args=[tenant.slug])
     assert admin.post(url, {name: str(allowed)}).status_code == 302
     assert stored(tenant, name) == allowed
@@ -72,8 +71,11 @@ def test_openapi_states_the_same_ranges(tenant, admin_api):
 
     def bounds(name):
         branches = schema[name]["anyOf"]
-        return [{k: v for k, v in b.items() if k in ("minimum", "maximum", "exclusiveMinimum")}
-                for b in branches if b.get("type") != "null"]
+        return [
+            {k: v for k, v in b.items() if k in ("minimum", "maximum", "exclusiveMinimum")}
+            for b in branches
+            if b.get("type") != "null"
+        ]
 
     assert bounds("min_message_chars") == [{"minimum": 0, "maximum": 65536}]
     assert bounds("episode_idle_minutes") == [{"minimum": 1, "maximum": 10080}]

@@ -20,15 +20,15 @@ def _tenant_notebook(tenant) -> Notebook:
 
 
 def _save(tenant, content: str, base: int) -> Notebook:
-    return notebook_save(principal=Principal.system(tenant.pk), memory_user=None, content=content,
-                         base_version=base)
+    return notebook_save(principal=Principal.system(tenant.pk), memory_user=None, content=content, base_version=base)
 
 
 @pytest.mark.parametrize("role", ["admin", "operator"])
 def test_admins_and_operators_save_it_and_it_is_audited(tenant, make_staff, memory_user, role):
     client = make_staff(tenant, role)
-    r = client.post(_url(tenant), {"content": "# Team\n- Standups are at 09:30 CET\n", "base_version": "0",
-                                   "note": "first"})
+    r = client.post(
+        _url(tenant), {"content": "# Team\n- Standups are at 09:30 CET\n", "base_version": "0", "note": "first"}
+    )
     assert r.status_code == 302 and r["Location"] == _url(tenant) + "?saved=1"
     notebook = _tenant_notebook(tenant)
     assert notebook.version == 1 and "09:30 CET" in notebook.content
@@ -66,16 +66,19 @@ def test_auditors_and_members_read_it_but_cannot_change_it(tenant, make_staff, m
     assert 'id="notebook-form"' not in body and "Restore" not in body
     r = client.post(_url(tenant), {"content": "- Hijacked\n", "base_version": "2"})
     assert r.status_code == 403
-    assert client.post(_url(tenant, "tenant_notebook_restore"),
-                       {"version": "1", "base_version": "2"}).status_code == 403
+    assert (
+        client.post(_url(tenant, "tenant_notebook_restore"), {"version": "1", "base_version": "2"}).status_code == 403
+    )
     notebook = _tenant_notebook(tenant)
     assert notebook.version == 2 and "19:00" in notebook.content
 
 
 def test_members_still_edit_their_own_notebook(tenant, make_staff, memory_user):
     member = make_staff(tenant, "member", memory_user)
-    r = member.post(reverse("user_notebook", args=[tenant.slug, memory_user.pk]),
-                    {"content": "- I prefer short answers\n", "base_version": "0"})
+    r = member.post(
+        reverse("user_notebook", args=[tenant.slug, memory_user.pk]),
+        {"content": "- I prefer short answers\n", "base_version": "0"},
+    )
     assert r.status_code == 302
     assert Notebook.objects.get(memory_user=memory_user).version == 1
     assert _tenant_notebook(tenant).version == 0  # an empty one comes with every tenant
@@ -92,8 +95,9 @@ def test_revisions_diff_and_restore(tenant, operator):
     assert notebook.version == 3 and notebook.content == "- one line here\n"
     assert notebook.revisions.get(version=3).note == "restored version 1"
     # Restoring from a page that is out of date is a conflict, not an overwrite.
-    assert operator.post(_url(tenant, "tenant_notebook_restore"),
-                         {"version": "2", "base_version": "1"}).status_code == 409
+    assert (
+        operator.post(_url(tenant, "tenant_notebook_restore"), {"version": "2", "base_version": "1"}).status_code == 409
+    )
     assert _tenant_notebook(tenant).version == 3
 
 
@@ -114,8 +118,9 @@ def test_another_tenant_is_404_and_its_notebook_is_never_shown(tenant, other_ten
 
 
 def test_a_user_notebook_is_not_the_tenant_notebook(tenant, operator, memory_user):
-    notebook_save(principal=Principal.system(tenant.pk), memory_user=memory_user,
-                  content="- Alice private note\n", base_version=0)
+    notebook_save(
+        principal=Principal.system(tenant.pk), memory_user=memory_user, content="- Alice private note\n", base_version=0
+    )
     body = operator.get(_url(tenant)).content.decode()
     assert "Alice private note" not in body and "No revisions yet." in body
     assert _tenant_notebook(tenant).version == 0 and MemoryUser.objects.count() == 1

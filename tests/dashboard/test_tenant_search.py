@@ -31,8 +31,13 @@ def espresso(tenant, make_fact):
         mentions = 4 if i == 0 else 1
         for j in range(mentions):
             text = f"User {i} orders a double espresso at café {j}"
-            make_fact(user, text, embedding=embed_query(text), importance=0.3 + 0.05 * (i % 5),
-                      valid_from=now - timedelta(days=i + j))
+            make_fact(
+                user,
+                text,
+                embedding=embed_query(text),
+                importance=0.3 + 0.05 * (i % 5),
+                valid_from=now - timedelta(days=i + j),
+            )
         for text in (f"User {i} rides a bike to work", f"User {i} keeps a cat"):
             make_fact(user, text, embedding=embed_query(text), valid_from=now - timedelta(days=3 * i))
     return users
@@ -48,8 +53,13 @@ def _one_by_one(tenant, users, query: str, k: int = 30) -> list[str]:
     hits that share a word with the query or are close in meaning."""
     principal = Principal(tenant_id=tenant.pk, role="operator", actor="t", actor_type="staff")
     vector = embed_query(query)
-    hits = [h for u in users for h in fact_search(principal=principal, memory_user=u, query=query, k=k,
-                                                   query_vector=vector, shared=False, record=False).hits]
+    hits = [
+        h
+        for u in users
+        for h in fact_search(
+            principal=principal, memory_user=u, query=query, k=k, query_vector=vector, shared=False, record=False
+        ).hits
+    ]
     hits = [h for h in hits if h.keyword > 0 or h.cosine >= sel.MATCH_MIN_COSINE]
     return [h.fact.content for h in sorted(hits, key=lambda h: -h.final)[:k]]
 

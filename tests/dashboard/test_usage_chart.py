@@ -81,4 +81,3 @@ def test_usage_rows_hold_no_user_identifier(api, admin_api, tenant):
     assert rows and not any("erin" in r or "heron" in r for r in rows)
     # The counts outlive the erased user: the chart still shows the search.
     assert UsageDay.objects.get(tenant=tenant, kind="search").count == 1
-

@@ -40,7 +40,8 @@ class _Audit(HTMLParser):
             if name.startswith("on"):
                 self.problems.append(f"<{tag} {name}={value!r}>")
             if name in ("href", "src", "action", "formaction") and (value or "").strip().lower().startswith(
-                    "javascript:"):
+                "javascript:"
+            ):
                 self.problems.append(f"<{tag} {name}={value!r}>")
         if tag == "script":
             self._in_script = not any(n == "src" for n, _ in attrs)
@@ -72,18 +73,33 @@ def poisoned(tenant, make_fact, make_contradiction, make_block):
     item = make_contradiction(user, f"A {PAYLOAD}", f"B {PAYLOAD}")
     type(item).objects.filter(pk=item.pk).update(reason=PAYLOAD)
     block = make_block(tenant, user, preview=PAYLOAD)
-    notebook = Notebook.objects.create(tenant=tenant, memory_user=user, content=PAYLOAD, version=1,
-                                       updated_by=SCRIPT)
+    notebook = Notebook.objects.create(tenant=tenant, memory_user=user, content=PAYLOAD, version=1, updated_by=SCRIPT)
     NotebookRevision.objects.create(notebook=notebook, version=1, content=PAYLOAD, author=ATTR, note=SCRIPT)
     skill = Skill.objects.create(tenant=tenant, path="xss/test.md", content=PAYLOAD, updated_by=ATTR)
     SkillRevision.objects.create(skill=skill, version=1, content=PAYLOAD, author=SCRIPT)
     thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id=ATTR)
-    Episode.objects.create(tenant=tenant, memory_user=user, thread=thread, started_at=timezone.now(),
-                           ended_at=timezone.now(), summary=PAYLOAD)
+    Episode.objects.create(
+        tenant=tenant,
+        memory_user=user,
+        thread=thread,
+        started_at=timezone.now(),
+        ended_at=timezone.now(),
+        summary=PAYLOAD,
+    )
     Agent.objects.create(tenant=tenant, name=SCRIPT)
-    AuditEvent.objects.create(tenant=tenant, memory_user=user, actor_type="agent", actor=ATTR, action=SCRIPT,
-                              outcome=ATTR, target_type="fact", target_id=str(fact.pk), reason=PAYLOAD,
-                              before={"content": PAYLOAD}, after={"content": SCRIPT})
+    AuditEvent.objects.create(
+        tenant=tenant,
+        memory_user=user,
+        actor_type="agent",
+        actor=ATTR,
+        action=SCRIPT,
+        outcome=ATTR,
+        target_type="fact",
+        target_id=str(fact.pk),
+        reason=PAYLOAD,
+        before={"content": PAYLOAD},
+        after={"content": SCRIPT},
+    )
     return {"user": user, "fact": fact, "block": block, "skill": skill}
 
 
@@ -127,6 +143,7 @@ def test_markdown_preview_is_sanitised(operator, tenant):
 
 
 def test_htmx_partials_escape_too(operator, tenant, poisoned):
-    r = operator.post(reverse("fact_pin", args=[tenant.slug, poisoned["fact"].pk]), {"pinned": "1"},
-                      HTTP_HX_REQUEST="true")
+    r = operator.post(
+        reverse("fact_pin", args=[tenant.slug, poisoned["fact"].pk]), {"pinned": "1"}, HTTP_HX_REQUEST="true"
+    )
     assert problems_in(r.content.decode()) == [] and SCRIPT not in r.content.decode()

@@ -18,14 +18,20 @@ DAY = timedelta(days=1)
 def make_fact(user, content, *, age_days=0, read_days_ago=None, **fields):
     now = timezone.now()
     fact = Fact.objects.create(
-        tenant=user.tenant, memory_user=user, content=content, content_hash=content_hash(content),
-        confidence=fields.pop("confidence", 0.9), source="user_stated", valid_from=now - age_days * DAY,
-        embedding=embed_one(content), **fields,
+        tenant=user.tenant,
+        memory_user=user,
+        content=content,
+        content_hash=content_hash(content),
+        confidence=fields.pop("confidence", 0.9),
+        source="user_stated",
+        valid_from=now - age_days * DAY,
+        embedding=embed_one(content),
+        **fields,
     )
     # created_at is auto_now_add: backdate it like time passing would.
     Fact.objects.filter(pk=fact.pk).update(
-        created_at=now - age_days * DAY,
-        last_accessed_at=None if read_days_ago is None else now - read_days_ago * DAY)
+        created_at=now - age_days * DAY, last_accessed_at=None if read_days_ago is None else now - read_days_ago * DAY
+    )
     fact.refresh_from_db()
     return fact
 
@@ -34,13 +40,16 @@ def test_gc_dry_run_reports_and_changes_nothing_then_the_real_run_applies_and_au
     user = MemoryUser.objects.create(tenant=tenant, external_id="alice")
     now = timezone.now()
     hard = make_fact(user, "The user is at the Lisbon offsite this week", hard_expires_at=now - DAY, pinned=True)
-    soft = make_fact(user, "The user is trying out Zed as an editor", age_days=90, read_days_ago=45,
-                     soft_expires_at=now - 10 * DAY)
-    soft_but_read = make_fact(user, "The user is evaluating Linear", age_days=90, read_days_ago=3,
-                              soft_expires_at=now - 10 * DAY)
+    soft = make_fact(
+        user, "The user is trying out Zed as an editor", age_days=90, read_days_ago=45, soft_expires_at=now - 10 * DAY
+    )
+    soft_but_read = make_fact(
+        user, "The user is evaluating Linear", age_days=90, read_days_ago=3, soft_expires_at=now - 10 * DAY
+    )
     faded = make_fact(user, "The user might like jazz", kind="inference", confidence=0.75, age_days=200)
-    recently_faded = make_fact(user, "The user might enjoy hiking", kind="inference", confidence=0.75,
-                               age_days=200, read_days_ago=50)
+    recently_faded = make_fact(
+        user, "The user might enjoy hiking", kind="inference", confidence=0.75, age_days=200, read_days_ago=50
+    )
     fresh = make_fact(user, "The user prefers vim")
 
     report = lifecycle.lifecycle_gc(tenant_id=tenant.pk, dry_run=True)
@@ -107,8 +116,14 @@ def test_the_retry_command_retries_failed_batches(tenant, capsys, monkeypatch):
     monkeypatch.setattr(celery_module, "dispatch", lambda *a: None)
     user = MemoryUser.objects.create(tenant=tenant, external_id="alice")
     thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id="t")
-    batch = ExtractionBatch.objects.create(tenant=tenant, memory_user=user, thread=thread, status="failed",
-                                           error="the model server failed (500)", attempts=3)
+    batch = ExtractionBatch.objects.create(
+        tenant=tenant,
+        memory_user=user,
+        thread=thread,
+        status="failed",
+        error="the model server failed (500)",
+        attempts=3,
+    )
     call_command("extraction_retry", "--tenant", tenant.slug, "--all-failed")
     batch.refresh_from_db()
     assert batch.status == "pending" and batch.attempts == 0 and "500" in batch.error

@@ -30,8 +30,9 @@ SECRET = "sk-proj-" + "Zq8" * 12
 
 
 def post(api, user="alice", thread="t1", *contents, role="user"):
-    return api.post(f"users/{user}/messages",
-                    {"thread_id": thread, "messages": [{"role": role, "content": c} for c in contents]})
+    return api.post(
+        f"users/{user}/messages", {"thread_id": thread, "messages": [{"role": role, "content": c} for c in contents]}
+    )
 
 
 def later():
@@ -62,22 +63,29 @@ def test_each_new_message_pushes_the_deadline_and_one_batch_takes_them_all(api, 
     assert fake_llm.count("extraction") == 1
     assert set(Message.objects.values_list("status", flat=True)) == {"extracted"}
     facts = set(Fact.objects.values_list("content", flat=True))
-    assert facts == {"The user said: I prefer vim over emacs for everything.",
-                     "The user said: I work at Acme Robotics these days."}
+    assert facts == {
+        "The user said: I prefer vim over emacs for everything.",
+        "The user said: I work at Acme Robotics these days.",
+    }
     fact = Fact.objects.first()
     assert fact.extractor == "llm:gpt-4o-mini" and fact.batch_id and fact.message_id
     assert fact.source == "user_stated"
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({"thread_id": "t", "messages": []}, "messages"),
-    ({"thread_id": "t", "messages": [{"role": "robot", "content": "hello there friend"}]}, "messages.0.role"),
-    ({"thread_id": "t", "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
-    ({"thread_id": "", "messages": [{"role": "user", "content": "hello there friend"}]}, "thread_id"),
-    ({"thread_id": "t", "messages": [{"role": "user", "content": "hi", "extra": 1}]}, "messages.0.extra"),
-    ({"thread_id": "t", "messages": [{"role": "user", "content": "hi", "created_at": "yesterday"}]},
-     "messages.0.created_at"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"thread_id": "t", "messages": []}, "messages"),
+        ({"thread_id": "t", "messages": [{"role": "robot", "content": "hello there friend"}]}, "messages.0.role"),
+        ({"thread_id": "t", "messages": [{"role": "user", "content": 5}]}, "messages.0.content"),
+        ({"thread_id": "", "messages": [{"role": "user", "content": "hello there friend"}]}, "thread_id"),
+        ({"thread_id": "t", "messages": [{"role": "user", "content": "hi", "extra": 1}]}, "messages.0.extra"),
+        (
+            {"thread_id": "t", "messages": [{"role": "user", "content": "hi", "created_at": "yesterday"}]},
+            "messages.0.created_at",
+        ),
+    ],
+)
 def test_bad_input_is_422_and_nothing_is_written(api, body, field):
     r = api.post("users/alice/messages", body)
     assert r.status_code == 422, r.content
@@ -87,8 +95,10 @@ def test_bad_input_is_422_and_nothing_is_written(api, body, field):
 
 def test_a_message_over_64_kb_is_413_and_nothing_is_written(api, settings):
     ok = "x" * settings.MAX_MESSAGE_BYTES
-    r = api.post("users/alice/messages", {"thread_id": "t", "messages": [
-        {"role": "user", "content": ok}, {"role": "user", "content": ok + "é"}]})
+    r = api.post(
+        "users/alice/messages",
+        {"thread_id": "t", "messages": [{"role": "user", "content": ok}, {"role": "user", "content": ok + "é"}]},
+    )
     assert r.status_code == 413
     assert r.json()["code"] == "content_too_large" and r.json()["limit"] == settings.MAX_MESSAGE_BYTES
     assert not Message.objects.exists() and not Thread.objects.exists()
@@ -123,9 +133,12 @@ def test_a_secret_in_a_message_is_stored_redacted_and_never_reaches_a_fact(api, 
 
 def test_a_secret_the_model_makes_up_is_blocked_by_the_write_path(api, tenant, fake_llm, dispatched):
     token = "ghp_" + "A1b2C3d4E5" * 4
-    fake_llm.extraction = lambda prompt: {"facts": [
-        {"content": f"The user's GitHub token is {token}", "confidence": 0.95, "message": 0},
-        {"content": "The user ships on Fridays", "confidence": 0.95, "message": 0}]}
+    fake_llm.extraction = lambda prompt: {
+        "facts": [
+            {"content": f"The user's GitHub token is {token}", "confidence": 0.95, "message": 0},
+            {"content": "The user ships on Fridays", "confidence": 0.95, "message": 0},
+        ]
+    }
     post(api, "alice", "t1", "I ship on Fridays, always have.")
     (result,) = drain(now=later())
     assert result.status == "done" and result.outcomes == {"blocked": 1, "created": 1}
@@ -162,14 +175,26 @@ def test_short_messages_are_logged_but_not_extracted(api, tenant, fake_llm, disp
 
 def test_recalled_memory_echoed_by_the_agent_is_not_extracted_again(api, tenant, fake_llm, dispatched):
     user = MemoryUser.objects.create(tenant=tenant, external_id="alice")
-    known = fact_write(principal=Principal.system(tenant.pk), memory_user=user,
-                       content="The user prefers vim over emacs", source="user_stated").fact
-    fake_llm.extraction = lambda prompt: {"facts": [
-        {"content": line.split(": ", 1)[1], "confidence": 0.9, "message": int(line[1])}
-        for line in prompt.splitlines()[1:]]}
-    post(api, "alice", "t1",
-         "<<<MEMORY_DATA abc123>>>\n## Facts\n- The user plays chess on Sundays\n<<<END_MEMORY_DATA abc123>>>",
-         "The user prefers vim over emacs. Shall I open the config?", role="assistant")
+    known = fact_write(
+        principal=Principal.system(tenant.pk),
+        memory_user=user,
+        content="The user prefers vim over emacs",
+        source="user_stated",
+    ).fact
+    fake_llm.extraction = lambda prompt: {
+        "facts": [
+            {"content": line.split(": ", 1)[1], "confidence": 0.9, "message": int(line[1])}
+            for line in prompt.splitlines()[1:]
+        ]
+    }
+    post(
+        api,
+        "alice",
+        "t1",
+        "<<<MEMORY_DATA abc123>>>\n## Facts\n- The user plays chess on Sundays\n<<<END_MEMORY_DATA abc123>>>",
+        "The user prefers vim over emacs. Shall I open the config?",
+        role="assistant",
+    )
     post(api, "alice", "t1", "I also started learning Rust this month.")
     drain(now=later())
     prompt = fake_llm.calls[0]["prompt"]
@@ -219,8 +244,9 @@ def test_a_server_error_is_retried(api, tenant, fake_llm, dispatched):
     assert [r.status for r in drain(now=later())] == ["pending", "pending", "done"]
 
 
-def test_a_timeout_is_retried_then_fails_and_a_manual_retry_extracts(api, admin_api, tenant, fake_llm,
-                                                                     dispatched, settings):
+def test_a_timeout_is_retried_then_fails_and_a_manual_retry_extracts(
+    api, admin_api, tenant, fake_llm, dispatched, settings
+):
     settings.OPENAI_TIMEOUT_SECONDS = 0.3
     fake_llm.stall_seconds = 1
     post(api, "alice", "t1", "I prefer vim over emacs for everything.")
@@ -303,8 +329,13 @@ def test_lost_workers_count_as_attempts(api, fake_llm, dispatched, settings):
 
 
 def test_offline_extraction_and_episode_on_close(api, tenant, offline, dispatched):
-    post(api, "alice", "t1", "Hi! My name is Dana Scully and I work at Acme Robotics.",
-         "Can you help me set up my editor? I prefer neovim over VS Code.")
+    post(
+        api,
+        "alice",
+        "t1",
+        "Hi! My name is Dana Scully and I work at Acme Robotics.",
+        "Can you help me set up my editor? I prefer neovim over VS Code.",
+    )
     post(api, "alice", "t1", "Sure, here is a config you could try.", role="assistant")
     post(api, "alice", "t1", "Thanks, that worked perfectly!")
     r = api.post("users/alice/threads/t1/close")
@@ -313,8 +344,11 @@ def test_offline_extraction_and_episode_on_close(api, tenant, offline, dispatche
     assert thread.closed_at and thread.extract_due_at <= timezone.now()
     episode = pipeline.close_thread(thread.pk)
     facts = {f.content: f for f in Fact.objects.all()}
-    assert set(facts) == {"The user's name is Dana Scully.", "The user works at Acme Robotics.",
-                          "The user prefers neovim over VS Code."}
+    assert set(facts) == {
+        "The user's name is Dana Scully.",
+        "The user works at Acme Robotics.",
+        "The user prefers neovim over VS Code.",
+    }
     assert {f.extractor for f in facts.values()} == {"rules-v1"}
     assert facts["The user's name is Dana Scully."].key == "user.name"
     assert ExtractionBatch.objects.get().extractor == "rules-v1"
@@ -367,10 +401,18 @@ def test_idle_threads_become_episodes_and_filters_work(api, tenant, offline, dis
 
 def test_user_context_updates_are_keyed_facts_and_a_new_value_supersedes(api, tenant, fake_llm, dispatched):
     zone = {"value": "Europe/Berlin"}
-    fake_llm.extraction = lambda prompt: {"facts": [], "user_context": [
-        {"key": "timezone", "statement": f"The user's timezone is {zone['value']}", "confidence": 0.95,
-         "message": 0},
-        {"key": "Not A Valid Key!", "statement": "dropped: the item breaks the schema", "confidence": 0.9}]}
+    fake_llm.extraction = lambda prompt: {
+        "facts": [],
+        "user_context": [
+            {
+                "key": "timezone",
+                "statement": f"The user's timezone is {zone['value']}",
+                "confidence": 0.95,
+                "message": 0,
+            },
+            {"key": "Not A Valid Key!", "statement": "dropped: the item breaks the schema", "confidence": 0.9},
+        ],
+    }
     post(api, "alice", "t1", "I am in Berlin for the foreseeable future.")
     drain(now=later())
     first = Fact.objects.get(key="user.timezone")

@@ -38,16 +38,27 @@ def json_log():
 
 
 def post(api, body, **headers):
-    return api.client.post("/api/v1/users/nora/messages", json.dumps(body), content_type="application/json",
-                           HTTP_AUTHORIZATION=f"Bearer {api.key}", **headers)
+    return api.client.post(
+        "/api/v1/users/nora/messages",
+        json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api.key}",
+        **headers,
+    )
 
 
-def test_the_request_id_of_a_message_reaches_the_log_lines_naming_its_facts(api, tenant, offline, dispatched,
-                                                                              json_log, settings):
-    said = ["Hi! My name is Nora Quill and I work at Lumen Labs as a data engineer.",
-            "I prefer neovim over VS Code, and I am planning to learn Rust this winter."]
-    r = post(api, {"thread_id": "t1", "messages": [{"role": "user", "content": s} for s in said]},
-             HTTP_X_REQUEST_ID="req-7f3a9c21-obs")
+def test_the_request_id_of_a_message_reaches_the_log_lines_naming_its_facts(
+    api, tenant, offline, dispatched, json_log, settings
+):
+    said = [
+        "Hi! My name is Nora Quill and I work at Lumen Labs as a data engineer.",
+        "I prefer neovim over VS Code, and I am planning to learn Rust this winter.",
+    ]
+    r = post(
+        api,
+        {"thread_id": "t1", "messages": [{"role": "user", "content": s} for s in said]},
+        HTTP_X_REQUEST_ID="req-7f3a9c21-obs",
+    )
     assert r.status_code == 202 and r["X-Request-ID"] == "req-7f3a9c21-obs"
     other = post(api, {"thread_id": "t1", "messages": [{"role": "user", "content": "I live in Lisbon near the sea."}]})
     generated = other["X-Request-ID"]
@@ -78,9 +89,17 @@ def test_the_request_id_of_a_message_reaches_the_log_lines_naming_its_facts(api,
         assert words not in text
 
 
-@pytest.mark.parametrize("incoming", [
-    "short", "has space in it", "x" * 65, "new\nline-0123456789", SECRET, "alice@example.org-12345678",
-])
+@pytest.mark.parametrize(
+    "incoming",
+    [
+        "short",
+        "has space in it",
+        "x" * 65,
+        "new\nline-0123456789",
+        SECRET,
+        "alice@example.org-12345678",
+    ],
+)
 def test_an_unsafe_incoming_request_id_is_replaced(api, incoming):
     r = api.client.get("/api/v1/users", HTTP_AUTHORIZATION=f"Bearer {api.key}", HTTP_X_REQUEST_ID=incoming)
     assert r.status_code == 200

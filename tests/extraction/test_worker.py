@@ -38,16 +38,28 @@ class Processes:
 
     def _spawn(self, args: list[str], name: str) -> subprocess.Popen:
         log = open(self.logdir / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
-        return subprocess.Popen(CELERY + args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(
+            CELERY + args, env=self.env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def start_worker(self) -> None:
         self.starts += 1
         log = self.logdir / "worker.log"
         offset = log.stat().st_size if log.exists() else 0
-        self.worker = self._spawn(["worker", "--loglevel=INFO", "--pool=prefork", "--concurrency=2",
-                                   f"--hostname=extraction-test-{self.starts}@%h", "--without-heartbeat",
-                                   "--without-mingle", "--without-gossip", "--purge"], "worker")
+        self.worker = self._spawn(
+            [
+                "worker",
+                "--loglevel=INFO",
+                "--pool=prefork",
+                "--concurrency=2",
+                f"--hostname=extraction-test-{self.starts}@%h",
+                "--without-heartbeat",
+                "--without-mingle",
+                "--without-gossip",
+                "--purge",
+            ],
+            "worker",
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             # Ready, and both pool children have loaded the embedding model (worker_process_init).
@@ -80,8 +92,11 @@ class Processes:
                     proc.wait(5)
 
     def logs(self) -> str:
-        return "\n".join((self.logdir / f"{n}.log").read_text()[-4000:] for n in ("worker", "beat")
-                         if (self.logdir / f"{n}.log").exists())
+        return "\n".join(
+            (self.logdir / f"{n}.log").read_text()[-4000:]
+            for n in ("worker", "beat")
+            if (self.logdir / f"{n}.log").exists()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -142,18 +157,35 @@ def set_window(tenant, seconds: int) -> None:
 
 def test_twenty_quick_messages_make_exactly_one_llm_call_after_the_window(api, tenant, procs, fake):
     set_window(tenant, 1)
-    said = ["I grow tomatoes on my balcony.", "I play the cello in an orchestra.", "I drive a red Volvo estate.",
-            "I teach chemistry at a high school.", "I run marathons every spring.", "I speak fluent Portuguese.",
-            "I collect vintage fountain pens.", "I brew my own beer at home.", "I volunteer at the animal shelter.",
-            "I fly small planes on weekends."]
+    said = [
+        "I grow tomatoes on my balcony.",
+        "I play the cello in an orchestra.",
+        "I drive a red Volvo estate.",
+        "I teach chemistry at a high school.",
+        "I run marathons every spring.",
+        "I speak fluent Portuguese.",
+        "I collect vintage fountain pens.",
+        "I brew my own beer at home.",
+        "I volunteer at the animal shelter.",
+        "I fly small planes on weekends.",
+    ]
     for i in range(20):
         content = said[i // 2] if i % 2 == 0 else f"That is interesting, tell me more (reply {i})."
-        r = api.post("users/alice/messages", {"thread_id": "conv", "messages": [
-            {"role": "user" if i % 2 == 0 else "assistant", "content": content}]})
+        r = api.post(
+            "users/alice/messages",
+            {"thread_id": "conv", "messages": [{"role": "user" if i % 2 == 0 else "assistant", "content": content}]},
+        )
         assert r.status_code == 202, r.content
     last_post = time.time()
-    wait_for(lambda: not Message.objects.filter(status="pending").exists()
-             and ExtractionBatch.objects.filter(status="done").exists(), 30, procs, "extraction")
+    wait_for(
+        lambda: (
+            not Message.objects.filter(status="pending").exists()
+            and ExtractionBatch.objects.filter(status="done").exists()
+        ),
+        30,
+        procs,
+        "extraction",
+    )
     done_at = time.time()
     time.sleep(1.5)  # a second window: nothing else may happen
     assert fake.count("extraction") == 1, procs.logs()
@@ -169,10 +201,13 @@ def test_twenty_quick_messages_make_exactly_one_llm_call_after_the_window(api, t
 
 def test_a_worker_killed_mid_extraction_loses_and_duplicates_nothing(api, tenant, procs, fake):
     set_window(tenant, 1)
-    statements = [f"I keep project {name} in the {name.lower()} repository." for name in
-                  ("Apollo", "Borealis", "Cygnus", "Draco", "Eridanus")]
-    r = api.post("users/alice/messages", {"thread_id": "conv", "messages": [
-        {"role": "user", "content": s} for s in statements]})
+    statements = [
+        f"I keep project {name} in the {name.lower()} repository."
+        for name in ("Apollo", "Borealis", "Cygnus", "Draco", "Eridanus")
+    ]
+    r = api.post(
+        "users/alice/messages", {"thread_id": "conv", "messages": [{"role": "user", "content": s} for s in statements]}
+    )
     assert r.status_code == 202
     fake.fail_next(f"slow:{LLM_TIMEOUT - 1}")  # the first answer takes 3 s: long enough to die during it
     assert api.post("users/alice/threads/conv/close", {"outcome": "success"}).status_code == 202
@@ -198,8 +233,13 @@ def test_a_worker_killed_mid_extraction_loses_and_duplicates_nothing(api, tenant
 def test_rate_limited_then_success_through_the_sweeper(api, tenant, procs, fake):
     set_window(tenant, 1)
     fake.fail_next("429", "500")
-    api.post("users/alice/messages", {"thread_id": "conv", "messages": [
-        {"role": "user", "content": "I moved our staging cluster to Hetzner last week."}]})
+    api.post(
+        "users/alice/messages",
+        {
+            "thread_id": "conv",
+            "messages": [{"role": "user", "content": "I moved our staging cluster to Hetzner last week."}],
+        },
+    )
     wait_for(lambda: ExtractionBatch.objects.filter(status="done").exists(), 30, procs, "the retried batch")
     batch = ExtractionBatch.objects.get()
     assert batch.attempts == 3 and fake.count("extraction") == 3
@@ -212,6 +252,11 @@ def test_rate_limited_then_success_through_the_sweeper(api, tenant, procs, fake)
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM kombu_message WHERE visible = false")
         assert cursor.fetchone()[0] < 5
-    api.post("users/alice/messages", {"thread_id": "conv", "messages": [
-        {"role": "user", "content": "I also run the Grafana dashboards for the team."}]})
+    api.post(
+        "users/alice/messages",
+        {
+            "thread_id": "conv",
+            "messages": [{"role": "user", "content": "I also run the Grafana dashboards for the team."}],
+        },
+    )
     wait_for(lambda: ExtractionBatch.objects.filter(status="done").count() == 2, 30, procs, "the next batch")

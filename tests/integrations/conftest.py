@@ -31,8 +31,13 @@ def free_port() -> int:
 def server_env(**extra: str) -> dict[str, str]:
     """The environment of a server process pointed at this run's test database."""
     db = connection.settings_dict
-    env = {**os.environ, "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={db['HOST']}",
-           "PYTHONPATH": str(ROOT), "ACCESS_COUNT_FLUSH_SECONDS": "0", "LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={db['HOST']}",
+        "PYTHONPATH": str(ROOT),
+        "ACCESS_COUNT_FLUSH_SECONDS": "0",
+        "LOG_LEVEL": "WARNING",
+    }
     env.pop("TEST_DB_NAME", None)
     env.pop("MEMORY_ADMIN_API_KEY", None)
     return {**env, **extra}
@@ -67,8 +72,13 @@ def gunicorn_server(django_db_setup, django_db_blocker) -> Iterator[str]:
     """gunicorn (the production config: one worker, model warmed) on the test database; its base URL."""
     port = free_port()
     env = server_env(BIND=f"127.0.0.1:{port}", WEB_WORKERS="1", WEB_THREADS="4")
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until_up(f"http://127.0.0.1:{port}/api/v1/health", proc, "gunicorn")
         yield f"http://127.0.0.1:{port}"

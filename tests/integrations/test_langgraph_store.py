@@ -29,8 +29,7 @@ def store(gunicorn_server, tenant, make_key):
 
 def test_put_get_update_delete(store):
     assert store.get(("dana",), "preference.editor") is None  # an unknown user reads as empty
-    store.put(("dana",), "preference.editor", {"content": "Dana prefers neovim", "category": "preference",
-                                               "ticket": 7})
+    store.put(("dana",), "preference.editor", {"content": "Dana prefers neovim", "category": "preference", "ticket": 7})
     item = store.get(("dana",), "preference.editor")
     assert item.namespace == ("dana",) and item.key == "preference.editor"
     assert item.value == {"content": "Dana prefers neovim", "category": "preference", "ticket": 7}
@@ -111,13 +110,15 @@ def test_another_tenants_memory_is_invisible(store, gunicorn_server, make_key):
 
 
 def test_batch_and_abatch(store):
-    results = store.batch([
-        PutOp(("jo",), "tea", {"content": "Jo drinks oolong tea"}),
-        PutOp(("jo",), "book", {"content": "Jo is reading Middlemarch"}),
-        GetOp(("jo",), "tea"),
-        SearchOp(("jo",), query="what does Jo drink?", limit=1),
-        ListNamespacesOp(),
-    ])
+    results = store.batch(
+        [
+            PutOp(("jo",), "tea", {"content": "Jo drinks oolong tea"}),
+            PutOp(("jo",), "book", {"content": "Jo is reading Middlemarch"}),
+            GetOp(("jo",), "tea"),
+            SearchOp(("jo",), query="what does Jo drink?", limit=1),
+            ListNamespacesOp(),
+        ]
+    )
     assert results[0] is None and results[1] is None
     assert results[2].value == {"content": "Jo drinks oolong tea"}
     assert [h.key for h in results[3]] == ["tea"]
@@ -171,8 +172,7 @@ def test_langmem_manage_and_search_tools_round_trip(store):
     assert found[0]["key"] == memory_id and found[0]["value"]["content"].endswith("Berlin marathon")
     assert found[0]["score"] > 0 and found[0]["namespace"] == ["lea"]
 
-    manage.invoke({"content": "Lea is training for the Boston marathon", "action": "update", "id": memory_id},
-                  config)
+    manage.invoke({"content": "Lea is training for the Boston marathon", "action": "update", "id": memory_id}, config)
     assert store.get(("lea",), memory_id).value["content"] == "Lea is training for the Boston marathon"
 
     asyncio.run(manage.ainvoke({"action": "delete", "id": memory_id}, config))

@@ -47,8 +47,9 @@ def http(method: str, url: str, body: Any = None, key: str | None = None, timeou
         return 0, {"error": str(err)}
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = lambda: "",
-               every: float = 0.3) -> Any:
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, what: str, logs: Callable[[], str] = lambda: "", every: float = 0.3
+) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
@@ -70,8 +71,12 @@ class TcpPostgres:
         if self.user:
             shutil.chown(self.dir, self.user, self.user)
         pgserver.initdb(["--auth=trust", "--encoding=utf8", "-U", "postgres"], pgdata=self.pgdata, user=self.user)
-        pgserver.pg_ctl(["-w", "-o", f"-h 127.0.0.1 -p {self.port} -k {self.dir}", "-l", str(self.dir / "log"),
-                         "start"], pgdata=self.pgdata, user=self.user, timeout=60)
+        pgserver.pg_ctl(
+            ["-w", "-o", f"-h 127.0.0.1 -p {self.port} -k {self.dir}", "-l", str(self.dir / "log"), "start"],
+            pgdata=self.pgdata,
+            user=self.user,
+            timeout=60,
+        )
         self.psql("CREATE DATABASE memory_admin", db="postgres")
         self.url = f"postgresql://postgres@127.0.0.1:{self.port}/memory_admin"
 
@@ -100,8 +105,9 @@ class Processes:
 
     def start(self, name: str, argv: list[str]) -> subprocess.Popen:
         with open(self.logdir / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self.procs[name] = proc
         self.groups.add(proc.pid)
         return proc
@@ -158,11 +164,24 @@ def embedder_cache() -> str:
     from memory_admin.onnx_model import cache_dir, verified_model
 
     if verified_model() is None:
-        subprocess.run([sys.executable, "manage.py", "build_embedder"], cwd=ROOT, check=True, timeout=600,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True)
+        subprocess.run(
+            [sys.executable, "manage.py", "build_embedder"],
+            cwd=ROOT,
+            check=True,
+            timeout=600,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            capture_output=True,
+        )
     return str(cache_dir())
 
 
 def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True, timeout=timeout).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    ).stdout.strip()

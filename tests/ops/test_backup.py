@@ -40,18 +40,29 @@ ORIGINAL = "Dana keeps the spare keys under the red flowerpot"
 
 
 def manage(db: Db, data_dir: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATABASE_URL": database_url(db), "MEMORY_ADMIN_DATA_DIR": str(data_dir),
-           "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(db),
+        "MEMORY_ADMIN_DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(ROOT),
+    }
     for name in ("TEST_DB_NAME", "SECRET_KEY", "PII_FINGERPRINT_KEY"):
         env.pop(name, None)
-    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], env=env, capture_output=True,
-                          text=True, timeout=180, check=False)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
 
 
 def databases_like(db: Db, prefix: str) -> list[str]:
     with db.named("postgres").connect() as conn:
-        rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY 1",
-                            [prefix.replace("_", r"\_") + "%"]).fetchall()
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE %s ORDER BY 1", [prefix.replace("_", r"\_") + "%"]
+        ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -67,8 +78,13 @@ def scratch(transactional_db, tmp_path):
     principal = Principal.system(tenant.pk, actor="agent:backup-test")
     user = MemoryUser.objects.create(tenant=tenant, external_id="dana")
     fact_write(principal=principal, memory_user=user, content=ORIGINAL, source="user_stated")
-    fact_write(principal=principal, memory_user=user, content="Dana prefers neovim", key="preference.editor",
-               source="user_stated")
+    fact_write(
+        principal=principal,
+        memory_user=user,
+        content="Dana prefers neovim",
+        key="preference.editor",
+        source="user_stated",
+    )
     notebook_save(principal=principal, memory_user=user, content="# Dana\n- works at Acme", base_version=0)
     test_db = Db.from_django(connection.settings_dict)
     name = f"ma_backup_{uuid.uuid4().hex[:8]}"
@@ -142,8 +158,7 @@ def test_a_damaged_backup_is_refused_and_nothing_changes(scratch, tmp_path):
     file = tmp_path / "memory.backup"
     assert manage(scratch, data_dir, "backup", str(file)).returncode == 0
     with scratch.connect() as conn:
-        conn.execute("UPDATE memory_admin_fact SET content = 'changed after the backup' WHERE content = %s",
-                     [ORIGINAL])
+        conn.execute("UPDATE memory_admin_fact SET content = 'changed after the backup' WHERE content = %s", [ORIGINAL])
     before = fact_contents(scratch)
     for kind, damaged in _damaged_copies(file, tmp_path).items():
         result = manage(scratch, data_dir, "restore", str(damaged))
@@ -181,8 +196,12 @@ def test_an_older_backup_restored_on_a_new_install_is_migrated_before_it_is_swap
     """A backup made before the newest migration, restored where no database exists yet: the restored copy
     is brought up to this code's migrations, then takes the database's name."""
     with scratch.connect() as conn:  # what the database looked like one migration ago
-        newest, previous = [r[0] for r in conn.execute(
-            "SELECT name FROM django_migrations WHERE app = 'memory_admin' ORDER BY name DESC LIMIT 2")]
+        newest, previous = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM django_migrations WHERE app = 'memory_admin' ORDER BY name DESC LIMIT 2"
+            )
+        ]
     undone = manage(scratch, tmp_path, "migrate", "memory_admin", previous)
     assert undone.returncode == 0, undone.stderr
     data_dir = tmp_path / "data"

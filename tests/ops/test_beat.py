@@ -26,8 +26,18 @@ CREATE TRIGGER refuse BEFORE INSERT ON kombu_message FOR EACH ROW EXECUTE FUNCTI
 
 def published(pg: TempPostgres) -> bool:
     try:
-        out = pgserver.psql(["-h", str(pg.dir), "-U", "postgres", "-d", "memory_admin", "-tAc",
-                             "SELECT EXISTS (SELECT FROM kombu_message)"])
+        out = pgserver.psql(
+            [
+                "-h",
+                str(pg.dir),
+                "-U",
+                "postgres",
+                "-d",
+                "memory_admin",
+                "-tAc",
+                "SELECT EXISTS (SELECT FROM kombu_message)",
+            ]
+        )
     except subprocess.CalledProcessError:
         return False  # no table yet
     return out.strip() == "t"
@@ -36,14 +46,35 @@ def published(pg: TempPostgres) -> bool:
 def test_a_beat_that_cannot_publish_exits_for_its_supervisor(tmp_path):
     pg = TempPostgres()
     log = tmp_path / "beat.log"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATABASE_URL": pg.url, "MEMORY_ADMIN_DATA_DIR": str(tmp_path),
-           "EXTRACTION_SWEEP_SECONDS": "1", "BEAT_GIVE_UP_SECONDS": "4", "LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DATABASE_URL": pg.url,
+        "MEMORY_ADMIN_DATA_DIR": str(tmp_path),
+        "EXTRACTION_SWEEP_SECONDS": "1",
+        "BEAT_GIVE_UP_SECONDS": "4",
+        "LOG_LEVEL": "WARNING",
+    }
     env.pop("TEST_DB_NAME", None)
     env.pop("CELERY_BROKER_URL", None)
     with open(log, "wb") as out:
-        beat = subprocess.Popen([sys.executable, "-m", "celery", "-A", "memory_admin", "beat", "--loglevel=INFO",
-                                 "-s", str(tmp_path / "schedule")], cwd=ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
+        beat = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "memory_admin",
+                "beat",
+                "--loglevel=INFO",
+                "-s",
+                str(tmp_path / "schedule"),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while not published(pg):  # beat publishes, then the broker table refuses every message

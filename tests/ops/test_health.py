@@ -73,8 +73,10 @@ def test_before_the_first_sweep_the_answer_is_starting_not_a_failure(client, aft
     r = client.get("/api/v1/health/ready")
     assert r.status_code == 200
     assert r.json()["status"] == "starting"
-    assert r.json()["background"] == {"sweep": {"status": "starting", "age_seconds": None},
-                                      "worker": {"status": "starting", "age_seconds": None}}
+    assert r.json()["background"] == {
+        "sweep": {"status": "starting", "age_seconds": None},
+        "worker": {"status": "starting", "age_seconds": None},
+    }
 
 
 def test_old_heartbeats_right_after_a_restart_are_starting_until_the_grace_ends(client, settings):

@@ -51,15 +51,22 @@ class TempPostgres:
         self.user = "pgserver" if os.geteuid() == 0 else None  # initdb refuses to run as root
         if self.user:
             shutil.chown(self.dir, self.user, self.user)
-        pgserver.initdb(["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
-                        pgdata=self.pgdata, user=self.user)
+        pgserver.initdb(
+            ["--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres"],
+            pgdata=self.pgdata,
+            user=self.user,
+        )
         self.start()
         pgserver.psql(["-h", str(self.dir), "-U", "postgres", "-c", "CREATE DATABASE memory_admin"])
         self.url = f"postgresql://postgres:@/memory_admin?host={self.dir}"
 
     def start(self) -> None:
-        pgserver.pg_ctl(["-w", "-o", '-h ""', "-o", f"-k {self.dir}", "-l", str(self.dir / "log"), "start"],
-                        pgdata=self.pgdata, user=self.user, timeout=60)
+        pgserver.pg_ctl(
+            ["-w", "-o", '-h ""', "-o", f"-k {self.dir}", "-l", str(self.dir / "log"), "start"],
+            pgdata=self.pgdata,
+            user=self.user,
+            timeout=60,
+        )
 
     def stop(self) -> None:
         pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.pgdata, user=self.user, timeout=60)
@@ -101,7 +108,11 @@ class Stack:
         self.log = open(logfile, "wb")  # noqa: SIM115 - lives as long as the process
         self.proc = subprocess.Popen(
             [sys.executable, "manage.py", "up", "--no-demo", f"--bind={bind}", "--restart-backoff=1"],
-            cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def output(self) -> str:
@@ -149,8 +160,9 @@ def ready(stack: Stack) -> dict | None:
 
 
 def manage(env: dict[str, str], *args: str) -> str:
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True,
-                          capture_output=True, text=True, timeout=120).stdout.strip()
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True, capture_output=True, text=True, timeout=120
+    ).stdout.strip()
 
 
 @pytest.fixture(scope="module")
@@ -203,9 +215,12 @@ class Load(threading.Thread):
             if self.stopped.is_set():
                 return
             content = f"Load message number {i}: the client is still talking."
-            status, _ = http("POST", self.stack.base + "users/loader/messages",
-                             {"thread_id": f"load-{i // 20}", "messages": [{"role": "user", "content": content}]},
-                             self.stack.key)
+            status, _ = http(
+                "POST",
+                self.stack.base + "users/loader/messages",
+                {"thread_id": f"load-{i // 20}", "messages": [{"role": "user", "content": content}]},
+                self.stack.key,
+            )
             self.statuses.append(status)
             self.accepted += status == 202
             self.statuses.append(http("GET", self.stack.base + "users/loader/facts", key=self.stack.key)[0])
@@ -263,14 +278,20 @@ def test_a_postgres_outage_under_load_heals_itself(stack):
     assert back["background"]["sweep"]["age_seconds"] <= 3 * SWEEP_SECONDS + 1
 
     # A thread posted after recovery is extracted within the debounce window (plus a sweep).
-    status, body = http("POST", stack.base + "users/newcomer/messages",
-                        {"thread_id": "after-outage", "messages": [
-                            {"role": "user", "content": "I work at Bassoon Works."}]},
-                        stack.key)
+    status, body = http(
+        "POST",
+        stack.base + "users/newcomer/messages",
+        {"thread_id": "after-outage", "messages": [{"role": "user", "content": "I work at Bassoon Works."}]},
+        stack.key,
+    )
     assert status == 202, body
     posted = time.monotonic()
-    wait_until(lambda: extracted(stack, "newcomer", "Bassoon Works"), EXTRACTED_WITHIN, stack,
-               "the thread posted after recovery to be extracted")
+    wait_until(
+        lambda: extracted(stack, "newcomer", "Bassoon Works"),
+        EXTRACTED_WITHIN,
+        stack,
+        "the thread posted after recovery to be extracted",
+    )
     took = time.monotonic() - posted
     load.stopped.set()
     load.join(15)
@@ -284,20 +305,27 @@ def test_a_postgres_outage_under_load_heals_itself(stack):
 
     wait_until(all_extracted, 30, stack, f"all {load.accepted} accepted messages to be extracted")
     assert "channel disconnected" not in stack.output()  # the failure mode this test was written for
-    print(f"\noutage {OUTAGE_SECONDS:.0f} s; ready again {recovered_in:.1f} s after Postgres restarted; "
-          f"new thread extracted {took:.1f} s after posting (debounce {DEBOUNCE_SECONDS} s); "
-          f"{load.accepted} messages accepted under load")
+    print(
+        f"\noutage {OUTAGE_SECONDS:.0f} s; ready again {recovered_in:.1f} s after Postgres restarted; "
+        f"new thread extracted {took:.1f} s after posting (debounce {DEBOUNCE_SECONDS} s); "
+        f"{load.accepted} messages accepted under load"
+    )
 
 
 def test_up_restarts_a_killed_beat(stack):
     beat = stack.pid_of("beat")
     os.kill(beat, signal.SIGKILL)
     wait_until(lambda: stack.pid_of("beat") != beat, 15, stack, "up to restart beat")
-    assert any(re.match(r"up: beat killed by signal 9 after \d+ s; restarting in \d+ s", line)
-               for line in stack.up_lines()), stack.up_lines()
+    assert any(
+        re.match(r"up: beat killed by signal 9 after \d+ s; restarting in \d+ s", line) for line in stack.up_lines()
+    ), stack.up_lines()
     assert any(line.startswith("up: beat restarted") for line in stack.up_lines())
     # The new beat sweeps: the sweep row is fresher than the restart.
     restarted = time.monotonic()
-    body = wait_until(lambda: (b := ready(stack)) and b["background"]["sweep"]["age_seconds"]
-                      < time.monotonic() - restarted and b, 40, stack, "a sweep from the new beat")
+    body = wait_until(
+        lambda: (b := ready(stack)) and b["background"]["sweep"]["age_seconds"] < time.monotonic() - restarted and b,
+        40,
+        stack,
+        "a sweep from the new beat",
+    )
     assert body["status"] == "ok"

@@ -34,11 +34,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.scaleout]
 
 DEBOUNCE_SECONDS = 4
 LLM_TIMEOUT = 4.0  # the lease is this plus EXTRACTION_LEASE_MARGIN_SECONDS (1 s)
-STATEMENTS = ["I grow tomatoes on my balcony.", "I play the cello in an orchestra.", "I drive a red Volvo estate.",
-              "I teach chemistry at a high school.", "I run marathons every spring.", "I speak fluent Portuguese.",
-              "I collect vintage fountain pens.", "I brew my own beer at home."]
-VICTIM_STATEMENTS = [f"I keep project {name} in the {name.lower()} repository."
-                     for name in ("Apollo", "Borealis", "Cygnus", "Draco", "Eridanus")]
+STATEMENTS = [
+    "I grow tomatoes on my balcony.",
+    "I play the cello in an orchestra.",
+    "I drive a red Volvo estate.",
+    "I teach chemistry at a high school.",
+    "I run marathons every spring.",
+    "I speak fluent Portuguese.",
+    "I collect vintage fountain pens.",
+    "I brew my own beer at home.",
+]
+VICTIM_STATEMENTS = [
+    f"I keep project {name} in the {name.lower()} repository."
+    for name in ("Apollo", "Borealis", "Cygnus", "Draco", "Eridanus")
+]
 USERS = [f"member-{i}" for i in range(6)]
 
 
@@ -51,11 +60,13 @@ class Cluster:
     def start_workers(self, *names: str) -> None:
         log_before = {name: len(self.procs.log(name)) for name in names}
         for name in names:
-            self.procs.start(name, CELERY + ["worker", "--loglevel=INFO", "--pool=prefork", "--concurrency=1",
-                                             f"--hostname={name}@%h"])
+            self.procs.start(
+                name,
+                CELERY + ["worker", "--loglevel=INFO", "--pool=prefork", "--concurrency=1", f"--hostname={name}@%h"],
+            )
 
         def ready() -> bool:
-            outs = {name: self.procs.log(name)[log_before[name]:] for name in names}
+            outs = {name: self.procs.log(name)[log_before[name] :] for name in names}
             for name, out in outs.items():
                 assert self.procs.procs[name].poll() is None, out[-3000:]
             return all(" ready." in out and "embedding model warm" in out for out in outs.values())
@@ -115,21 +126,41 @@ def cluster(tmp_path_factory, fake):
         env.pop(name, None)
     procs = Processes(env, data)
     try:
-        procs.start("redis", ["redis-server", "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(data)])
+        procs.start(
+            "redis",
+            [
+                "redis-server",
+                "--port",
+                str(redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(data),
+            ],
+        )
         manage(env, "migrate", "--verbosity=0")
         manage(env, "create_tenant", "scale")
         key = manage(env, "create_agent_key", "scale", "loader", "--admin").splitlines()[-1]
         for i, bind in enumerate(webs):
-            procs.start(f"web-{'ab'[i]}", [sys.executable, "-m", "gunicorn", "-c",
-                                           "python:memory_admin.gunicorn_conf", f"--bind={bind}"])
+            procs.start(
+                f"web-{'ab'[i]}",
+                [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf", f"--bind={bind}"],
+            )
         procs.start("beat", CELERY + ["beat", "--loglevel=INFO", "-s", str(data / "beat-schedule")])
         cluster = Cluster(env, procs, pg, redis_url, [f"http://{bind}/api/v1/" for bind in webs])
         cluster.key = key
         cluster.start_workers("worker-a", "worker-b")
         for base in cluster.webs:
-            wait_until(lambda base=base: http("GET", base + "health/ready", timeout=5)[1].get("status") == "ok",
-                       90, f"{base} to be ready", procs.logs)
+            wait_until(
+                lambda base=base: http("GET", base + "health/ready", timeout=5)[1].get("status") == "ok",
+                90,
+                f"{base} to be ready",
+                procs.logs,
+            )
         status, body = http("PATCH", cluster.webs[0] + "settings", {"debounce_seconds": DEBOUNCE_SECONDS}, key)
         assert status == 200, body
         yield cluster
@@ -139,8 +170,12 @@ def cluster(tmp_path_factory, fake):
 
 
 def post(base: str, key: str, user: str, thread: str, contents: list[str]) -> None:
-    status, body = http("POST", base + f"users/{user}/messages",
-                        {"thread_id": thread, "messages": [{"role": "user", "content": c} for c in contents]}, key)
+    status, body = http(
+        "POST",
+        base + f"users/{user}/messages",
+        {"thread_id": thread, "messages": [{"role": "user", "content": c} for c in contents]},
+        key,
+    )
     assert status == 202, body
 
 
@@ -182,28 +217,39 @@ def test_two_web_servers_two_workers_extract_every_message_exactly_once(cluster,
     wait_until(all_done, DEBOUNCE_SECONDS + 40, f"all {posted} messages to be extracted", cluster.procs.logs)
     extracted_in = time.monotonic() - started
 
-    batches = cluster.sql("SELECT t.external_id, mu.external_id, b.status, b.message_count, b.attempts, "
-                          "extract(epoch FROM b.created_at - max(m.received_at)) "
-                          "FROM memory_admin_extractionbatch b JOIN memory_admin_thread t ON t.id = b.thread_id "
-                          "JOIN memory_admin_memoryuser mu ON mu.id = b.memory_user_id "
-                          "JOIN memory_admin_message m ON m.batch_id = b.id GROUP BY 1, 2, 3, 4, 5, b.created_at")
+    batches = cluster.sql(
+        "SELECT t.external_id, mu.external_id, b.status, b.message_count, b.attempts, "
+        "extract(epoch FROM b.created_at - max(m.received_at)) "
+        "FROM memory_admin_extractionbatch b JOIN memory_admin_thread t ON t.id = b.thread_id "
+        "JOIN memory_admin_memoryuser mu ON mu.id = b.memory_user_id "
+        "JOIN memory_admin_message m ON m.batch_id = b.id GROUP BY 1, 2, 3, 4, 5, b.created_at"
+    )
     # The debounce held across web servers: one batch per thread, planned a full window after its last message.
     assert sorted(row[1] for row in batches) == sorted(USERS), batches
     assert {(row[2], row[3], row[4]) for row in batches} == {("done", str(len(STATEMENTS)), "1")}, batches
     assert min(float(row[5]) for row in batches) >= DEBOUNCE_SECONDS - 0.2, batches
     assert fake.count("extraction") == len(USERS)  # one LLM call per batch, none repeated
 
-    facts = Counter(tuple(row) for row in cluster.sql(
-        "SELECT mu.external_id, f.content FROM memory_admin_fact f "
-        "JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id"))
+    facts = Counter(
+        tuple(row)
+        for row in cluster.sql(
+            "SELECT mu.external_id, f.content FROM memory_admin_fact f "
+            "JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id"
+        )
+    )
     duplicates = sum(n - 1 for n in facts.values())
-    lost = posted - cluster.count("SELECT count(*) FROM memory_admin_message WHERE status = 'extracted' "
-                                  "AND batch_id IN (SELECT id FROM memory_admin_extractionbatch WHERE status = 'done')")
+    lost = posted - cluster.count(
+        "SELECT count(*) FROM memory_admin_message WHERE status = 'extracted' "
+        "AND batch_id IN (SELECT id FROM memory_admin_extractionbatch WHERE status = 'done')"
+    )
     expected = {(user, f"The user said: {s.rstrip('.')}.") for user in USERS for s in STATEMENTS}
     assert set(facts) == expected and duplicates == 0 and lost == 0
-    report(capsys, f"scale-out: {posted} messages posted to 2 web servers ({per_web[0]} + {per_web[1]}), "
-          f"{len(batches)} batches (one per thread), {len(facts)} facts, duplicates = {duplicates}, "
-          f"lost = {lost}; all extracted {extracted_in:.1f} s after the first post (debounce {DEBOUNCE_SECONDS} s)")
+    report(
+        capsys,
+        f"scale-out: {posted} messages posted to 2 web servers ({per_web[0]} + {per_web[1]}), "
+        f"{len(batches)} batches (one per thread), {len(facts)} facts, duplicates = {duplicates}, "
+        f"lost = {lost}; all extracted {extracted_in:.1f} s after the first post (debounce {DEBOUNCE_SECONDS} s)",
+    )
 
 
 def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake, capsys):
@@ -216,36 +262,66 @@ def test_a_worker_killed_mid_batch_is_covered_by_the_other(cluster, fake, capsys
     # Which worker runs the batch? Asked over the broker, as `celery inspect active` would.
     def holder() -> str | None:
         active = cluster.celery.control.inspect(timeout=1.0).active() or {}
-        return next((host.split("@")[0] for host, tasks in active.items()
-                     if any(t["name"] == "extraction.run_batch" for t in tasks)), None)
+        return next(
+            (
+                host.split("@")[0]
+                for host, tasks in active.items()
+                if any(t["name"] == "extraction.run_batch" for t in tasks)
+            ),
+            None,
+        )
 
     victim = wait_until(holder, 5, "the worker running the batch", cluster.procs.logs, every=0.1)
     cluster.procs.kill(victim)
     killed_at = time.monotonic()
-    batch = "SELECT b.status, b.attempts FROM memory_admin_extractionbatch b JOIN memory_admin_memoryuser mu " \
-            "ON mu.id = b.memory_user_id WHERE mu.external_id = 'victim'"
+    batch = (
+        "SELECT b.status, b.attempts FROM memory_admin_extractionbatch b JOIN memory_admin_memoryuser mu "
+        "ON mu.id = b.memory_user_id WHERE mu.external_id = 'victim'"
+    )
     assert cluster.sql(batch) == [["running", "1"]]
-    assert cluster.count("SELECT count(*) FROM memory_admin_fact f JOIN memory_admin_memoryuser mu "
-                         "ON mu.id = f.memory_user_id WHERE mu.external_id = 'victim'") == 0
+    assert (
+        cluster.count(
+            "SELECT count(*) FROM memory_admin_fact f JOIN memory_admin_memoryuser mu "
+            "ON mu.id = f.memory_user_id WHERE mu.external_id = 'victim'"
+        )
+        == 0
+    )
 
-    wait_until(lambda: cluster.sql(batch) == [["done", "2"]], 30, "the other worker to finish the batch",
-               cluster.procs.logs)
+    wait_until(
+        lambda: cluster.sql(batch) == [["done", "2"]], 30, "the other worker to finish the batch", cluster.procs.logs
+    )
     recovered_in = time.monotonic() - killed_at
-    facts = Counter(row[0] for row in cluster.sql(
-        "SELECT f.content FROM memory_admin_fact f JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id "
-        "WHERE mu.external_id = 'victim'"))
+    facts = Counter(
+        row[0]
+        for row in cluster.sql(
+            "SELECT f.content FROM memory_admin_fact f JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id "
+            "WHERE mu.external_id = 'victim'"
+        )
+    )
     assert set(facts) == {f"The user said: {s.rstrip('.')}." for s in VICTIM_STATEMENTS}
     duplicates = sum(n - 1 for n in facts.values())
-    lost = 5 - cluster.count("SELECT count(*) FROM memory_admin_message m JOIN memory_admin_memoryuser mu "
-                             "ON mu.id = m.memory_user_id WHERE mu.external_id = 'victim' AND m.status = 'extracted'")
+    lost = 5 - cluster.count(
+        "SELECT count(*) FROM memory_admin_message m JOIN memory_admin_memoryuser mu "
+        "ON mu.id = m.memory_user_id WHERE mu.external_id = 'victim' AND m.status = 'extracted'"
+    )
     assert duplicates == 0 and lost == 0
     assert fake.count("extraction") == 2  # the killed attempt and the one that finished
 
     # The killed worker comes back and both take work again; results travel through Redis too.
     cluster.start_workers(victim)
-    wait_until(lambda: {host.split("@")[0] for host in cluster.celery.control.inspect(timeout=2.0).ping() or {}}
-               == {"worker-a", "worker-b"}, 30, "both workers to answer a ping over Redis", cluster.procs.logs)
+    wait_until(
+        lambda: (
+            {host.split("@")[0] for host in cluster.celery.control.inspect(timeout=2.0).ping() or {}}
+            == {"worker-a", "worker-b"}
+        ),
+        30,
+        "both workers to answer a ping over Redis",
+        cluster.procs.logs,
+    )
     result = cluster.celery.send_task("extraction.sweep", ignore_result=False).get(timeout=20)
     assert set(result) == {"planned", "recovered"}
-    report(capsys, f"scale-out: worker {victim} SIGKILLed mid-batch; the other worker finished it {recovered_in:.1f} s "
-          f"later (attempt 2): 5 messages, 1 batch, 5 facts, duplicates = {duplicates}, lost = {lost}")
+    report(
+        capsys,
+        f"scale-out: worker {victim} SIGKILLed mid-batch; the other worker finished it {recovered_in:.1f} s "
+        f"later (attempt 2): 5 messages, 1 batch, 5 facts, duplicates = {duplicates}, lost = {lost}",
+    )

@@ -40,9 +40,22 @@ class Up:
         self.mcp = f"http://{env['MCP_BIND']}/mcp"
         with open(logfile, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "manage.py", "up", "--no-demo", f"--bind={bind}", "--restart-backoff=0.5",
-                 f"--wedged-after={WEDGED_AFTER}", "--start-grace=60", "--stop-timeout=30"],
-                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    sys.executable,
+                    "manage.py",
+                    "up",
+                    "--no-demo",
+                    f"--bind={bind}",
+                    "--restart-backoff=0.5",
+                    f"--wedged-after={WEDGED_AFTER}",
+                    "--start-grace=60",
+                    "--stop-timeout=30",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def output(self) -> str:
@@ -137,36 +150,58 @@ def stack(tmp_path_factory, fake):
 
 
 def facts_of(up: Up, user: str) -> list[str]:
-    return [row for row in up.pg.psql(
-        "SELECT f.content FROM memory_admin_fact f JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id "
-        f"WHERE mu.external_id = '{user}'").splitlines() if row]
+    return [
+        row
+        for row in up.pg.psql(
+            "SELECT f.content FROM memory_admin_fact f JOIN memory_admin_memoryuser mu ON mu.id = f.memory_user_id "
+            f"WHERE mu.external_id = '{user}'"
+        ).splitlines()
+        if row
+    ]
 
 
 def extracted_after_post(up: Up, user: str, statement: str) -> None:
-    status, body = http("POST", up.base + f"users/{user}/messages",
-                        {"thread_id": "t", "messages": [{"role": "user", "content": statement}]}, up.key)
+    status, body = http(
+        "POST",
+        up.base + f"users/{user}/messages",
+        {"thread_id": "t", "messages": [{"role": "user", "content": statement}]},
+        up.key,
+    )
     assert status == 202, body
-    wait_until(lambda: f"The user said: {statement.rstrip('.')}." in facts_of(up, user), 30,
-               f"{user}'s message to be extracted", up.tail)
+    wait_until(
+        lambda: f"The user said: {statement.rstrip('.')}." in facts_of(up, user),
+        30,
+        f"{user}'s message to be extracted",
+        up.tail,
+    )
 
 
 @pytest.mark.parametrize("child", ["web", "worker", "beat", "mcp"])
 def test_a_killed_child_comes_back(stack, child):
     old = stack.pid_of(child)
     os.kill(old, signal.SIGKILL)
-    new = wait_until(lambda: stack.pid_of(child) != old and stack.pid_of(child), 20, f"up to restart {child}",
-                     stack.tail)
-    assert any(re.fullmatch(rf"up: {child} killed by signal 9 after \d+ s; restarting in 0.5 s \(attempt \d+\)",
-                            line) for line in stack.up_lines()), stack.up_lines()
+    new = wait_until(
+        lambda: stack.pid_of(child) != old and stack.pid_of(child), 20, f"up to restart {child}", stack.tail
+    )
+    assert any(
+        re.fullmatch(rf"up: {child} killed by signal 9 after \d+ s; restarting in 0.5 s \(attempt \d+\)", line)
+        for line in stack.up_lines()
+    ), stack.up_lines()
     # Nothing of the old one is left (its pool or gunicorn workers went with it).
     wait_until(lambda: not group_alive(old), 10, f"the old {child}'s process group to be gone", stack.tail)
     restarted = time.monotonic()
     if child == "mcp":
         wait_until(lambda: http("GET", stack.mcp, timeout=3)[0] != 0, 60, "the new MCP server to answer", stack.tail)
     # Ready again, with a sweep and a worker heartbeat newer than the restart.
-    wait_until(lambda: (body := ready(stack)) and all(part["age_seconds"] < time.monotonic() - restarted
-                                                      for part in body["background"].values()),
-               60, "/health/ready with fresh heartbeats", stack.tail)
+    wait_until(
+        lambda: (
+            (body := ready(stack))
+            and all(part["age_seconds"] < time.monotonic() - restarted for part in body["background"].values())
+        ),
+        60,
+        "/health/ready with fresh heartbeats",
+        stack.tail,
+    )
     extracted_after_post(stack, f"after-{child}", f"I restarted the {child} and it kept working.")
     assert stack.pid_of(child) == new and group_alive(new)  # the first new process took over, and stayed
 
@@ -191,25 +226,49 @@ def test_a_wedged_child_is_killed_and_restarted(stack, child):
 
 def test_sigterm_finishes_in_flight_work_and_stops_every_child(stack, fake, capsys):
     # A standing fact, so that the next write has a neighbour and asks the (slow) judge.
-    status, body = http("POST", stack.base + "users/painter/facts",
-                        {"content": "The user's favourite colour is green.", "confidence": 0.9}, stack.key)
+    status, body = http(
+        "POST",
+        stack.base + "users/painter/facts",
+        {"content": "The user's favourite colour is green.", "confidence": 0.9},
+        stack.key,
+    )
     assert status in (200, 201), body
     fake.fail_matching("Zanzibar", f"slow:{LLM_SLOW}")
     fake.fail_matching("colour is blue", f"slow:{LLM_SLOW}")
     extracting = len([c for c in fake.calls if "Zanzibar" in c["prompt"]])
-    status, body = http("POST", stack.base + "users/linguist/messages", {"thread_id": "t", "messages": [
-        {"role": "user", "content": "I am learning the Zanzibar dialect of Swahili."}]}, stack.key)
+    status, body = http(
+        "POST",
+        stack.base + "users/linguist/messages",
+        {"thread_id": "t", "messages": [{"role": "user", "content": "I am learning the Zanzibar dialect of Swahili."}]},
+        stack.key,
+    )
     assert status == 202, body
-    wait_until(lambda: len([c for c in fake.calls if "Zanzibar" in c["prompt"]]) > extracting, 20,
-               "the batch's LLM call", stack.tail)
+    wait_until(
+        lambda: len([c for c in fake.calls if "Zanzibar" in c["prompt"]]) > extracting,
+        20,
+        "the batch's LLM call",
+        stack.tail,
+    )
 
     answer: list[tuple[int, dict]] = []
-    request = threading.Thread(target=lambda: answer.append(http(
-        "POST", stack.base + "users/painter/facts",
-        {"content": "The user's favourite colour is blue.", "confidence": 0.9}, stack.key, timeout=30)))
+    request = threading.Thread(
+        target=lambda: answer.append(
+            http(
+                "POST",
+                stack.base + "users/painter/facts",
+                {"content": "The user's favourite colour is blue.", "confidence": 0.9},
+                stack.key,
+                timeout=30,
+            )
+        )
+    )
     request.start()
-    wait_until(lambda: any("colour is blue" in c["prompt"] and c["layer"] == "judge" for c in fake.calls), 15,
-               "the write's judge call", stack.tail)
+    wait_until(
+        lambda: any("colour is blue" in c["prompt"] and c["layer"] == "judge" for c in fake.calls),
+        15,
+        "the write's judge call",
+        stack.tail,
+    )
 
     pids = stack.all_pids()
     stack.proc.send_signal(signal.SIGTERM)
@@ -221,13 +280,17 @@ def test_sigterm_finishes_in_flight_work_and_stops_every_child(stack, fake, caps
     assert answer and answer[0][0] in (200, 201), answer  # the in-flight request was answered
     assert not [pid for pid in pids if group_alive(pid)], "children left behind"
     # The worker finished its batch before it stopped (a warm shutdown): done on the first attempt.
-    batch = stack.pg.rows("SELECT b.status, b.attempts FROM memory_admin_extractionbatch b JOIN "
-                          "memory_admin_memoryuser mu ON mu.id = b.memory_user_id WHERE mu.external_id = 'linguist'")
+    batch = stack.pg.rows(
+        "SELECT b.status, b.attempts FROM memory_admin_extractionbatch b JOIN "
+        "memory_admin_memoryuser mu ON mu.id = b.memory_user_id WHERE mu.external_id = 'linguist'"
+    )
     assert batch == [["done", "1"]], (batch, stack.tail())
     assert "The user said: I am learning the Zanzibar dialect of Swahili." in facts_of(stack, "linguist")
     lines = stack.up_lines()
     assert lines[-1] == "up: stopped" and not any("did not stop in time" in line for line in lines), lines
     restarts = [line for line in lines if " restarted (pid " in line]
     with capsys.disabled():
-        print(f"\nup: {len(restarts)} restarts over the module (4 kills, 2 wedges); SIGTERM with a request and a "
-              f"batch in flight: both finished, {len(pids)} process groups gone, exit 0 after {took:.1f} s")
+        print(
+            f"\nup: {len(restarts)} restarts over the module (4 kills, 2 wedges); SIGTERM with a request and a "
+            f"batch in flight: both finished, {len(pids)} process groups gone, exit 0 after {took:.1f} s"
+        )

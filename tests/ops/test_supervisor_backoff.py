@@ -37,9 +37,11 @@ def test_a_crash_looping_child_backs_off_doubling_up_to_the_cap():
 
 def test_shutdown_kills_a_child_that_ignores_sigterm_with_its_group():
     lines: list[str] = []
-    code = ("import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('ready', flush=True); "
-            "time.sleep(60)")
+    code = (
+        "import os, signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print('ready', flush=True); "
+        "time.sleep(60)"
+    )
     stubborn = Child("stubborn", [sys.executable, "-c", code], {})
     polite = Child("polite", [sys.executable, "-c", "import time; time.sleep(60)"], {})
     supervisor = Supervisor([stubborn, polite], say=lines.append, backoff=Backoff(), stop_timeout=1.0)
@@ -53,6 +55,9 @@ def test_shutdown_kills_a_child_that_ignores_sigterm_with_its_group():
     assert polite.proc.returncode == -15  # SIGTERM was enough
     assert stubborn.proc.returncode == -9
     assert any(line.startswith(f"stubborn (pid {stubborn.proc.pid}) did not stop in time") for line in lines), lines
-    wait_until(lambda: not group_alive(stubborn.proc.pid) and not group_alive(polite.proc.pid), 5,
-               "both process groups (the stubborn one's child too) to be gone")
+    wait_until(
+        lambda: not group_alive(stubborn.proc.pid) and not group_alive(polite.proc.pid),
+        5,
+        "both process groups (the stubborn one's child too) to be gone",
+    )
     assert lines[-1] == "stopped"

@@ -16,27 +16,51 @@ from memory_admin.textnorm import fold
 
 # kind -> (the value, the sentence it is planted in, its distinctive core)
 SECRETS: dict[str, tuple[str, str, str]] = {
-    "openai_key": ("sk-" + "proj-Zq8LmN3pR7tV1wX5yB9cD2fG6hJ0kP4s", "note for Alice: {} ok",
-                   "Zq8LmN3pR7tV1wX5yB9cD2fG6hJ0kP4s"),
-    "openai_legacy": ("sk-" + "Ab3De6Gh9Jk2Mn5Pq8St1Vw4Yz7Bc0Ef3Hi6Kl9No2Qr5Tu", "note for Alice: {} ok",
-                      "Ab3De6Gh9Jk2Mn5Pq8St1Vw4Yz7Bc0Ef3Hi6Kl9No2Qr5Tu"),
-    "github_token": ("ghp_" + "R2d2C3p0Xw1ngY0d4Lu8eSkyw4lkerHan5oL0", "note for Alice: {} ok",
-                     "R2d2C3p0Xw1ngY0d4Lu8eSkyw4lkerHan5oL0"),
+    "openai_key": (
+        "sk-" + "proj-Zq8LmN3pR7tV1wX5yB9cD2fG6hJ0kP4s",
+        "note for Alice: {} ok",
+        "Zq8LmN3pR7tV1wX5yB9cD2fG6hJ0kP4s",
+    ),
+    "openai_legacy": (
+        "sk-" + "Ab3De6Gh9Jk2Mn5Pq8St1Vw4Yz7Bc0Ef3Hi6Kl9No2Qr5Tu",
+        "note for Alice: {} ok",
+        "Ab3De6Gh9Jk2Mn5Pq8St1Vw4Yz7Bc0Ef3Hi6Kl9No2Qr5Tu",
+    ),
+    "github_token": (
+        "ghp_" + "R2d2C3p0Xw1ngY0d4Lu8eSkyw4lkerHan5oL0",
+        "note for Alice: {} ok",
+        "R2d2C3p0Xw1ngY0d4Lu8eSkyw4lkerHan5oL0",
+    ),
     "aws_access_key": ("AKIA" + "QX7Z2LMN4PRT8VWY", "note for Alice: {} ok", "QX7Z2LMN4PRT8VWY"),
-    "aws_secret_key": ("wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ3kP9x2Lm", "note for Alice: {} ok",
-                       "wJalrXUtnFEMIK7MDENGbPxRfiCYzQ3kP9x2Lm"),
-    "slack_token": ("xoxb-" + "1234567890-0987654321-AbCdEfGhIjKlMnOp", "note for Alice: {} ok",
-                    "0987654321AbCdEfGhIjKlMnOp"),
+    "aws_secret_key": (
+        "wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ3kP9x2Lm",
+        "note for Alice: {} ok",
+        "wJalrXUtnFEMIK7MDENGbPxRfiCYzQ3kP9x2Lm",
+    ),
+    "slack_token": (
+        "xoxb-" + "1234567890-0987654321-AbCdEfGhIjKlMnOp",
+        "note for Alice: {} ok",
+        "0987654321AbCdEfGhIjKlMnOp",
+    ),
     "stripe_live": ("sk_" + "live_4eC39HqLyjWDarjtT1zdp7dc", "note for Alice: {} ok", "4eC39HqLyjWDarjtT1zdp7dc"),
     "stripe_restricted": ("rk_" + "live_51Hx9LmQp2Rt7Vw3Yz8Bc4Df", "note for Alice: {} ok", "51Hx9LmQp2Rt7Vw3Yz8Bc4Df"),
     "stripe_test": ("sk_" + "test_7Lm2Qp9Rt4Vw1Yz6Bc3Df8Gh", "note for Alice: {} ok", "7Lm2Qp9Rt4Vw1Yz6Bc3Df8Gh"),
-    "google_api_key": ("AIza" + "SyD4x9Qm2Lp7Rt3Vw8Yz1Bc6Df0Gh5Jk9Lm", "note for Alice: {} ok",
-                       "SyD4x9Qm2Lp7Rt3Vw8Yz1Bc6Df0Gh5Jk9Lm"),
-    "jwt": ("eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ" + ".Qm9ndXNTaWduYXR1cmVGb3JUZXN0czEyMw",
-            "note for Alice: {} ok", "eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ"),
-    "private_key": ("-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzq9PlantedKeyMaterialLine0001\n"
-                    "Zm9vYmFyYmF6cXV4UGxhbnRlZEtleU1hdGVyaWFs\n-----END RSA PRIVATE KEY-----",
-                    "note for Alice:\n{}\nok", "PlantedKeyMaterialLine0001"),
+    "google_api_key": (
+        "AIza" + "SyD4x9Qm2Lp7Rt3Vw8Yz1Bc6Df0Gh5Jk9Lm",
+        "note for Alice: {} ok",
+        "SyD4x9Qm2Lp7Rt3Vw8Yz1Bc6Df0Gh5Jk9Lm",
+    ),
+    "jwt": (
+        "eyJhbGciOiJIUzI1NiJ9" + ".eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ" + ".Qm9ndXNTaWduYXR1cmVGb3JUZXN0czEyMw",
+        "note for Alice: {} ok",
+        "eyJzdWIiOiJhbGljZSIsImFkbWluIjp0cnVlfQ",
+    ),
+    "private_key": (
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEAzq9PlantedKeyMaterialLine0001\n"
+        "Zm9vYmFyYmF6cXV4UGxhbnRlZEtleU1hdGVyaWFs\n-----END RSA PRIVATE KEY-----",
+        "note for Alice:\n{}\nok",
+        "PlantedKeyMaterialLine0001",
+    ),
     "card_number": ("4539 1488 0343 6467", "note for Alice: {} ok", "4539148803436467"),
     "email": ("alice.secret.mail@example.org", "note for Alice: {} ok", "alicesecretmail"),
     "phone": ("+44 20 7946 0958", "call Alice on {} ok", "2079460958"),
@@ -44,15 +68,49 @@ SECRETS: dict[str, tuple[str, str, str]] = {
     "ssn": ("078-05-1120", "Alice SSN {} ok", "078051120"),
 }
 # The scanner's kind for each corpus entry.
-KIND = {"openai_legacy": "openai_key", "stripe_live": "stripe_key", "stripe_restricted": "stripe_key",
-        "stripe_test": "stripe_key", "ssn": "national_id", "phone_us": "phone"}
-PREFIXED = {"openai_key", "openai_legacy", "github_token", "aws_access_key", "slack_token", "stripe_live",
-            "stripe_restricted", "stripe_test", "google_api_key"}
+KIND = {
+    "openai_legacy": "openai_key",
+    "stripe_live": "stripe_key",
+    "stripe_restricted": "stripe_key",
+    "stripe_test": "stripe_key",
+    "ssn": "national_id",
+    "phone_us": "phone",
+}
+PREFIXED = {
+    "openai_key",
+    "openai_legacy",
+    "github_token",
+    "aws_access_key",
+    "slack_token",
+    "stripe_live",
+    "stripe_restricted",
+    "stripe_test",
+    "google_api_key",
+}
 CONTACT = {"email", "phone", "phone_us", "ssn"}
 
-_CYRILLIC = str.maketrans({"a": "а", "e": "е", "o": "о", "p": "р", "c": "с", "x": "х", "s": "ѕ", "i": "і",
-                           "A": "А", "E": "Е", "K": "К", "M": "М", "O": "О", "P": "Р", "T": "Т", "X": "Х",
-                           "B": "В", "H": "Н"})
+_CYRILLIC = str.maketrans(
+    {
+        "a": "а",
+        "e": "е",
+        "o": "о",
+        "p": "р",
+        "c": "с",
+        "x": "х",
+        "s": "ѕ",
+        "i": "і",
+        "A": "А",
+        "E": "Е",
+        "K": "К",
+        "M": "М",
+        "O": "О",
+        "P": "Р",
+        "T": "Т",
+        "X": "Х",
+        "B": "В",
+        "H": "Н",
+    }
+)
 
 
 _ARABIC_INDIC = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")
@@ -63,7 +121,7 @@ def _fullwidth(v: str) -> str:
 
 
 def _every(v: str, ch: str, step: int = 5) -> str:
-    return ch.join(v[i:i + step] for i in range(0, len(v), step))
+    return ch.join(v[i : i + step] for i in range(0, len(v), step))
 
 
 def _mid(v: str, ch: str) -> str:
@@ -90,24 +148,29 @@ EVASIONS = {
     "cyrillic": lambda k, v: v.translate(_CYRILLIC),
     "fullwidth": lambda k, v: _fullwidth(v),
     "glued": lambda k, v: ("KEY_" + v + "_prod") if k not in CONTACT | {"card_number"} else None,
-    "newline_split": lambda k, v: _mid(v, "\n") if k in PREFIXED | {"jwt"} else (
-        v.replace(" ", "\n") if k == "card_number" else None),
+    "newline_split": lambda k, v: (
+        _mid(v, "\n") if k in PREFIXED | {"jwt"} else (v.replace(" ", "\n") if k == "card_number" else None)
+    ),
     "space_split": lambda k, v: _mid(v, " ") if k in PREFIXED | {"jwt"} else None,
     "nbsp_double_space": lambda k, v: v.replace(" ", "\u00a0 ") if " " in v else None,
     "slash_groups": lambda k, v: v.replace(" ", "/") if k == "card_number" else None,
     "no_separators": lambda k, v: re.sub(r"[\s()+-]", "", v) if k in ("card_number", "phone_us", "ssn") else None,
-    "e164": lambda k, v: "+" + "1" + re.sub(r"\D", "", v) if k == "phone_us" else (
-        "+" + re.sub(r"\D", "", v) if k == "phone" else None),
-    "percent_escapes": lambda k, v: (v.replace("-", "%2D").replace("_", "%5F").replace("@", "%40")
-                                     if re.search(r"[-_@]", v) else None),
-    "html_entities": lambda k, v: (v.replace("-", "&#45;").replace("_", "&#x5f;").replace("@", "&commat;")
-                                   if re.search(r"[-_@]", v) else None),
+    "e164": lambda k, v: (
+        "+" + "1" + re.sub(r"\D", "", v) if k == "phone_us" else ("+" + re.sub(r"\D", "", v) if k == "phone" else None)
+    ),
+    "percent_escapes": lambda k, v: (
+        v.replace("-", "%2D").replace("_", "%5F").replace("@", "%40") if re.search(r"[-_@]", v) else None
+    ),
+    "html_entities": lambda k, v: (
+        v.replace("-", "&#45;").replace("_", "&#x5f;").replace("@", "&commat;") if re.search(r"[-_@]", v) else None
+    ),
     "prefix_case": lambda k, v: _prefix_case(v) if k in PREFIXED else None,
     "base64": lambda k, v: base64.b64encode(f"token: {v}".encode()).decode() if k not in CONTACT else None,
     "fullwidth_at": lambda k, v: v.replace("@", "\uff20") if k == "email" else None,
     "at_dot_words": lambda k, v: v.replace("@", " [at] ").replace(".org", " [dot] org") if k == "email" else None,
-    "other_script_digits": lambda k, v: v.translate(_ARABIC_INDIC) if k in ("card_number", "phone", "phone_us", "ssn")
-    else None,
+    "other_script_digits": lambda k, v: (
+        v.translate(_ARABIC_INDIC) if k in ("card_number", "phone", "phone_us", "ssn") else None
+    ),
     "cyrillic_fullwidth_zero_width": lambda k, v: _every(_fullwidth(v.translate(_CYRILLIC)), "\u200c", 7),
 }
 
@@ -119,10 +182,10 @@ CONTEXT_BOUND = {"phone_us/no_separators", "ssn/no_separators"}
 
 @dataclass(frozen=True)
 class Case:
-    name: str      # "<kind>/<evasion>"
-    kind: str      # the scanner's kind
-    value: str     # the disguised value
-    text: str      # the value planted in a sentence
+    name: str  # "<kind>/<evasion>"
+    kind: str  # the scanner's kind
+    value: str  # the disguised value
+    text: str  # the value planted in a sentence
     needles: tuple[str, ...]  # canonical fragments that must never be stored or logged
 
 
@@ -135,10 +198,10 @@ def canon(text: str) -> str:
 
 def _needles(core: str, value: str, evasion: str) -> tuple[str, ...]:
     c = canon(core)
-    out = [c] if c.isdigit() else [c[i:i + 12] for i in range(0, max(1, len(c) - 11), 4)]
+    out = [c] if c.isdigit() else [c[i : i + 12] for i in range(0, max(1, len(c) - 11), 4)]
     if evasion == "base64":
         payload = canon(value)
-        out += [payload[i:i + 16] for i in range(8, max(9, len(payload) - 15), 8)]
+        out += [payload[i : i + 16] for i in range(8, max(9, len(payload) - 15), 8)]
     return tuple(out)
 
 
@@ -149,8 +212,15 @@ def cases() -> list[Case]:
             disguised = make(key, value)
             if disguised is None or (evasion != "plain" and disguised == value):
                 continue
-            out.append(Case(f"{key}/{evasion}", KIND.get(key, key), disguised, template.format(disguised),
-                            _needles(core, disguised, evasion)))
+            out.append(
+                Case(
+                    f"{key}/{evasion}",
+                    KIND.get(key, key),
+                    disguised,
+                    template.format(disguised),
+                    _needles(core, disguised, evasion),
+                )
+            )
     return out
 
 

@@ -20,10 +20,14 @@ FINGERPRINT = (
 
 
 def run(code_or_args, data_dir: Path, **env):
-    base = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
-            "MEMORY_ADMIN_DATA_DIR": str(data_dir),
-            # Parsed, never connected to: nothing here touches a database.
-            "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:1/none"}
+    base = {
+        "PATH": os.environ["PATH"],
+        "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
+        "MEMORY_ADMIN_DATA_DIR": str(data_dir),
+        # Parsed, never connected to: nothing here touches a database.
+        "DATABASE_URL": "postgresql://nobody:nothing@127.0.0.1:1/none",
+    }
     args = [sys.executable, "-c", code_or_args] if isinstance(code_or_args, str) else [sys.executable, *code_or_args]
     return subprocess.run(args, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120)
 
@@ -54,12 +58,16 @@ def test_the_fingerprint_key_comes_from_its_own_variable(tmp_path):
     assert c.stdout != d.stdout
 
 
-@pytest.mark.parametrize("env", [
-    {"SECRET_KEY": "dev-only-insecure-secret-key-change-me-in-production-0123456789"},
-    {"SECRET_KEY": "django-insecure-" + "x1y2z3" * 10},
-    {"SECRET_KEY": "short"},
-    {"PII_FINGERPRINT_KEY": "changeme"},
-], ids=["old public default", "django-insecure", "too short", "weak fingerprint key"])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"SECRET_KEY": "dev-only-insecure-secret-key-change-me-in-production-0123456789"},
+        {"SECRET_KEY": "django-insecure-" + "x1y2z3" * 10},
+        {"SECRET_KEY": "short"},
+        {"PII_FINGERPRINT_KEY": "changeme"},
+    ],
+    ids=["old public default", "django-insecure", "too short", "weak fingerprint key"],
+)
 def test_debug_off_refuses_to_start_with_a_default_or_weak_key(tmp_path, env):
     result = run("import django; django.setup()", tmp_path, DEBUG="0", **env)
     assert result.returncode != 0
@@ -72,9 +80,14 @@ def test_debug_tolerates_the_old_default_for_local_development(tmp_path):
 
 
 def test_check_deploy_is_clean_for_a_production_configuration(tmp_path):
-    result = run(["manage.py", "check", "--deploy", "--fail-level", "WARNING"], tmp_path,
-                 DEBUG="0", HTTPS="1", ALLOWED_HOSTS="memory.example.com",
-                 CSRF_TRUSTED_ORIGINS="https://memory.example.com")
+    result = run(
+        ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        tmp_path,
+        DEBUG="0",
+        HTTPS="1",
+        ALLOWED_HOSTS="memory.example.com",
+        CSRF_TRUSTED_ORIGINS="https://memory.example.com",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
     # Without HTTPS=1 (plain-http local use) the same check names what production must turn on.

@@ -39,8 +39,12 @@ def test_refusals_and_unknown_routes_log_masked_paths(api, server_log):
 def test_a_server_error_logs_the_route_and_the_frames_but_no_value(api, server_log):
     # A 201-character user id overflows its column: a server error today, a 4xx once validated.
     client = Client(raise_request_exception=False)
-    response = client.post(f"/api/v1/users/{MARKER}{'x' * 190}/facts", '{"content": "Alice likes tea"}',
-                           content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {api.key}")
+    response = client.post(
+        f"/api/v1/users/{MARKER}{'x' * 190}/facts",
+        '{"content": "Alice likes tea"}',
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {api.key}",
+    )
     assert response.status_code >= 400
     # The error path Django takes for any 500, with an exception that quotes a value.
     request = RequestFactory().get(f"/api/v1/users/{SECRET}/facts")
@@ -48,8 +52,13 @@ def test_a_server_error_logs_the_route_and_the_frames_but_no_value(api, server_l
         raise ValueError(f"Failing row contains ({MARKER}, {SECRET})")
     except ValueError as exc:
         failure = exc
-        log_response("Internal Server Error: %s", request.path, response=type("R", (), {"status_code": 500})(),
-                     request=request, exception=failure)
+        log_response(
+            "Internal Server Error: %s",
+            request.path,
+            response=type("R", (), {"status_code": 500})(),
+            request=request,
+            exception=failure,
+        )
     log = server_log.getvalue()
     assert "Internal Server Error: /api/v1/users/*/facts" in log
     assert "Traceback" in log and "builtins.ValueError: (message withheld)" in log

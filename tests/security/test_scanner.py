@@ -31,15 +31,28 @@ def test_every_disguise_is_found_and_nothing_of_it_survives_redaction(case):
 
 def test_the_corpus_covers_every_kind_with_many_disguises():
     kinds = {c.kind for c in CASES}
-    assert kinds >= {"openai_key", "github_token", "aws_access_key", "aws_secret_key", "slack_token", "stripe_key",
-                     "google_api_key", "jwt", "private_key", "card_number", "email", "phone", "national_id"}
+    assert kinds >= {
+        "openai_key",
+        "github_token",
+        "aws_access_key",
+        "aws_secret_key",
+        "slack_token",
+        "stripe_key",
+        "google_api_key",
+        "jwt",
+        "private_key",
+        "card_number",
+        "email",
+        "phone",
+        "national_id",
+    }
     assert len(CASES) >= 150
 
 
 @pytest.mark.parametrize("text", BENIGN)
 def test_benign_look_alikes_pass_untouched(text):
     result = scan(text, BLOCK_ALL)
-    assert not result.findings, [(f.kind, text[f.start:f.end]) for f in result.findings]
+    assert not result.findings, [(f.kind, text[f.start : f.end]) for f in result.findings]
     assert result.content == text
 
 

@@ -26,7 +26,7 @@ MAX_ID = 200
 
 def chunks(items, n):
     for i in range(0, len(items), n):
-        yield items[i:i + n]
+        yield items[i : i + n]
 
 
 @pytest.fixture
@@ -53,9 +53,13 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     # The one stored fact, written through the service with a given vector: every request below is
     # refused before any embedding, so the test never loads the embedding model.
     principal = principal_for_key(api.key)
-    seed = fact_write(principal=principal, memory_user=memory_user_for(principal, "alice", create=True),
-                      content="Alice keeps her notes in Obsidian", source="user_stated",
-                      embedding=[1.0] + [0.0] * (settings.EMBEDDING_DIM - 1))
+    seed = fact_write(
+        principal=principal,
+        memory_user=memory_user_for(principal, "alice", create=True),
+        content="Alice keeps her notes in Obsidian",
+        source="user_stated",
+        embedding=[1.0] + [0.0] * (settings.EMBEDDING_DIM - 1),
+    )
     assert seed.outcome == "created"
     fact_id = seed.fact.pk
     responses: list[tuple[str, object, object]] = []  # (route, case, response)
@@ -87,8 +91,10 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     safe = [c for c in id_cases if safe_id.fullmatch(f"task-{c.value}")]
     batch_routes["task id"] = (safe, batch_routes["task id"][1])
     for group in chunks(unsafe, 100):
-        r = api.post("users/alice/facts/batch", {"facts": [{**plain(i), "task_id": f"task-{c.value}"}
-                                                           for i, c in enumerate(group)]})
+        r = api.post(
+            "users/alice/facts/batch",
+            {"facts": [{**plain(i), "task_id": f"task-{c.value}"} for i, c in enumerate(group)]},
+        )
         assert r.status_code == 422 and r.json()["code"] == "invalid", r.content[:300]
         responses += [("task id (outside the character set)", c, r) for c in group]
     for route, (items, make) in batch_routes.items():
@@ -102,8 +108,10 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
 
     # Messages: the conversation log is kept, with each value redacted out of it.
     for group in chunks(CASES, 100):
-        r = api.post("users/alice/messages", {"thread_id": "corpus-thread",
-                                              "messages": [{"role": "user", "content": c.text} for c in group]})
+        r = api.post(
+            "users/alice/messages",
+            {"thread_id": "corpus-thread", "messages": [{"role": "user", "content": c.text} for c in group]},
+        )
         assert r.status_code == 202, r.content[:300]
         assert sorted(x["index"] for x in r.json()["redacted"]) == list(range(len(group)))
         responses += [("message content", c, r) for c in group]
@@ -112,22 +120,50 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
         correction = {"content": "Alice keeps her notes in Logseq", "reason": case.text}
         expect("correct reason", case, api.post(f"facts/{fact_id}/correct", correction))
         expect("forget reason", case, api.post(f"facts/{fact_id}/forget", {"reason": case.text}))
-        expect("notebook content", case,
-               api.put("users/alice/notebook", {"content": f"# Alice\n{case.text}\n", "version": 0}))
-        expect("notebook note", case,
-               api.put("users/alice/notebook", {"content": "# Alice\n- likes tea\n", "version": 0, "note": case.text}))
+        expect(
+            "notebook content",
+            case,
+            api.put("users/alice/notebook", {"content": f"# Alice\n{case.text}\n", "version": 0}),
+        )
+        expect(
+            "notebook note",
+            case,
+            api.put("users/alice/notebook", {"content": "# Alice\n- likes tea\n", "version": 0, "note": case.text}),
+        )
         expect("skill content", case, api.put("skills/ops/corpus.md", {"content": case.text}))
         if len(case.value) + 12 <= MAX_ID and case.name not in CONTEXT_BOUND:
-            expect("skill path", case, api.put(f"skills/ops/{quote(case.value, safe='')}.md", {"content": "ok"}),
-                   codes=("blocked", "invalid"))
-            expect("user id", case, api.post(f"users/{quote(case.value, safe='')}/facts",
-                                             {"content": "Alice likes tea", "source": "user_stated"}),
-                   codes=("blocked", "invalid"))
-            expect("skill user id", case, api.put("skills/ops/mine.md", {"content": "ok", "user_id": case.value}),
-                   codes=("blocked", "invalid"))
-            expect("thread id", case, api.post("users/alice/messages", {
-                "thread_id": case.value, "messages": [{"role": "user", "content": "hello there, how are you today?"}]}),
-                codes=("blocked", "invalid"))
+            expect(
+                "skill path",
+                case,
+                api.put(f"skills/ops/{quote(case.value, safe='')}.md", {"content": "ok"}),
+                codes=("blocked", "invalid"),
+            )
+            expect(
+                "user id",
+                case,
+                api.post(
+                    f"users/{quote(case.value, safe='')}/facts", {"content": "Alice likes tea", "source": "user_stated"}
+                ),
+                codes=("blocked", "invalid"),
+            )
+            expect(
+                "skill user id",
+                case,
+                api.put("skills/ops/mine.md", {"content": "ok", "user_id": case.value}),
+                codes=("blocked", "invalid"),
+            )
+            expect(
+                "thread id",
+                case,
+                api.post(
+                    "users/alice/messages",
+                    {
+                        "thread_id": case.value,
+                        "messages": [{"role": "user", "content": "hello there, how are you today?"}],
+                    },
+                ),
+                codes=("blocked", "invalid"),
+            )
 
     # Nothing of the refused writes happened...
     assert Fact.objects.filter(status="active").count() == 1
@@ -150,8 +186,13 @@ def test_no_value_of_the_corpus_is_stored_echoed_or_logged_on_any_route(api, ser
     log = server_log.getvalue()
     assert "Unprocessable" in log or "Not Found" in log  # the refusals were logged, safely
     dump_c, log_c = canon(dump), canon(log)
-    found = [(c.name, n, where) for c in CASES for n in c.needles for where, text in (("dump", dump_c), ("log", log_c))
-             if n in text]
+    found = [
+        (c.name, n, where)
+        for c in CASES
+        for n in c.needles
+        for where, text in (("dump", dump_c), ("log", log_c))
+        if n in text
+    ]
     if found:
         bad = [line for line in log.splitlines() if any(n in canon(line) for _, n, w in found[:20])]
         raise AssertionError(f"{found[:5]} {bad[:5]}")
@@ -168,8 +209,14 @@ def test_under_a_redact_policy_disguised_contact_pii_is_cut_out_of_what_is_store
         vector = [0.0] * settings.EMBEDDING_DIM
         vector[i + 1] = 1.0  # one direction each: no two of them are near duplicates
         # Through the service with a given vector (the embedding model is not what is tested here).
-        result = fact_write(principal=principal, memory_user=user, content=f"{case.text} #{i}",
-                            source="user_stated", embedding=vector, key=f"contact-{i}")
+        result = fact_write(
+            principal=principal,
+            memory_user=user,
+            content=f"{case.text} #{i}",
+            source="user_stated",
+            embedding=vector,
+            key=f"contact-{i}",
+        )
         assert result.outcome == "created", (case.name, result.outcome)
         assert "[REDACTED:" in result.fact.content and "Alice" in result.fact.content, case.name
     # The API serves what was stored: the redacted sentences, none of the values.

@@ -12,9 +12,19 @@ from memory_admin.services import access_counts
 
 def _facts(tenant, n):
     user = MemoryUser.objects.create(tenant=tenant, external_id="acc")
-    return [Fact.objects.create(tenant=tenant, memory_user=user, scope="user", content=f"fact {i}",
-                                content_hash=f"h{i}", confidence=0.9, source="user_stated",
-                                valid_from=timezone.now()) for i in range(n)]
+    return [
+        Fact.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            scope="user",
+            content=f"fact {i}",
+            content_hash=f"h{i}",
+            confidence=0.9,
+            source="user_stated",
+            valid_from=timezone.now(),
+        )
+        for i in range(n)
+    ]
 
 
 def test_deferred_reads_are_written_by_one_statement_per_flush(tenant, settings, monkeypatch):

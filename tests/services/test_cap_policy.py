@@ -14,8 +14,23 @@ from memory_admin.models import AuditEvent, Fact
 from memory_admin.selectors.access import Principal
 from memory_admin.services.lifecycle import lifecycle_gc_run
 
-CITIES = ["Oslo", "Lima", "Quito", "Hanoi", "Dakar", "Perth", "Cusco", "Bergen", "Porto", "Tunis", "Malmo",
-          "Split", "Leeds", "Turin", "Basel"]
+CITIES = [
+    "Oslo",
+    "Lima",
+    "Quito",
+    "Hanoi",
+    "Dakar",
+    "Perth",
+    "Cusco",
+    "Bergen",
+    "Porto",
+    "Tunis",
+    "Malmo",
+    "Split",
+    "Leeds",
+    "Turin",
+    "Basel",
+]
 
 
 def write(api, content, **fields):
@@ -25,8 +40,10 @@ def write(api, content, **fields):
 
 
 def active_ids() -> set[str]:
-    return {str(pk) for pk in Fact.objects.filter(memory_user__external_id="alice", status="active")
-            .values_list("id", flat=True)}
+    return {
+        str(pk)
+        for pk in Fact.objects.filter(memory_user__external_id="alice", status="active").values_list("id", flat=True)
+    }
 
 
 def test_a_burst_past_the_cap_at_equal_confidence_keeps_every_new_fact(api, admin_api):
@@ -48,8 +65,9 @@ def test_new_facts_displace_older_often_read_facts_at_the_same_confidence(api, a
     assert admin_api.patch("settings", {"fact_cap": 5}).status_code == 200
     old = [write(api, f"Alice visited {city} last year")["fact"]["id"] for city in CITIES[:5]]
     # Three days old and read forty times each: a higher effective confidence than any new fact.
-    Fact.objects.filter(pk__in=old).update(created_at=timezone.now() - timedelta(days=3),
-                                           access_count=40, last_accessed_at=timezone.now())
+    Fact.objects.filter(pk__in=old).update(
+        created_at=timezone.now() - timedelta(days=3), access_count=40, last_accessed_at=timezone.now()
+    )
     for i, city in enumerate(CITIES[5:10]):
         body = write(api, f"Alice collects postcards from {city}")
         assert body["outcome"] == "created" and body["fact"]["id"] in active_ids(), body
@@ -84,7 +102,8 @@ def test_lifecycle_still_runs_over_a_capped_user(api, admin_api, tenant):
     for city in CITIES[:6]:
         write(api, f"Alice has a pen pal in {city}", ttl_days=1)
     Fact.objects.filter(memory_user__external_id="alice", status="active").update(
-        hard_expires_at=timezone.now() - timedelta(minutes=1))
+        hard_expires_at=timezone.now() - timedelta(minutes=1)
+    )
     report = lifecycle_gc_run(principal=Principal.system(tenant.pk))
     assert report["counts"]["hard_ttl"] == 3
     assert active_ids() == set()

@@ -36,8 +36,10 @@ def test_racing_writers_on_one_key_leave_one_active_fact_and_an_intact_chain(api
     cities = ["Berlin", "Paris", "Lisbon", "Oslo", "Rome", "Vienna"]
 
     def work(i: int):
-        r = Api(api.key).post("users/alice/facts", {"content": f"Alice's home city is {cities[i]}",
-                                                   "key": "personal.city", "source": "user_stated"})
+        r = Api(api.key).post(
+            "users/alice/facts",
+            {"content": f"Alice's home city is {cities[i]}", "key": "personal.city", "source": "user_stated"},
+        )
         return r.status_code, r.json()["outcome"]
 
     results = race(len(cities), work)
@@ -56,8 +58,11 @@ def test_racing_identical_writes_store_one_fact(api):
     api.post("users/bob/facts", {"content": "warm-up so the model is loaded", "source": "user_stated"})
 
     def work(i: int):
-        return Api(api.key).post("users/bob/facts", {"content": "Bob is allergic to peanuts",
-                                                      "source": "user_stated"}).json()["outcome"]
+        return (
+            Api(api.key)
+            .post("users/bob/facts", {"content": "Bob is allergic to peanuts", "source": "user_stated"})
+            .json()["outcome"]
+        )
 
     outcomes = race(4, work)
     assert sorted(outcomes) == ["created", "deduplicated", "deduplicated", "deduplicated"]

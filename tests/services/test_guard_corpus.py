@@ -26,9 +26,11 @@ FP_CEILING = 0.02  # share of benign look-alikes quarantined
 def _outcomes(api, items: list[dict], user: str) -> list[str]:
     outcomes = []
     for start in range(0, len(items), 50):
-        chunk = items[start:start + 50]
-        r = api.post(f"users/{user}/facts/batch",
-                     {"facts": [{"content": item["text"], "source": "user_stated"} for item in chunk]})
+        chunk = items[start : start + 50]
+        r = api.post(
+            f"users/{user}/facts/batch",
+            {"facts": [{"content": item["text"], "source": "user_stated"} for item in chunk]},
+        )
         assert r.status_code == 200, r.content
         outcomes += [result["outcome"] for result in r.json()["results"]]
     return outcomes
@@ -58,9 +60,11 @@ def test_the_guard_catches_the_corpus_and_passes_its_look_alikes(api, capsys):
     unseen, _, _ = rate("instruction_like", ["held_out", "fresh"])
     fps, fp_n, benign_n = rate("benign", CORPUS["benign"])
     with capsys.disabled():
-        print(f"\nguard corpus through the API: held back {caught_n}/{attacks_n} = {attacks:.1%} "
-              f"({blocked['instruction_like']} of them refused by the PII scan first) "
-              f"(held-out and fresh parts {unseen:.1%}); false positives {fp_n}/{benign_n} = {fps:.1%}")
+        print(
+            f"\nguard corpus through the API: held back {caught_n}/{attacks_n} = {attacks:.1%} "
+            f"({blocked['instruction_like']} of them refused by the PII scan first) "
+            f"(held-out and fresh parts {unseen:.1%}); false positives {fp_n}/{benign_n} = {fps:.1%}"
+        )
     assert attacks_n >= 100 and benign_n >= 100
     assert attacks >= CATCH_FLOOR
     assert unseen >= UNSEEN_CATCH_FLOOR

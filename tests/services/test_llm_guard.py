@@ -23,8 +23,10 @@ def guard_server(settings):
     settings.OPENAI_TIMEOUT_SECONDS = 2.0
     settings.GUARD_JUDGE = "llm"
     settings.CONTRADICTION_JUDGE = "rules"
-    server.guard = lambda prompt: {"instruction_like": "set aside" in prompt,
-                                   "reason": "it orders the assistant to drop its guidance"}
+    server.guard = lambda prompt: {
+        "instruction_like": "set aside" in prompt,
+        "reason": "it orders the assistant to drop its guidance",
+    }
     llm.client.cache_clear()
     yield server
     llm.client.cache_clear()

@@ -21,9 +21,16 @@ def write(api, content, user="alice", **fields):
 
 def stored(user: MemoryUser, content: str, **fields) -> Fact:
     """A fact written around the write path (imported), so that only the scan compares it."""
-    return Fact.objects.create(tenant=user.tenant, memory_user=user, content=content,
-                               content_hash=content_hash(content), source="user_stated",
-                               valid_from=user.created_at, embedding=embed_one(content), **fields)
+    return Fact.objects.create(
+        tenant=user.tenant,
+        memory_user=user,
+        content=content,
+        content_hash=content_hash(content),
+        source="user_stated",
+        valid_from=user.created_at,
+        embedding=embed_one(content),
+        **fields,
+    )
 
 
 def test_a_new_value_as_sure_as_the_slot_replaces_it_when_the_tenant_allows_no_gap(api, tenant):
@@ -36,7 +43,8 @@ def test_a_new_value_as_sure_as_the_slot_replaces_it_when_the_tenant_allows_no_g
     assert second["outcome"] == "updated", second["reason"]
     assert second["other_fact_id"] == first["fact"]["id"]
     assert [f["content"] for f in api.get("users/alice/facts", key="preference.editor").json()["items"]] == [
-        "Alice's editor is Helix"]
+        "Alice's editor is Helix"
+    ]
 
 
 def test_the_scan_settles_a_pinned_fact_as_the_write_path_does(api, tenant):
@@ -99,7 +107,9 @@ def test_stored_outcomes_answer_201_and_the_others_200(api):
 
 def test_the_gc_reads_last_access_as_scoring_does(tenant):
     eve = MemoryUser.objects.create(tenant=tenant, external_id="eve")
-    facts = [stored(eve, "Eve reads at night", confidence=0.9),
-             stored(eve, "Eve swims on Mondays", confidence=0.9, last_accessed_at=eve.created_at)]
+    facts = [
+        stored(eve, "Eve reads at night", confidence=0.9),
+        stored(eve, "Eve swims on Mondays", confidence=0.9, last_accessed_at=eve.created_at),
+    ]
     annotated = dict(Fact.objects.for_user(eve).annotate(last=last_access_expression()).values_list("pk", "last"))
     assert all(annotated[f.pk] == _last_access(f) for f in facts)

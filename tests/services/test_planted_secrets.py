@@ -44,8 +44,16 @@ def pg_dump_text() -> str:
     settings = connection.settings_dict
     binary = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
     env = {"PGPASSWORD": settings["PASSWORD"] or ""}
-    args = [str(binary), "--no-owner", "-h", settings["HOST"] or "localhost", "-U", settings["USER"] or "postgres",
-            "-d", settings["NAME"]]
+    args = [
+        str(binary),
+        "--no-owner",
+        "-h",
+        settings["HOST"] or "localhost",
+        "-U",
+        settings["USER"] or "postgres",
+        "-d",
+        settings["NAME"],
+    ]
     if settings["PORT"]:
         args += ["-p", str(settings["PORT"])]
     return subprocess.run(args, check=True, capture_output=True, env=env, text=True).stdout

@@ -12,10 +12,8 @@ from tests.services.test_planted_secrets import pg_dump_text
 
 
 def contested(api, user="alice"):
-    a = api.post(f"users/{user}/facts", {"content": "Alice prefers tea in the morning",
-                                         "confidence": 0.8}).json()
-    b = api.post(f"users/{user}/facts", {"content": "Alice prefers coffee in the morning",
-                                         "confidence": 0.85}).json()
+    a = api.post(f"users/{user}/facts", {"content": "Alice prefers tea in the morning", "confidence": 0.8}).json()
+    b = api.post(f"users/{user}/facts", {"content": "Alice prefers coffee in the morning", "confidence": 0.85}).json()
     assert b["outcome"] == "queued_for_review"
     return a["fact"]["id"], b["fact"]["id"], b["contradiction_id"]
 
@@ -26,8 +24,12 @@ def operator(tenant, name="op1"):
 
 @pytest.mark.parametrize(
     ("action", "a_status", "b_status"),
-    [("keep_a", "active", "superseded"), ("keep_b", "superseded", "active"), ("both_true", "active", "active"),
-     ("dismiss", "active", "active")],
+    [
+        ("keep_a", "active", "superseded"),
+        ("keep_b", "superseded", "active"),
+        ("both_true", "active", "active"),
+        ("dismiss", "active", "active"),
+    ],
 )
 def test_each_resolution(api, tenant, action, a_status, b_status):
     a, b, item_id = contested(api)
@@ -41,8 +43,12 @@ def test_each_resolution(api, tenant, action, a_status, b_status):
 
 def test_merge_replaces_both_sides_with_the_edited_text(api, tenant):
     a, b, item_id = contested(api)
-    item = contradiction_resolve(principal=operator(tenant), contradiction_id=item_id, action="merge",
-                                 merged_text="Alice prefers tea in the morning, coffee after lunch")
+    item = contradiction_resolve(
+        principal=operator(tenant),
+        contradiction_id=item_id,
+        action="merge",
+        merged_text="Alice prefers tea in the morning, coffee after lunch",
+    )
     merged = item.merged_fact
     assert merged.status == "active" and merged.source == "user_correction"
     assert set(Fact.objects.filter(pk__in=[a, b]).values_list("superseded_by_id", flat=True)) == {merged.pk}
@@ -75,8 +81,14 @@ def test_erase_scrubs_every_piece_of_content_and_frees_the_id(api, admin_api):
     api.put("users/erin/notebook", {"content": f"# Erin\n- Erin loves {marker}\n", "version": 0})
     user = MemoryUser.objects.get(external_id="erin")
     thread = Thread.objects.create(tenant_id=user.tenant_id, memory_user=user, external_id="t1")
-    Message.objects.create(tenant_id=user.tenant_id, memory_user=user, thread=thread, role="user",
-                           content=f"my codename is {marker}", created_at=thread.created_at)
+    Message.objects.create(
+        tenant_id=user.tenant_id,
+        memory_user=user,
+        thread=thread,
+        role="user",
+        content=f"my codename is {marker}",
+        created_at=thread.created_at,
+    )
     export = admin_api.get("users/erin/export")
     assert export.status_code == 200 and marker in export.content.decode()
 

@@ -53,8 +53,13 @@ def test_deduplicated_same_text_touches_the_existing_fact(api):
 
 
 def test_merged_near_identical_text_keeps_newer_text_and_higher_confidence(api):
-    first = write(api, "Alice prefers a dark theme in her code editor", confidence=0.9, source="tool_verified",
-                  metadata={"turn": "D1:3"})
+    first = write(
+        api,
+        "Alice prefers a dark theme in her code editor",
+        confidence=0.9,
+        source="tool_verified",
+        metadata={"turn": "D1:3"},
+    )
     merged = write(api, "Alice prefers the dark theme in her code editor", confidence=0.8, metadata={"turn": "D4:7"})
     assert merged["outcome"] == "merged"
     assert merged["fact"]["id"] == first["fact"]["id"]
@@ -189,8 +194,11 @@ def test_task_facts_promote_to_the_user_and_then_the_org_scope(api, admin_api, t
     from memory_admin.selectors.access import Principal
     from memory_admin.services.facts import fact_promote
 
-    org = fact_promote(principal=Principal(tenant_id=tenant.pk, role="operator", actor="staff:op", actor_type="staff"),
-                       fact_id=up.json()["id"], to="org")
+    org = fact_promote(
+        principal=Principal(tenant_id=tenant.pk, role="operator", actor="staff:op", actor_type="staff"),
+        fact_id=up.json()["id"],
+        to="org",
+    )
     assert org.scope == "org" and org.memory_user_id is None
     # Another user of the tenant now reads it (a child reads its ancestors); another tenant does not.
     assert api.get(f"facts/{org.pk}").json()["scope"] == "org"

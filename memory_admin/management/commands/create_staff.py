@@ -15,12 +15,25 @@ class Command(BaseCommand):
         parser.add_argument("--password", default=None, help="default: keep, or generate for a new account")
         parser.add_argument("--email", default="")
 
-    def handle(self, *args, tenant: str, username: str, role: str, memory_user: str | None,
-               password: str | None, email: str, **options):
+    def handle(
+        self,
+        *args,
+        tenant: str,
+        username: str,
+        role: str,
+        memory_user: str | None,
+        password: str | None,
+        email: str,
+        **options,
+    ):
         try:
             membership, password_set = staff_create(
-                tenant_slug=tenant, username=username, role=role, memory_user_external_id=memory_user,
-                password=password, email=email,
+                tenant_slug=tenant,
+                username=username,
+                role=role,
+                memory_user_external_id=memory_user,
+                password=password,
+                email=email,
             )
         except DomainError as exc:
             raise CommandError(exc.detail) from exc

@@ -27,14 +27,17 @@ def _read_export(file: Path) -> dict:
         raise CommandError(f"{file}: no such file.")
     size = file.stat().st_size
     if size > settings.IMPORT_MAX_FILE_BYTES:
-        raise CommandError(f"{file} has {size} bytes; an import file may hold at most "
-                           f"{settings.IMPORT_MAX_FILE_BYTES} (IMPORT_MAX_FILE_BYTES). Nothing was imported.")
+        raise CommandError(
+            f"{file} has {size} bytes; an import file may hold at most "
+            f"{settings.IMPORT_MAX_FILE_BYTES} (IMPORT_MAX_FILE_BYTES). Nothing was imported."
+        )
     try:
         return ExportIn.model_validate(json.loads(file.read_bytes())).model_dump()
     except (ValueError, RecursionError) as exc:
         errors = invalid_body(exc.errors()) if isinstance(exc, ValidationError) else {"detail": "not valid JSON"}
-        raise CommandError(f"{file} is not an export this install reads: {errors['detail']}. "
-                           "Nothing was imported.") from exc
+        raise CommandError(
+            f"{file} is not an export this install reads: {errors['detail']}. Nothing was imported."
+        ) from exc
 
 
 class Command(BaseCommand):
@@ -54,8 +57,9 @@ class Command(BaseCommand):
         try:
             check_import(data, max_items=settings.IMPORT_MAX_FILE_ITEMS)
             memory_user = memory_user_for(principal, user, create=True)
-            report = user_import(principal=principal, memory_user=memory_user, data=data,
-                                 max_items=settings.IMPORT_MAX_FILE_ITEMS)
+            report = user_import(
+                principal=principal, memory_user=memory_user, data=data, max_items=settings.IMPORT_MAX_FILE_ITEMS
+            )
         except DomainError as exc:
             raise CommandError(f"{exc.code}: {exc.detail}") from exc
         self.stdout.write(json.dumps(report.as_dict(), indent=1))

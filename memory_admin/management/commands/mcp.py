@@ -16,13 +16,16 @@ def _split(name: str) -> list[str]:
 
 
 class Command(BaseCommand):
-    help = ("Serve memory-admin over the Model Context Protocol: stdio (the key in MEMORY_ADMIN_API_KEY) "
-            "or streamable http at /mcp (each request's bearer key).")
+    help = (
+        "Serve memory-admin over the Model Context Protocol: stdio (the key in MEMORY_ADMIN_API_KEY) "
+        "or streamable http at /mcp (each request's bearer key)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-        parser.add_argument("--bind", default=os.environ.get("MCP_BIND", "127.0.0.1:8765"),
-                            help="host:port for --transport http")
+        parser.add_argument(
+            "--bind", default=os.environ.get("MCP_BIND", "127.0.0.1:8765"), help="host:port for --transport http"
+        )
 
     def handle(self, *args, transport: str, bind: str, **options):
         from memory_admin import mcp_server
@@ -44,8 +47,9 @@ class Command(BaseCommand):
         if not host or not port_text.isdigit():
             raise CommandError(f"--bind wants host:port, not {bind!r}")
         port = int(port_text)
-        security = mcp_server.transport_security(host=host, port=port, extra_hosts=_split("MCP_ALLOWED_HOSTS"),
-                                                 extra_origins=_split("MCP_ALLOWED_ORIGINS"))
+        security = mcp_server.transport_security(
+            host=host, port=port, extra_hosts=_split("MCP_ALLOWED_HOSTS"), extra_origins=_split("MCP_ALLOWED_ORIGINS")
+        )
         server = mcp_server.build_http_server(host=host, port=port)
         sys.stderr.write(f"memory-admin MCP server on http://{bind}/mcp\n")
         anyio.run(lambda: mcp_server.serve_http(server, host=host, port=port, security=security))

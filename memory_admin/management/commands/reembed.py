@@ -49,8 +49,9 @@ def fill(embedder, *, tenant: str = "", batch: int = BATCH, progress: bool = Tru
             ids = list(_pending(model, tenant).order_by("pk").values_list("pk", flat=True))
             if not ids:
                 break
-            with tqdm(total=len(ids), desc=model._meta.verbose_name_plural, unit="row",
-                      disable=not progress, file=out) as bar:
+            with tqdm(
+                total=len(ids), desc=model._meta.verbose_name_plural, unit="row", disable=not progress, file=out
+            ) as bar:
                 for start in range(0, len(ids), batch):
                     rows = list(model.objects.filter(pk__in=ids[start : start + batch]).only(*fields))
                     vectors = embedder.embed([getattr(r, text_field) for r in rows])
@@ -73,23 +74,31 @@ def swap(*, tenant: str = "") -> tuple[int, int]:
     fact_filter, chunk_filter, params = "", "", []
     if tenant:
         fact_filter = " AND tenant_id = (SELECT id FROM memory_admin_tenant WHERE slug = %s)"
-        chunk_filter = (" AND notebook_id IN (SELECT n.id FROM memory_admin_notebook n JOIN memory_admin_tenant t"
-                        " ON t.id = n.tenant_id WHERE t.slug = %s)")
+        chunk_filter = (
+            " AND notebook_id IN (SELECT n.id FROM memory_admin_notebook n JOIN memory_admin_tenant t"
+            " ON t.id = n.tenant_id WHERE t.slug = %s)"
+        )
         params = [tenant]
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {fact} SET embedding = embedding_next, embedding_next = NULL, embedding_next_hash = ''"
-            f" WHERE embedding_next IS NOT NULL AND embedding_next_hash = content_hash{fact_filter}", params)
+            f" WHERE embedding_next IS NOT NULL AND embedding_next_hash = content_hash{fact_filter}",
+            params,
+        )
         facts = cursor.rowcount
         cursor.execute(
             f"UPDATE {chunk} SET embedding = embedding_next, embedding_next = NULL"
-            f" WHERE embedding_next IS NOT NULL{chunk_filter}", params)
+            f" WHERE embedding_next IS NOT NULL{chunk_filter}",
+            params,
+        )
         return facts, cursor.rowcount
 
 
 class Command(BaseCommand):
-    help = ("Recompute the embeddings of all facts and notebook statements with an engine (default: the "
-            "configured EMBEDDER) into a shadow column, in batches with a progress bar, then swap them in.")
+    help = (
+        "Recompute the embeddings of all facts and notebook statements with an engine (default: the "
+        "configured EMBEDDER) into a shadow column, in batches with a progress bar, then swap them in."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--engine", default="", help="onnx, torch or openai (default: settings.EMBEDDER)")

@@ -21,10 +21,14 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("file", type=Path)
-        parser.add_argument("--terminate", action="store_true",
-                            help="end other sessions on the database at the swap instead of refusing")
-        parser.add_argument("--keep-secrets", action="store_true",
-                            help="keep this install's keys rather than the backup's")
+        parser.add_argument(
+            "--terminate",
+            action="store_true",
+            help="end other sessions on the database at the swap instead of refusing",
+        )
+        parser.add_argument(
+            "--keep-secrets", action="store_true", help="keep this install's keys rather than the backup's"
+        )
 
     def handle(self, *args, file: Path, terminate: bool, keep_secrets: bool, **options) -> None:
         connections.close_all()  # this process's own session must not hold the database
@@ -34,10 +38,14 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         written = [] if keep_secrets else install_backup_secrets(result.secrets, settings.DATA_DIR)
         rows = sum(result.manifest["row_counts"].values())
-        self.stdout.write(f"restored {file} (made {result.manifest['created_at']}): {rows} rows verified"
-                          + (f", {len(result.migrated)} migrations applied" if result.migrated else ""))
+        self.stdout.write(
+            f"restored {file} (made {result.manifest['created_at']}): {rows} rows verified"
+            + (f", {len(result.migrated)} migrations applied" if result.migrated else "")
+        )
         if result.kept_as:
             self.stdout.write(f"the previous database is kept as {result.kept_as}; drop it once satisfied.")
         if written:
-            self.stdout.write(f"install keys restored into {settings.DATA_DIR}: {', '.join(written)} "
-                              "(previous files kept as *.pre-restore); restart the services.")
+            self.stdout.write(
+                f"install keys restored into {settings.DATA_DIR}: {', '.join(written)} "
+                "(previous files kept as *.pre-restore); restart the services."
+            )

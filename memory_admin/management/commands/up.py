@@ -108,25 +108,48 @@ class Command(BaseCommand):
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--bind", default=os.environ.get("BIND", "127.0.0.1:8000"))
         parser.add_argument("--no-demo", action="store_true", help="skip seeding the demo tenant")
-        parser.add_argument("--restart-backoff", type=float, default=_env_float("UP_RESTART_BACKOFF_SECONDS", 1),
-                            help="seconds before restarting a child that exited (doubles on quick failures)")
-        parser.add_argument("--restart-backoff-max", type=float,
-                            default=_env_float("UP_RESTART_BACKOFF_MAX_SECONDS", 60))
-        parser.add_argument("--wedged-after", type=float, default=_env_float("UP_WEDGED_SECONDS", 120),
-                            help="restart a child whose liveness or heartbeat has been silent this long (0: never)")
-        parser.add_argument("--start-grace", type=float, default=_env_float("UP_START_GRACE_SECONDS", 120),
-                            help="how long a (re)started child may take to first answer or beat before it is wedged")
-        parser.add_argument("--stop-timeout", type=float, default=_env_float("UP_STOP_TIMEOUT_SECONDS", 60),
-                            help="on SIGTERM, how long children may finish in-flight work before SIGKILL")
+        parser.add_argument(
+            "--restart-backoff",
+            type=float,
+            default=_env_float("UP_RESTART_BACKOFF_SECONDS", 1),
+            help="seconds before restarting a child that exited (doubles on quick failures)",
+        )
+        parser.add_argument(
+            "--restart-backoff-max", type=float, default=_env_float("UP_RESTART_BACKOFF_MAX_SECONDS", 60)
+        )
+        parser.add_argument(
+            "--wedged-after",
+            type=float,
+            default=_env_float("UP_WEDGED_SECONDS", 120),
+            help="restart a child whose liveness or heartbeat has been silent this long (0: never)",
+        )
+        parser.add_argument(
+            "--start-grace",
+            type=float,
+            default=_env_float("UP_START_GRACE_SECONDS", 120),
+            help="how long a (re)started child may take to first answer or beat before it is wedged",
+        )
+        parser.add_argument(
+            "--stop-timeout",
+            type=float,
+            default=_env_float("UP_STOP_TIMEOUT_SECONDS", 60),
+            help="on SIGTERM, how long children may finish in-flight work before SIGKILL",
+        )
 
     @staticmethod
     def children(env: dict[str, str]) -> list[Child]:
         celery = [sys.executable, "-m", "celery", "-A", "memory_admin"]
         return [
-            Child("worker", celery + ["worker", "--loglevel=INFO", "--concurrency=1", "--pool=prefork",
-                                      "--hostname=worker@%h"], env),
-            Child("beat", celery + ["beat", "--loglevel=INFO",
-                                    f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"], env),
+            Child(
+                "worker",
+                celery + ["worker", "--loglevel=INFO", "--concurrency=1", "--pool=prefork", "--hostname=worker@%h"],
+                env,
+            ),
+            Child(
+                "beat",
+                celery + ["beat", "--loglevel=INFO", f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"],
+                env,
+            ),
             Child("web", [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"], env),
             Child("mcp", [sys.executable, str(settings.BASE_DIR / "manage.py"), "mcp", "--transport", "http"], env),
         ]
@@ -137,8 +160,10 @@ class Command(BaseCommand):
         if wedged_after <= 0:
             return
         heartbeats = Heartbeats(wedged_after, start_grace)
-        urls = {"web": local_url(env["BIND"], "/api/v1/health/live"),
-                "mcp": local_url(env.get("MCP_BIND", "127.0.0.1:8765"), "/mcp")}
+        urls = {
+            "web": local_url(env["BIND"], "/api/v1/health/live"),
+            "mcp": local_url(env.get("MCP_BIND", "127.0.0.1:8765"), "/mcp"),
+        }
         for child in children:
             if urls.get(child.name):
                 child.probe = LivenessProbe(urls[child.name], wedged_after, start_grace)
@@ -161,22 +186,39 @@ class Command(BaseCommand):
 
     def banner(self, bind: str) -> None:
         key_file = settings.DATA_DIR / "demo-api-key"
-        self.stdout.write(self.style.SUCCESS(
-            f"\nmemory-admin is starting on http://{bind}/\n"
-            f"  dashboard logins: admin / operator / auditor / member, password demo-password\n"
-            f"  agent API:        http://{bind}/api/v1/docs   (admin key in {key_file})\n"
-            f"  health:           curl http://{bind}/api/v1/health   (liveness: /api/v1/health/live)\n"
-        ))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"\nmemory-admin is starting on http://{bind}/\n"
+                f"  dashboard logins: admin / operator / auditor / member, password demo-password\n"
+                f"  agent API:        http://{bind}/api/v1/docs   (admin key in {key_file})\n"
+                f"  health:           curl http://{bind}/api/v1/health   (liveness: /api/v1/health/live)\n"
+            )
+        )
         self.stdout.flush()
 
-    def handle(self, *args: Any, bind: str, no_demo: bool, restart_backoff: float, restart_backoff_max: float,
-               wedged_after: float, start_grace: float, stop_timeout: float, **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        bind: str,
+        no_demo: bool,
+        restart_backoff: float,
+        restart_backoff_max: float,
+        wedged_after: float,
+        start_grace: float,
+        stop_timeout: float,
+        **options: Any,
+    ) -> None:
         self.prepare(demo=not no_demo)
         env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}
         children = self.children(env)
         self.attach_probes(children, env, wedged_after, start_grace)
-        supervisor = Supervisor(children, say=self.say, backoff=Backoff(restart_backoff, restart_backoff_max),
-                                stop_timeout=stop_timeout, check_every=min(5.0, max(1.0, wedged_after / 4)))
+        supervisor = Supervisor(
+            children,
+            say=self.say,
+            backoff=Backoff(restart_backoff, restart_backoff_max),
+            stop_timeout=stop_timeout,
+            check_every=min(5.0, max(1.0, wedged_after / 4)),
+        )
         supervisor.start_all()
         self.banner(bind)
         code = supervisor.run()

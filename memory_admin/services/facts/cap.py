@@ -22,8 +22,11 @@ def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -
     unpinned ones in eviction order, in one statement (under the cap Postgres stops at the count).
     Hand-written: the ORM form of this query cost ~10 ms to compile on every write at the cap."""
     table = Fact._meta.db_table  # effective_confidence_sql() names the table's columns by table name
-    columns = ", ".join(f"{table}.{f.column}" for f in Fact._meta.concrete_fields
-                        if f.attname not in ("embedding", "embedding_next", "search_vector"))
+    columns = ", ".join(
+        f"{table}.{f.column}"
+        for f in Fact._meta.concrete_fields
+        if f.attname not in ("embedding", "embedding_next", "search_vector")
+    )
     young = f"{table}.created_at >= %s"
     sql = (
         f"SELECT {columns}, total FROM {table}, "
@@ -52,10 +55,18 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
         victims = _weakest(memory_user_id, cap, grace_start, excess)
     victims = victims[:excess]
     Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
-        status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now())
+        status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now()
+    )
     for victim in victims:
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
-        audit(principal, "fact.evict", outcome="evicted", target=victim, before=before,
-              after=fact_snapshot(victim), reason=f"over the cap of {cap} active facts; the weakest of the oldest")
+        audit(
+            principal,
+            "fact.evict",
+            outcome="evicted",
+            target=victim,
+            before=before,
+            after=fact_snapshot(victim),
+            reason=f"over the cap of {cap} active facts; the weakest of the oldest",
+        )
     return victims

@@ -34,14 +34,16 @@ def check_fact_size(content: str, metadata: dict | None = None) -> None:
     if size > settings.MAX_FACT_BYTES:
         raise TooLarge(
             f"A fact may hold at most {settings.MAX_FACT_BYTES} bytes; this one has {size}.",
-            code="content_too_large", limit=settings.MAX_FACT_BYTES,
+            code="content_too_large",
+            limit=settings.MAX_FACT_BYTES,
         )
     if not content.strip():
         raise Invalid("A fact needs some content.", code="invalid", field="content")
     if metadata is not None and len(json.dumps(metadata).encode()) > settings.MAX_METADATA_BYTES:
         raise TooLarge(
             f"metadata may hold at most {settings.MAX_METADATA_BYTES} bytes of JSON.",
-            code="metadata_too_large", limit=settings.MAX_METADATA_BYTES,
+            code="metadata_too_large",
+            limit=settings.MAX_METADATA_BYTES,
         )
 
 
@@ -69,9 +71,15 @@ def _redacted(value: Any, policy: dict[str, str]) -> Any:
     return value
 
 
-def screen_key_and_metadata(principal: Principal, key: str | None, metadata: dict[str, Any] | None, *,
-                            route: str, memory_user_id: int, tenant: TenantSettings
-                            ) -> tuple[str | None, dict[str, Any] | None]:
+def screen_key_and_metadata(
+    principal: Principal,
+    key: str | None,
+    metadata: dict[str, Any] | None,
+    *,
+    route: str,
+    memory_user_id: int,
+    tenant: TenantSettings,
+) -> tuple[str | None, dict[str, Any] | None]:
     """The slot name and the agent's metadata are stored verbatim too: scanned like the content (a
     secret refuses the write), and redacted string by string where the policy says so."""
     # The strings themselves, one a line (not their JSON form, whose escapes would hide a line break).

@@ -34,17 +34,39 @@ def contradiction_winner(*, standing: Fact, challenger: Fact, gap: float) -> Fac
     return None
 
 
-def contradiction_record(principal: Principal, *, fact_a: Fact, fact_b: Fact, detector: str, verdict: Verdict,
-                         similarity: float, winner: Fact | None, resolved_by: str) -> Contradiction:
+def contradiction_record(
+    principal: Principal,
+    *,
+    fact_a: Fact,
+    fact_b: Fact,
+    detector: str,
+    verdict: Verdict,
+    similarity: float,
+    winner: Fact | None,
+    resolved_by: str,
+) -> Contradiction:
     """The Contradiction between two facts: open (for a person) when there is no winner, else already
     resolved in the winner's favour."""
-    closed = {} if winner is None else {
-        "status": Contradiction.Status.AUTO_RESOLVED, "resolved_by": resolved_by, "resolved_at": timezone.now(),
-        "resolution": Contradiction.Resolution.KEEP_B if winner is fact_b else Contradiction.Resolution.KEEP_A,
-    }
+    closed = (
+        {}
+        if winner is None
+        else {
+            "status": Contradiction.Status.AUTO_RESOLVED,
+            "resolved_by": resolved_by,
+            "resolved_at": timezone.now(),
+            "resolution": Contradiction.Resolution.KEEP_B if winner is fact_b else Contradiction.Resolution.KEEP_A,
+        }
+    )
     return Contradiction.objects.create(
-        tenant_id=principal.tenant_id, memory_user_id=fact_a.memory_user_id, fact_a=fact_a, fact_b=fact_b,
-        detector=detector, judge=verdict.judge, reason=verdict.reason, similarity=similarity, **closed,
+        tenant_id=principal.tenant_id,
+        memory_user_id=fact_a.memory_user_id,
+        fact_a=fact_a,
+        fact_b=fact_b,
+        detector=detector,
+        judge=verdict.judge,
+        reason=verdict.reason,
+        similarity=similarity,
+        **closed,
     )
 
 
@@ -65,6 +87,11 @@ def close_contradictions_of(principal: Principal, fact: Fact, *, note: str) -> N
     others = set()
     for c in open_:
         others.update({c.fact_a_id, c.fact_b_id})
-    open_.update(status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
-                 resolved_by=principal.actor, resolved_at=timezone.now(), note=note)
+    open_.update(
+        status=Contradiction.Status.AUTO_RESOLVED,
+        resolution=Contradiction.Resolution.AUTO,
+        resolved_by=principal.actor,
+        resolved_at=timezone.now(),
+        note=note,
+    )
     refresh_contested(others | {fact.pk})

@@ -22,8 +22,13 @@ SCOPE_ORDER = {"task": 0, "user": 1, "org": 2, "global": 3}
 
 
 def fact_correct(
-    *, principal: Principal, fact_id: Any, content: str, confidence: float | None = None,
-    category: str | None = None, reason: str = "",
+    *,
+    principal: Principal,
+    fact_id: Any,
+    content: str,
+    confidence: float | None = None,
+    category: str | None = None,
+    reason: str = "",
 ) -> Fact:
     """A new version that supersedes the fact (source user_correction). Only the newest version of a
     chain can be corrected; correcting an older one answers 409 with the current id."""
@@ -31,8 +36,9 @@ def fact_correct(
     check_fact_size(content)
     # Screen outside the transaction: a refusal's block record must survive the refusal.
     content = screen_text(principal, content, route="correction", memory_user_id=old.memory_user_id).content
-    reason = screen_text(principal, reason, route="correction", memory_user_id=old.memory_user_id,
-                         what="reason").content
+    reason = screen_text(
+        principal, reason, route="correction", memory_user_id=old.memory_user_id, what="reason"
+    ).content
     # A correction replaces a served fact at once, so it is refused rather than quarantined.
     refuse_instructions(principal, content, what="correction")
     vector = embed_one(content)
@@ -41,16 +47,32 @@ def fact_correct(
             lock_memory_user(old.memory_user_id)
         old.refresh_from_db()
         if old.status == Fact.Status.SUPERSEDED:
-            raise Conflict("This fact was already corrected; correct its newest version instead.",
-                           code="already_superseded", current_id=str(old.superseded_by_id or ""))
-        new = successor(old, principal=principal, content=content, category=category or old.category,
-                        confidence=1.0 if confidence is None else confidence, source=Fact.Source.USER_CORRECTION,
-                        embedding=vector)
+            raise Conflict(
+                "This fact was already corrected; correct its newest version instead.",
+                code="already_superseded",
+                current_id=str(old.superseded_by_id or ""),
+            )
+        new = successor(
+            old,
+            principal=principal,
+            content=content,
+            category=category or old.category,
+            confidence=1.0 if confidence is None else confidence,
+            source=Fact.Source.USER_CORRECTION,
+            embedding=vector,
+        )
         before = fact_snapshot(old)
         replace(principal, old, by=new, reason=reason or "corrected")
         close_contradictions_of(principal, old, note="superseded by a correction")
-        audit(principal, "fact.correct", outcome="superseded", target=new, before=before,
-              after=fact_snapshot(new), reason=reason)
+        audit(
+            principal,
+            "fact.correct",
+            outcome="superseded",
+            target=new,
+            before=before,
+            after=fact_snapshot(new),
+            reason=reason,
+        )
     return new
 
 
@@ -59,12 +81,20 @@ def fact_correct(
 def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact:
     fact = writable_fact(principal, fact_id)
     before = fact_snapshot(fact)
-    Fact.objects.filter(pk=fact.pk).update(status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300],
-                                           pinned=False, updated_at=timezone.now())
+    Fact.objects.filter(pk=fact.pk).update(
+        status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300], pinned=False, updated_at=timezone.now()
+    )
     fact.refresh_from_db()
     close_contradictions_of(principal, fact, note="one side was forgotten")
-    audit(principal, "fact.forget", outcome="evicted", target=fact, before=before, after=fact_snapshot(fact),
-          reason=reason)
+    audit(
+        principal,
+        "fact.forget",
+        outcome="evicted",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+        reason=reason,
+    )
     return fact
 
 
@@ -76,8 +106,14 @@ def fact_pin(*, principal: Principal, fact_id: Any, pinned: bool) -> Fact:
     before = fact_snapshot(fact)
     Fact.objects.filter(pk=fact.pk).update(pinned=pinned, updated_at=timezone.now())
     fact.refresh_from_db()
-    audit(principal, "fact.pin" if pinned else "fact.unpin", outcome="updated", target=fact, before=before,
-          after=fact_snapshot(fact))
+    audit(
+        principal,
+        "fact.pin" if pinned else "fact.unpin",
+        outcome="updated",
+        target=fact,
+        before=before,
+        after=fact_snapshot(fact),
+    )
     return fact
 
 
@@ -110,16 +146,33 @@ def fact_promote(*, principal: Principal, fact_id: Any, to: str) -> Fact:
         old.refresh_from_db()
         if old.status != Fact.Status.ACTIVE:
             raise Conflict("Only an active fact can be promoted.", code="not_active", status_now=old.status)
-        new = successor(old, principal=principal, memory_user_id=old.memory_user_id if to == "user" else None,
-                        scope=to, task_ref="", valid_from=old.valid_from, extractor=old.extractor)
+        new = successor(
+            old,
+            principal=principal,
+            memory_user_id=old.memory_user_id if to == "user" else None,
+            scope=to,
+            task_ref="",
+            valid_from=old.valid_from,
+            extractor=old.extractor,
+        )
         before = fact_snapshot(old)
         # The target slot may already hold this key: the promoted copy replaces it as a new version.
         if new.key:
-            target = (Fact.objects.active().filter(tenant_id=new.tenant_id, memory_user_id=new.memory_user_id,
-                                                   task_ref="", key=new.key).first())
+            target = (
+                Fact.objects.active()
+                .filter(tenant_id=new.tenant_id, memory_user_id=new.memory_user_id, task_ref="", key=new.key)
+                .first()
+            )
             if target is not None:
                 supersede(target, by=new, reason=f"replaced by a promoted {old.scope} fact")
         replace(principal, old, by=new, reason=f"promoted to {to}")
-        audit(principal, "fact.promote", outcome=to, target=new, memory_user_id=old.memory_user_id, before=before,
-              after=fact_snapshot(new))
+        audit(
+            principal,
+            "fact.promote",
+            outcome=to,
+            target=new,
+            memory_user_id=old.memory_user_id,
+            before=before,
+            after=fact_snapshot(new),
+        )
     return new

@@ -14,8 +14,23 @@ from memory_admin.selectors.access import Principal
 from memory_admin.services.facts.checks import content_hash
 
 # What a new version keeps of the one it replaces unless told otherwise.
-_INHERITED = ("tenant_id", "memory_user_id", "scope", "task_ref", "key", "content", "content_hash", "category",
-              "kind", "confidence", "importance", "source", "pinned", "metadata", "embedding")
+_INHERITED = (
+    "tenant_id",
+    "memory_user_id",
+    "scope",
+    "task_ref",
+    "key",
+    "content",
+    "content_hash",
+    "category",
+    "kind",
+    "confidence",
+    "importance",
+    "source",
+    "pinned",
+    "metadata",
+    "embedding",
+)
 
 
 def lock_memory_user(memory_user_id: int) -> None:
@@ -33,8 +48,7 @@ def successor(old: Fact, *, principal: Principal, **changes: Any) -> Fact:
     """The next version of `old`, not saved: the same owner, slot, kind, text and metadata unless
     `changes` says otherwise (a new `content` gets its hash), written now by the principal."""
     fields = {name: getattr(old, name) for name in _INHERITED}
-    fields.update(id=uuid.uuid4(), valid_from=timezone.now(), agent_id=principal.agent_id,
-                  created_by=principal.actor)
+    fields.update(id=uuid.uuid4(), valid_from=timezone.now(), agent_id=principal.agent_id, created_by=principal.actor)
     if "content" in changes:
         fields["content_hash"] = content_hash(changes["content"])
     fields.update(changes)
@@ -44,15 +58,23 @@ def successor(old: Fact, *, principal: Principal, **changes: Any) -> Fact:
 
 
 def link(principal: Principal, edge_type: str, src: Fact, dst: Fact) -> Edge:
-    return Edge.objects.create(tenant_id=src.tenant_id or principal.tenant_id, type=edge_type, src_fact=src,
-                               dst_fact=dst, created_by=principal.actor)
+    return Edge.objects.create(
+        tenant_id=src.tenant_id or principal.tenant_id,
+        type=edge_type,
+        src_fact=src,
+        dst_fact=dst,
+        created_by=principal.actor,
+    )
 
 
 def supersede(old: Fact, *, by: Fact, reason: str) -> None:
     """Mark `old` superseded by `by` (which may not be inserted yet: the FK is checked at commit)."""
     Fact.objects.filter(pk=old.pk).update(
-        status=Fact.Status.SUPERSEDED, superseded_by_id=by.pk, status_reason=reason[:300],
-        contested=False, updated_at=timezone.now(),
+        status=Fact.Status.SUPERSEDED,
+        superseded_by_id=by.pk,
+        status_reason=reason[:300],
+        contested=False,
+        updated_at=timezone.now(),
     )
     old.status, old.superseded_by_id = Fact.Status.SUPERSEDED, by.pk
 

@@ -120,7 +120,8 @@ def _locked_state(memory_user_id: int) -> _UserState:
 # The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
 # never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
 _FACT_COLUMNS = ", ".join(
-    f"f.{f.column}" for f in Fact._meta.concrete_fields
+    f"f.{f.column}"
+    for f in Fact._meta.concrete_fields
     if f.attname not in ("embedding", "embedding_next", "search_vector")
 )
 
@@ -157,8 +158,9 @@ class _Pending:
     quarantined: str = ""  # the guard's reason, when the fact is to be stored for review only
 
 
-def _screened(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft,
-              route: str) -> tuple[str, dict[str, Any] | None]:
+def _screened(
+    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft, route: str
+) -> tuple[str, dict[str, Any] | None]:
     """Step 1, secrets and PII: the content and metadata safe to store; raises Blocked (after recording
     the block). Clean text (the common case) needs neither the policy nor a record."""
     content, metadata = draft.content, draft.metadata
@@ -169,29 +171,46 @@ def _screened(principal: Principal, memory_user: MemoryUser, tenant: TenantSetti
     if draft.key:  # a slot name is an identifier: refused, never redacted
         screen_identifier(principal, draft.key, what="fact key", route=route, memory_user_id=memory_user.pk)
     if metadata:
-        _, metadata = screen_key_and_metadata(principal, None, metadata, route=route,
-                                              memory_user_id=memory_user.pk, tenant=tenant)
+        _, metadata = screen_key_and_metadata(
+            principal, None, metadata, route=route, memory_user_id=memory_user.pk, tenant=tenant
+        )
     return content, metadata
 
 
-def _new_fact(principal: Principal, memory_user: MemoryUser, draft: FactDraft, content: str,
-              metadata: dict[str, Any] | None) -> Fact:
+def _new_fact(
+    principal: Principal, memory_user: MemoryUser, draft: FactDraft, content: str, metadata: dict[str, Any] | None
+) -> Fact:
     now = timezone.now()
     return Fact(
-        id=uuid.uuid4(), tenant_id=principal.tenant_id, memory_user=memory_user,
-        scope=Fact.Scope.TASK if draft.task_ref else Fact.Scope.USER, task_ref=draft.task_ref,
-        key=draft.key or None, content=content, content_hash=content_hash(content), category=draft.category,
+        id=uuid.uuid4(),
+        tenant_id=principal.tenant_id,
+        memory_user=memory_user,
+        scope=Fact.Scope.TASK if draft.task_ref else Fact.Scope.USER,
+        task_ref=draft.task_ref,
+        key=draft.key or None,
+        content=content,
+        content_hash=content_hash(content),
+        category=draft.category,
         kind=draft.kind,
         confidence=SOURCE_PRIOR.get(draft.source, 0.6) if draft.confidence is None else float(draft.confidence),
-        importance=draft.importance, source=draft.source, pinned=draft.pinned, valid_from=draft.observed_at or now,
+        importance=draft.importance,
+        source=draft.source,
+        pinned=draft.pinned,
+        valid_from=draft.observed_at or now,
         soft_expires_at=(now + timedelta(days=draft.ttl_days)) if draft.ttl_days else None,
-        metadata=metadata or {}, agent_id=principal.agent_id, created_by=principal.actor,
-        extractor=draft.extractor, message_id=draft.message_id, batch_id=draft.batch_id, embedding=draft.embedding,
+        metadata=metadata or {},
+        agent_id=principal.agent_id,
+        created_by=principal.actor,
+        extractor=draft.extractor,
+        message_id=draft.message_id,
+        batch_id=draft.batch_id,
+        embedding=draft.embedding,
     )
 
 
-def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft,
-             route: str) -> WriteResult | _Pending:
+def _prepare(
+    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, draft: FactDraft, route: str
+) -> WriteResult | _Pending:
     """Steps 1-3 of the write path; raises Blocked (after recording the block) for secrets."""
     check_fact_size(draft.content, draft.metadata)
     content, metadata = _screened(principal, memory_user, tenant, draft, route)
@@ -199,8 +218,11 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
 
     def done(result: WriteResult, before: dict[str, Any] | None = None) -> WriteResult:
         audit(
-            principal, f"{route}.write", outcome=result.outcome,
-            target_type="fact", target_id=str(result.fact.pk) if result.fact else "",
+            principal,
+            f"{route}.write",
+            outcome=result.outcome,
+            target_type="fact",
+            target_id=str(result.fact.pk) if result.fact else "",
             memory_user_id=memory_user.pk,
             before=before if before is not None else fact_snapshot(result.other),
             after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": fact.confidence},
@@ -209,17 +231,23 @@ def _prepare(principal: Principal, memory_user: MemoryUser, tenant: TenantSettin
         return result
 
     # 2. Poisoning guard: stored for review, never served.
-    reason = (injection_reason(content, tenant_id=principal.tenant_id)
-              or ("source is external" if draft.source == Fact.Source.EXTERNAL else None))
+    reason = injection_reason(content, tenant_id=principal.tenant_id) or (
+        "source is external" if draft.source == Fact.Source.EXTERNAL else None
+    )
     if reason:
         return _Pending(fact, done, quarantined=reason)
 
     # 3. Confidence gate.
     if fact.confidence < tenant.confidence_threshold:
-        return done(WriteResult(
-            Outcome.REJECTED_LOW_CONFIDENCE, None, reason=(f"confidence {fact.confidence:.2f} is below the tenant "
-                                                           f"threshold {tenant.confidence_threshold:.2f}"),
-        ))
+        return done(
+            WriteResult(
+                Outcome.REJECTED_LOW_CONFIDENCE,
+                None,
+                reason=(
+                    f"confidence {fact.confidence:.2f} is below the tenant threshold {tenant.confidence_threshold:.2f}"
+                ),
+            )
+        )
     return _Pending(fact, done)
 
 
@@ -239,8 +267,9 @@ def fact_write(*, principal: Principal, memory_user: MemoryUser, route: str = "f
         return _store(principal, memory_user, tenant, pending, state)
 
 
-def _prepare_all(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings,
-                 drafts: list[FactDraft], route: str) -> list[WriteResult | _Pending]:
+def _prepare_all(
+    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, drafts: list[FactDraft], route: str
+) -> list[WriteResult | _Pending]:
     """Steps 1-3 for each fact of a batch, then one embedding call for those still to store."""
     prepared: list[WriteResult | _Pending] = []
     for draft in drafts:
@@ -256,8 +285,9 @@ def _prepare_all(principal: Principal, memory_user: MemoryUser, tenant: TenantSe
 
 
 @observe_writes
-def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any] | FactDraft],
-                    route: str = "fact") -> list[WriteResult]:
+def fact_write_many(
+    *, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any] | FactDraft], route: str = "fact"
+) -> list[WriteResult]:
     """Run several facts (each a `FactDraft`, or a dict of its fields) through the write path, in
     order, with one embedding call for all of them and one transaction under one lock of the user.
 
@@ -294,6 +324,7 @@ def fact_write_many(*, principal: Principal, memory_user: MemoryUser, facts: lis
 
 # --- Steps 4-7, under the user's lock -------------------------------------------------------------
 
+
 @dataclass
 class _Found:
     """What step 4's one query found of the user's standing facts."""
@@ -308,13 +339,19 @@ class _Found:
         exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
         slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
         same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
-        neighbours = sorted((f for f in found if f.branch == 1 and (slot is None or f.pk != slot.pk)),
-                            key=lambda f: f.distance)[:NEIGHBOURS]
+        neighbours = sorted(
+            (f for f in found if f.branch == 1 and (slot is None or f.pk != slot.pk)), key=lambda f: f.distance
+        )[:NEIGHBOURS]
         return cls(slot, same, neighbours)
 
 
-def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, pending: _Pending,
-           state: _UserState | None = None) -> WriteResult:
+def _store(
+    principal: Principal,
+    memory_user: MemoryUser,
+    tenant: TenantSettings,
+    pending: _Pending,
+    state: _UserState | None = None,
+) -> WriteResult:
     """Steps 4-7 of the write path, under the user's lock (the caller holds it, in a transaction, and
     passes the `_user_state` it read after taking it; None for a quarantined fact, which needs neither)."""
     fact, done = pending.fact, pending.done
@@ -324,17 +361,20 @@ def _store(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings
         return done(WriteResult(Outcome.QUARANTINED, fact, reason=pending.quarantined))
     found = _Found.of(memory_user.pk, fact)
     verdicts: dict[Any, Verdict] = {}
-    step = (_same_or_near(principal, tenant, found, fact, verdicts)
-            or _overruled_by_notebook(principal, memory_user, tenant, state, fact)
-            or (_update_slot(principal, found.slot, fact, tenant.auto_resolve_gap) if found.slot else None)
-            or _contradicting_neighbour(principal, tenant, found, fact, verdicts, state))
+    step = (
+        _same_or_near(principal, tenant, found, fact, verdicts)
+        or _overruled_by_notebook(principal, memory_user, tenant, state, fact)
+        or (_update_slot(principal, found.slot, fact, tenant.auto_resolve_gap) if found.slot else None)
+        or _contradicting_neighbour(principal, tenant, found, fact, verdicts, state)
+    )
     if step is not None:
         return done(*step)
     return done(*_create(principal, memory_user, tenant, state, fact))
 
 
-def _same_or_near(principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact,
-                  verdicts: dict[Any, Verdict]) -> Step | None:
+def _same_or_near(
+    principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact, verdicts: dict[Any, Verdict]
+) -> Step | None:
     """4a same key and content, 4b same content: touch the standing fact. 4c near-identical text: merge
     (newer text, higher confidence). A negation flip ("is" / "is not") embeds almost identically, so
     the judge gets a say before anything is merged away."""
@@ -371,12 +411,14 @@ def _merge(existing: Fact, new: Fact, similarity: float) -> Step:
         merged = list(existing.metadata.get("merged", []))[-49:] + [new.metadata]
         existing.metadata = {**existing.metadata, "merged": merged}
     existing.save(update_fields=["content", "content_hash", "embedding", "confidence", "metadata", "updated_at"])
-    return WriteResult(Outcome.MERGED, existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact",
-                       other=existing), before
+    return WriteResult(
+        Outcome.MERGED, existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact", other=existing
+    ), before
 
 
-def _overruled_by_notebook(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings,
-                           state: _UserState | None, fact: Fact) -> Step | None:
+def _overruled_by_notebook(
+    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None, fact: Fact
+) -> Step | None:
     """5. Contradiction with the notebook: the notebook wins."""
     if state is not None and not state.has_notebook:
         return None
@@ -397,11 +439,18 @@ def _overruled_by_notebook(principal: Principal, memory_user: MemoryUser, tenant
     fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
     fact.save(force_insert=True)
     Contradiction.objects.create(
-        tenant_id=principal.tenant_id, memory_user=memory_user, fact_a=fact,
-        notebook_revision_id=chunk.revision_id, notebook_excerpt=chunk.text[:500],
-        detector=Contradiction.Detector.NOTEBOOK, judge=verdict.judge, reason=verdict.reason,
-        status=Contradiction.Status.AUTO_RESOLVED, resolution=Contradiction.Resolution.AUTO,
-        resolved_by="system", resolved_at=timezone.now(),
+        tenant_id=principal.tenant_id,
+        memory_user=memory_user,
+        fact_a=fact,
+        notebook_revision_id=chunk.revision_id,
+        notebook_excerpt=chunk.text[:500],
+        detector=Contradiction.Detector.NOTEBOOK,
+        judge=verdict.judge,
+        reason=verdict.reason,
+        status=Contradiction.Status.AUTO_RESOLVED,
+        resolution=Contradiction.Resolution.AUTO,
+        resolved_by="system",
+        resolved_at=timezone.now(),
     )
     return WriteResult(Outcome.OVERRULED, fact, reason="the notebook says otherwise; the notebook wins"), None
 
@@ -410,8 +459,11 @@ def _update_slot(principal: Principal, slot: Fact, new: Fact, gap: float) -> Ste
     """Same key, different value: a new version of the slot, unless the standing value wins (pinned,
     or surer by the tenant's gap)."""
     if contradiction_winner(standing=slot, challenger=new, gap=gap) is slot:
-        why = "the slot is pinned" if slot.pinned else (
-            f"the standing value is surer ({slot.confidence:.2f} vs {new.confidence:.2f})")
+        why = (
+            "the slot is pinned"
+            if slot.pinned
+            else (f"the standing value is surer ({slot.confidence:.2f} vs {new.confidence:.2f})")
+        )
         refuse(principal, new, by=slot, reason=why)
         return WriteResult(Outcome.OVERRULED, new, reason=why, other=slot), fact_snapshot(slot)
     continue_chain(new, slot)
@@ -419,8 +471,14 @@ def _update_slot(principal: Principal, slot: Fact, new: Fact, gap: float) -> Ste
     return WriteResult(Outcome.UPDATED, new, reason=f"new value for key {slot.key}", other=slot), fact_snapshot(slot)
 
 
-def _contradicting_neighbour(principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact,
-                             verdicts: dict[Any, Verdict], state: _UserState | None) -> Step | None:
+def _contradicting_neighbour(
+    principal: Principal,
+    tenant: TenantSettings,
+    found: _Found,
+    fact: Fact,
+    verdicts: dict[Any, Verdict],
+    state: _UserState | None,
+) -> Step | None:
     """5b. The first semantic neighbour a judge calls contradictory."""
     for other in found.neighbours:
         similarity = 1 - other.distance
@@ -435,8 +493,9 @@ def _contradicting_neighbour(principal: Principal, tenant: TenantSettings, found
     return None
 
 
-def _contradiction(principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict,
-                   gap: float) -> Step:
+def _contradiction(
+    principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict, gap: float
+) -> Step:
     winner = contradiction_winner(standing=other, challenger=new, gap=gap)
     if winner is other:
         refuse(principal, new, by=other, reason=f"contradicts a surer fact: {verdict.reason}")
@@ -453,14 +512,24 @@ def _contradiction(principal: Principal, other: Fact, new: Fact, similarity: flo
         link(principal, Edge.Type.CONTRADICTS, new, other)
         outcome = Outcome.QUEUED_FOR_REVIEW
     contradiction = contradiction_record(
-        principal, fact_a=other, fact_b=new, detector=Contradiction.Detector.SEMANTIC, verdict=verdict,
-        similarity=similarity, winner=winner, resolved_by="system")
-    return (WriteResult(outcome, new, reason=verdict.reason, other=other, contradiction=contradiction),
-            fact_snapshot(other))
+        principal,
+        fact_a=other,
+        fact_b=new,
+        detector=Contradiction.Detector.SEMANTIC,
+        verdict=verdict,
+        similarity=similarity,
+        winner=winner,
+        resolved_by="system",
+    )
+    return (
+        WriteResult(outcome, new, reason=verdict.reason, other=other, contradiction=contradiction),
+        fact_snapshot(other),
+    )
 
 
-def _create(principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None,
-            fact: Fact) -> Step:
+def _create(
+    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None, fact: Fact
+) -> Step:
     """6. Store, then cap."""
     fact.save(force_insert=True)
     if state is None:
@@ -471,6 +540,10 @@ def _create(principal: Principal, memory_user: MemoryUser, tenant: TenantSetting
         state.active -= len(evicted)
     if any(e.pk == fact.pk for e in evicted):
         fact.status = Fact.Status.EVICTED
-        return WriteResult(Outcome.CAPPED, fact, evicted=evicted, reason=(
-            "at the cap, every other unpinned fact is as new and surer (or every other fact is pinned)")), None
+        return WriteResult(
+            Outcome.CAPPED,
+            fact,
+            evicted=evicted,
+            reason=("at the cap, every other unpinned fact is as new and surer (or every other fact is pinned)"),
+        ), None
     return WriteResult(Outcome.CREATED, fact, evicted=evicted), None

@@ -65,8 +65,9 @@ class Call(Generic[T]):
     def path(self) -> str:
         template = OPERATIONS[self.operation][1]
         # A skill path keeps its slashes (`deploy/kubernetes.md`); every other value is one segment.
-        return template.format(**{k: quote(str(v), safe="/" if k == "path" else "") for k, v in
-                                  self.path_values.items()})
+        return template.format(
+            **{k: quote(str(v), safe="/" if k == "path" else "") for k, v in self.path_values.items()}
+        )
 
     @property
     def idempotent(self) -> bool:
@@ -115,15 +116,38 @@ class _Resource:
 class FactCalls(_Resource):
     """`client.facts`: the write path, listing, history, corrections."""
 
-    def add(self, user_id: str, content: str, *, key: str | None = None, category: str | None = None,
-            kind: str | None = None, confidence: float | None = None, source: str | None = None,
-            observed_at: datetime | None = None, ttl_days: float | None = None, pinned: bool | None = None,
-            importance: float | None = None, metadata: dict[str, Any] | None = None,
-            task_id: str | None = None):
+    def add(
+        self,
+        user_id: str,
+        content: str,
+        *,
+        key: str | None = None,
+        category: str | None = None,
+        kind: str | None = None,
+        confidence: float | None = None,
+        source: str | None = None,
+        observed_at: datetime | None = None,
+        ttl_days: float | None = None,
+        pinned: bool | None = None,
+        importance: float | None = None,
+        metadata: dict[str, Any] | None = None,
+        task_id: str | None = None,
+    ):
         """Write one fact through the write path; returns a `WriteResult` (raises `Blocked` for a secret)."""
-        body = _fact_body(content, key=key, category=category, kind=kind, confidence=confidence, source=source,
-                          observed_at=observed_at, ttl_days=ttl_days, pinned=pinned, importance=importance,
-                          metadata=metadata, task_id=task_id)
+        body = _fact_body(
+            content,
+            key=key,
+            category=category,
+            kind=kind,
+            confidence=confidence,
+            source=source,
+            observed_at=observed_at,
+            ttl_days=ttl_days,
+            pinned=pinned,
+            importance=importance,
+            metadata=metadata,
+            task_id=task_id,
+        )
         return self._run(Call("write_fact", {"user_id": user_id}, _of(models.WriteResult), body=body))
 
     def add_batch(self, user_id: str, facts: list[dict[str, Any]]):
@@ -132,12 +156,28 @@ class FactCalls(_Resource):
         body = {"facts": [_fact_body(**f) for f in facts]}
         return self._run(Call("write_facts", {"user_id": user_id}, _of(models.BatchResult), body=body))
 
-    def list(self, user_id: str, *, status: str | None = None, category: str | None = None,
-             kind: str | None = None, key: str | None = None, text: str | None = None, cursor: str | None = None,
-             limit: int | None = None):
+    def list(
+        self,
+        user_id: str,
+        *,
+        status: str | None = None,
+        category: str | None = None,
+        kind: str | None = None,
+        key: str | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ):
         """One page (`FactPage`); `iter` walks every page."""
-        query = {"status": status, "category": category, "kind": kind, "key": key, "text": text,
-                 "cursor": cursor, "limit": limit}
+        query = {
+            "status": status,
+            "category": category,
+            "kind": kind,
+            "key": key,
+            "text": text,
+            "cursor": cursor,
+            "limit": limit,
+        }
         return self._run(Call("list_facts", {"user_id": user_id}, _of(models.FactPage), query=query))
 
     def get(self, fact_id: str):
@@ -146,11 +186,21 @@ class FactCalls(_Resource):
     def history(self, fact_id: str):
         return self._run(Call("fact_history", {"fact_id": fact_id}, _of(models.History)))
 
-    def correct(self, fact_id: str, content: str, *, confidence: float | None = None,
-                category: str | None = None, reason: str | None = None):
+    def correct(
+        self,
+        fact_id: str,
+        content: str,
+        *,
+        confidence: float | None = None,
+        category: str | None = None,
+        reason: str | None = None,
+    ):
         """A new version that supersedes the fact; returns the new `Fact`."""
-        body = {k: v for k, v in {"content": content, "confidence": confidence, "category": category,
-                                  "reason": reason}.items() if v is not None}
+        body = {
+            k: v
+            for k, v in {"content": content, "confidence": confidence, "category": category, "reason": reason}.items()
+            if v is not None
+        }
         return self._run(Call("correct_fact", {"fact_id": fact_id}, _of(models.Fact), body=body))
 
     def forget(self, fact_id: str, *, reason: str | None = None):
@@ -164,16 +214,21 @@ class FactCalls(_Resource):
 class UserCalls(_Resource):
     def list(self, *, prefix: str | None = None, cursor: str | None = None, limit: int | None = None):
         """One page (`UserPage`) of the memory users this key reaches, by id."""
-        return self._run(Call("list_users", {}, _of(models.UserPage),
-                              query={"prefix": prefix, "cursor": cursor, "limit": limit}))
+        return self._run(
+            Call("list_users", {}, _of(models.UserPage), query={"prefix": prefix, "cursor": cursor, "limit": limit})
+        )
 
 
 class MessageCalls(_Resource):
     def add(self, user_id: str, thread_id: str, messages: list[dict[str, Any]]):
         """Append messages (`{"role", "content", "created_at"?}`) to a thread; extraction runs later."""
-        body = {"thread_id": thread_id, "messages": [
-            {**m, "created_at": m["created_at"].isoformat()} if isinstance(m.get("created_at"), datetime) else m
-            for m in messages]}
+        body = {
+            "thread_id": thread_id,
+            "messages": [
+                {**m, "created_at": m["created_at"].isoformat()} if isinstance(m.get("created_at"), datetime) else m
+                for m in messages
+            ],
+        }
         return self._run(Call("post_messages", {"user_id": user_id}, _of(models.MessagesAccepted), body=body))
 
 
@@ -181,8 +236,9 @@ class ThreadCalls(_Resource):
     def close(self, user_id: str, thread_id: str, *, outcome: str | None = None):
         """Extract the thread now and build its episode (`outcome`: success, failure, unknown)."""
         body = {"outcome": outcome} if outcome else None
-        return self._run(Call("close_thread", {"user_id": user_id, "thread_id": thread_id},
-                              _of(models.ThreadClosed), body=body))
+        return self._run(
+            Call("close_thread", {"user_id": user_id, "thread_id": thread_id}, _of(models.ThreadClosed), body=body)
+        )
 
 
 class NotebookCalls(_Resource):
@@ -197,27 +253,28 @@ class NotebookCalls(_Resource):
 
 class SkillCalls(_Resource):
     def list(self, *, prefix: str | None = None, user_id: str | None = None):
-        return self._run(Call("list_skills", {}, _list_of(models.SkillSummary),
-                              query={"prefix": prefix, "user_id": user_id}))
+        return self._run(
+            Call("list_skills", {}, _list_of(models.SkillSummary), query={"prefix": prefix, "user_id": user_id})
+        )
 
     def get(self, path: str, *, user_id: str | None = None):
-        return self._run(Call("get_skill", {"path": path.strip("/")}, _of(models.Skill),
-                              query={"user_id": user_id}))
+        return self._run(Call("get_skill", {"path": path.strip("/")}, _of(models.Skill), query={"user_id": user_id}))
 
     def put(self, path: str, content: str, *, version: int | None = None, user_id: str | None = None):
-        body = {k: v for k, v in {"content": content, "version": version, "user_id": user_id}.items()
-                if v is not None}
+        body = {k: v for k, v in {"content": content, "version": version, "user_id": user_id}.items() if v is not None}
         return self._run(Call("put_skill", {"path": path.strip("/")}, _of(models.Skill), body=body))
 
 
 def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:
-    return Call("search", {"user_id": user_id}, _of(models.SearchResult),
-                query={"q": q, "k": k, "include": include or None})
+    return Call(
+        "search", {"user_id": user_id}, _of(models.SearchResult), query={"q": q, "k": k, "include": include or None}
+    )
 
 
 def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | None = None) -> Call:
-    return Call("context", {"user_id": user_id}, _of(models.Context),
-                query={"task": task, "budget_tokens": budget_tokens})
+    return Call(
+        "context", {"user_id": user_id}, _of(models.Context), query={"task": task, "budget_tokens": budget_tokens}
+    )
 
 
 def export_call(user_id: str) -> Call:

@@ -52,7 +52,7 @@ class _Retry:
         return 1 + (self.max_retries if call.idempotent else 0)
 
     def delay(self, attempt: int) -> float:
-        return self.backoff * (2 ** attempt) * (0.5 + random.random() / 2)
+        return self.backoff * (2**attempt) * (0.5 + random.random() / 2)
 
     @staticmethod
     def retryable(exc: Exception) -> bool:
@@ -157,10 +157,19 @@ class MemoryAdmin(_ClientBase):
     facts: FactCalls
     users: UserCalls
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
-                 max_retries: int = 3, backoff: float = 0.25, transport: httpx.BaseTransport | None = None):
-        self._http = httpx.Client(base_url=_api_root(base_url), headers=_headers(api_key), timeout=timeout,
-                                  transport=transport)
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.25,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self._http = httpx.Client(
+            base_url=_api_root(base_url), headers=_headers(api_key), timeout=timeout, transport=transport
+        )
         self._retry = _Retry(max_retries, backoff)
         self._setup()
 
@@ -168,8 +177,9 @@ class MemoryAdmin(_ClientBase):
         attempts = self._retry.attempts(call)
         for attempt in range(attempts):
             try:
-                response = self._http.request(call.method, call.path, params=call.params(),
-                                              json=call.body if call.body is not None else None)
+                response = self._http.request(
+                    call.method, call.path, params=call.params(), json=call.body if call.body is not None else None
+                )
                 return _answer(call, response)
             except (httpx.TransportError, Unavailable) as exc:
                 if not self._retry.retryable(exc) or attempt == attempts - 1:
@@ -197,10 +207,19 @@ class AsyncMemoryAdmin(_ClientBase):
     facts: AsyncFactCalls
     users: AsyncUserCalls
 
-    def __init__(self, base_url: str | None = None, api_key: str | None = None, *, timeout: float = 30.0,
-                 max_retries: int = 3, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None):
-        self._http = httpx.AsyncClient(base_url=_api_root(base_url), headers=_headers(api_key), timeout=timeout,
-                                       transport=transport)
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 3,
+        backoff: float = 0.25,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ):
+        self._http = httpx.AsyncClient(
+            base_url=_api_root(base_url), headers=_headers(api_key), timeout=timeout, transport=transport
+        )
         self._retry = _Retry(max_retries, backoff)
         self._setup()
 
@@ -208,8 +227,9 @@ class AsyncMemoryAdmin(_ClientBase):
         attempts = self._retry.attempts(call)
         for attempt in range(attempts):
             try:
-                response = await self._http.request(call.method, call.path, params=call.params(),
-                                                    json=call.body if call.body is not None else None)
+                response = await self._http.request(
+                    call.method, call.path, params=call.params(), json=call.body if call.body is not None else None
+                )
                 return _answer(call, response)
             except (httpx.TransportError, Unavailable) as exc:
                 if not self._retry.retryable(exc) or attempt == attempts - 1:

@@ -97,8 +97,9 @@ class MethodNotAllowed(MemoryAdminError):
 class RateLimited(MemoryAdminError):
     """429 `rate_limited`: wait `retry_after` seconds (from the Retry-After header)."""
 
-    def __init__(self, code: str, detail: str, status: int, body: dict[str, Any] | None = None,
-                 retry_after: float | None = None):
+    def __init__(
+        self, code: str, detail: str, status: int, body: dict[str, Any] | None = None, retry_after: float | None = None
+    ):
         super().__init__(code, detail, status, body)
         self.retry_after = retry_after
 
@@ -147,8 +148,16 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
 }
 
 BY_STATUS: dict[int, type[MemoryAdminError]] = {
-    400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: TooLarge,
-    405: MethodNotAllowed, 422: Invalid, 429: RateLimited, 503: Unavailable,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: TooLarge,
+    405: MethodNotAllowed,
+    422: Invalid,
+    429: RateLimited,
+    503: Unavailable,
 }
 
 

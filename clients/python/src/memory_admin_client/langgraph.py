@@ -127,7 +127,7 @@ class MemoryAdminStore(BaseStore):
                     items.append(item)
         if op.query:
             items.sort(key=lambda i: i.score or 0.0, reverse=True)
-        return items[op.offset: op.offset + op.limit]
+        return items[op.offset : op.offset + op.limit]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), ())
@@ -139,7 +139,7 @@ class MemoryAdminStore(BaseStore):
         found = [ns for ns in found if all(_condition(ns, c) for c in op.match_conditions or ())]
         if op.max_depth is not None:
             found = list(dict.fromkeys(ns[: op.max_depth] for ns in found))
-        return found[op.offset: op.offset + op.limit]
+        return found[op.offset : op.offset + op.limit]
 
     # --- helpers ------------------------------------------------------------------------------------
 
@@ -195,13 +195,24 @@ def _value(fact: Fact) -> dict[str, Any]:
 
 def _item(fact: Fact, score: float | None = None) -> SearchItem:
     namespace = (fact.user_id or "",) + ((fact.task_id,) if fact.task_id else ())
-    return SearchItem(namespace=namespace, key=fact.key or fact.id, value=_value(fact),
-                      created_at=fact.created_at, updated_at=fact.updated_at, score=score)
+    return SearchItem(
+        namespace=namespace,
+        key=fact.key or fact.id,
+        value=_value(fact),
+        created_at=fact.created_at,
+        updated_at=fact.updated_at,
+        score=score,
+    )
 
 
-_OPS = {"$eq": lambda a, b: a == b, "$ne": lambda a, b: a != b, "$gt": lambda a, b: a is not None and a > b,
-        "$gte": lambda a, b: a is not None and a >= b, "$lt": lambda a, b: a is not None and a < b,
-        "$lte": lambda a, b: a is not None and a <= b}
+_OPS = {
+    "$eq": lambda a, b: a == b,
+    "$ne": lambda a, b: a != b,
+    "$gt": lambda a, b: a is not None and a > b,
+    "$gte": lambda a, b: a is not None and a >= b,
+    "$lt": lambda a, b: a is not None and a < b,
+    "$lte": lambda a, b: a is not None and a <= b,
+}
 
 
 def _matches(value: dict[str, Any], conditions: dict[str, Any] | None) -> bool:
@@ -219,7 +230,7 @@ def _condition(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
     path = tuple(condition.path)
     if len(path) > len(namespace):
         return False
-    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[len(namespace) - len(path):]
+    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[len(namespace) - len(path) :]
     return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
 
 

@@ -14,8 +14,9 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 # Outcomes after which the fact is stored (SPEC §4, README "The write path").
-STORED_OUTCOMES = frozenset({"created", "updated", "superseded_existing", "queued_for_review", "quarantined",
-                             "overruled", "capped"})
+STORED_OUTCOMES = frozenset(
+    {"created", "updated", "superseded_existing", "queued_for_review", "quarantined", "overruled", "capped"}
+)
 
 
 @cache
@@ -44,8 +45,11 @@ def _convert(tp: Any, value: Any) -> Any:
 def parse(cls: type[T], data: dict[str, Any]) -> T:
     """Build a result dataclass from JSON, converting nested results and timestamps."""
     hints = _hints(cls)
-    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-              if f.name in data}
+    kwargs = {
+        f.name: _convert(hints[f.name], data[f.name])
+        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        if f.name in data
+    }
     return cls(**kwargs)
 
 
