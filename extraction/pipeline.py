@@ -241,6 +241,13 @@ def _finish(batch: ExtractionBatch, status: str, *, error: str = "", **fields: o
 
 def _fail_locked(batch: ExtractionBatch, reason: str) -> None:
     _finish(batch, FAILED, error=reason)
+    audit(
+        Principal.system(batch.tenant_id, actor="extraction"),
+        "extraction.batch",
+        outcome="failed",
+        target=batch,
+        reason=batch.error,
+    )
 
 
 def _retry_or_fail(batch_id: int, token: int, reason: str, *, retryable: bool, retry_after: float | None) -> str:
