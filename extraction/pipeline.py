@@ -216,12 +216,14 @@ def _totals(batch_id: int) -> dict:
     return {"prompt_tokens": sums["p"] or 0, "completion_tokens": sums["c"] or 0, "cost_usd": sums["cost"] or 0}
 
 
-def _fail_locked(batch: ExtractionBatch, reason: str) -> None:
-    batch.status = FAILED
-    batch.error = reason[:2000]
+def _finish(batch: ExtractionBatch, status: str, *, error: str = "", **fields: object) -> None:
+    """End a batch (its lease released, its model use summed) as `status`; `fields` are the others
+    set at the end (extractor, model, fact count)."""
+    batch.status = status
+    batch.error = error[:2000]
     batch.lease_until = None
     batch.finished_at = timezone.now()
-    for name, value in _totals(batch.pk).items():
+    for name, value in {**fields, **_totals(batch.pk)}.items():
         setattr(batch, name, value)
     batch.save(
         update_fields=[
@@ -232,8 +234,13 @@ def _fail_locked(batch: ExtractionBatch, reason: str) -> None:
             "prompt_tokens",
             "completion_tokens",
             "cost_usd",
+            *fields,
         ]
     )
+
+
+def _fail_locked(batch: ExtractionBatch, reason: str) -> None:
+    _finish(batch, FAILED, error=reason)
     audit(
         Principal.system(batch.tenant_id, actor="extraction"),
         "extraction.batch",
@@ -467,29 +474,7 @@ def _commit(
         # facts drawn from them belong to that episode too.
         for episode in Episode.objects.filter(messages__batch=batch).distinct():
             episode.facts.add(*Fact.objects.filter(pk__in=new_fact_ids, message__episode=episode))
-        batch.status = DONE
-        batch.error = ""
-        batch.lease_until = None
-        batch.finished_at = timezone.now()
-        batch.extractor = extractor
-        batch.model = model
-        batch.fact_count = len(new_fact_ids)
-        for name, value in _totals(batch.pk).items():
-            setattr(batch, name, value)
-        batch.save(
-            update_fields=[
-                "status",
-                "error",
-                "lease_until",
-                "finished_at",
-                "extractor",
-                "model",
-                "fact_count",
-                "prompt_tokens",
-                "completion_tokens",
-                "cost_usd",
-            ]
-        )
+        _finish(batch, DONE, extractor=extractor, model=model, fact_count=len(new_fact_ids))
         audit(
             principal,
             "extraction.batch",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import traceback
+from collections.abc import Callable
 
 # Literal words of the URL patterns (computed on first use from the URLconf) plus a fixed fallback.
 _WORDS: set[str] | None = None
@@ -74,31 +75,39 @@ def _frames_only(exc_info) -> str:
     return f"Traceback (most recent call last):\n{frames}{etype.__module__}.{etype.__qualname__}: (message withheld)"
 
 
-_installed = False
+_record_steps: set[str] = set()
 
 
-def install() -> None:
-    global _installed
-    if _installed:
+def chain_record_factory(name: str, step: Callable[[logging.LogRecord], None]) -> None:
+    """Run `step` on every log record as it is created, after the factories installed before it (once
+    per name: a second call with the same name does nothing)."""
+    if name in _record_steps:
         return
-    _installed = True
+    _record_steps.add(name)
     base = logging.getLogRecordFactory()
 
     def factory(*args, **kwargs):
         record = base(*args, **kwargs)
-        try:
-            # A path passed as an argument ("Not Found: %s") is masked whole, spaces and all.
-            if isinstance(record.args, tuple) and record.args:
-                record.args = tuple(
-                    mask_path(a) if isinstance(a, str) and a.startswith("/") else a for a in record.args
-                )
-            message = record.getMessage()
-            record.msg, record.args = sanitize(message), ()
-            if record.exc_info and record.exc_info[0] is not None:
-                record.exc_text = _frames_only(record.exc_info)
-                record.exc_info = None
-        except Exception:  # noqa: BLE001 - an unloggable record is dropped to its type, never raised
-            record.msg, record.args, record.exc_info = f"(log record withheld: {record.name})", (), None
+        step(record)
         return record
 
     logging.setLogRecordFactory(factory)
+
+
+def _clean(record: logging.LogRecord) -> None:
+    try:
+        # A path passed as an argument ("Not Found: %s") is masked whole, spaces and all.
+        if isinstance(record.args, tuple) and record.args:
+            record.args = tuple(mask_path(a) if isinstance(a, str) and a.startswith("/") else a for a in record.args)
+        message = record.getMessage()
+        record.msg, record.args = sanitize(message), ()
+        if record.exc_info and record.exc_info[0] is not None:
+            record.exc_text = _frames_only(record.exc_info)
+            record.exc_info = None
+    except Exception:  # noqa: BLE001 - an unloggable record is dropped to its type, never raised
+        record.msg, record.args, record.exc_info = f"(log record withheld: {record.name})", (), None
+
+
+def install() -> None:
+    """Every record is cleaned of content and identifiers when it is created, whatever handler sees it."""
+    chain_record_factory("logsafe", _clean)

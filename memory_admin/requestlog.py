@@ -25,6 +25,8 @@ from contextvars import ContextVar, Token
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
+from memory_admin.logsafe import chain_record_factory
+
 HEADER = "X-Request-ID"
 _current: ContextVar[str] = ContextVar("request_id", default="")
 _SAFE = re.compile(r"^[A-Za-z0-9._:-]{8,64}$")
@@ -55,23 +57,13 @@ def accept(incoming: str | None) -> str:
     return uuid.uuid4().hex
 
 
-_installed = False
+def _stamp(record: logging.LogRecord) -> None:
+    record.request_id = _current.get() or "-"
 
 
 def install() -> None:
     """Every record gets the bound request id when it is created, whatever handler sees it."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
-    base = logging.getLogRecordFactory()
-
-    def factory(*args, **kwargs):
-        record = base(*args, **kwargs)
-        record.request_id = _current.get() or "-"
-        return record
-
-    logging.setLogRecordFactory(factory)
+    chain_record_factory("request_id", _stamp)
 
 
 class RequestIdFilter(logging.Filter):

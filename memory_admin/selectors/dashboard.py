@@ -641,6 +641,19 @@ def quarantined(principal: Principal) -> QuerySet[Fact]:
 # --- PII blocks -----------------------------------------------------------------------------------
 
 
+def _user_and_days(qs: QuerySet, filters: dict[str, str]) -> QuerySet:
+    """The `user` (part of its id) and `since`/`until` (whole local days) filters of the PII and audit
+    lists. The days are a range on created_at itself: `created_at__date` casts every row and cannot use
+    the index."""
+    if filters.get("user"):
+        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+    if filters.get("since"):
+        qs = qs.filter(created_at__gte=_day_start(filters["since"]))
+    if filters.get("until"):
+        qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
+    return qs
+
+
 def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlock]:
     qs = visible(principal, PiiBlock.objects.all())
     if filters.get("kind"):
@@ -651,12 +664,7 @@ def pii_blocks(principal: Principal, filters: dict[str, str]) -> QuerySet[PiiBlo
         qs = qs.filter(action=filters["action"])
     if filters.get("agent"):
         qs = qs.filter(Q(agent__name__icontains=filters["agent"]) | Q(actor__icontains=filters["agent"]))
-    if filters.get("user"):
-        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
-    if filters.get("since"):
-        qs = qs.filter(created_at__gte=_day_start(filters["since"]))
-    if filters.get("until"):
-        qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
+    qs = _user_and_days(qs, filters)
     repeats = (
         PiiBlock.objects.filter(tenant_id=OuterRef("tenant_id"), fingerprint=OuterRef("fingerprint"))
         .order_by()
@@ -686,14 +694,7 @@ def audit_events(principal: Principal, filters: dict[str, str], memory_user: Mem
         qs = qs.filter(actor_type=filters["actor_type"])
     if filters.get("target"):
         qs = qs.filter(Q(target_id__startswith=filters["target"]) | Q(target_type=filters["target"]))
-    if filters.get("user"):
-        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
-    # Whole local days as a range on created_at itself: `created_at__date` casts every row and
-    # cannot use the index.
-    if filters.get("since"):
-        qs = qs.filter(created_at__gte=_day_start(filters["since"]))
-    if filters.get("until"):
-        qs = qs.filter(created_at__lt=_day_start(filters["until"]) + timedelta(days=1))
+    qs = _user_and_days(qs, filters)
     # Read off the (tenant, -created_at) index; "-pk" only orders ties (an incremental sort of a
     # few rows), so no event is skipped or shown twice between pages.
     return qs.select_related("memory_user").order_by("-created_at", "-pk")

@@ -231,100 +231,67 @@ _USER_SENTINEL = -7_340_033
 _TSQ_SENTINEL = "\x00search-tsquery\x00"
 
 
-def _own_branch(
-    principal: Principal,
-    statuses: tuple[str, ...],
-    sentinel: int,
-    *,
-    distance: RawSQL,
-    tsq: str,
-    has_vector: bool,
-    own_by_keyword: bool,
-) -> tuple[str, tuple]:
+@dataclass(frozen=True)
+class _Shape:
+    """What decides the candidate statement's SQL (the cache key, beside the principal)."""
+
+    statuses: tuple[str, ...]
+    n_users: int  # one own branch per user
+    has_vector: bool
+    has_text: bool
+    n_shared: int  # rows of each shared branch; 0: none
+    own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
+
+
+def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
     """One user's own facts (the user a sentinel), nearest first when there is a vector."""
-    own = visible(principal, Fact.objects.for_user(sentinel).filter(status__in=statuses))
-    if own_by_keyword:
+    own = visible(principal, Fact.objects.for_user(sentinel).filter(status__in=shape.statuses))
+    if shape.own_by_keyword:
         # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
-        own = own.filter(search_vector=SearchQuery(tsq, search_type="raw", config="english"))
+        own = own.filter(search_vector=SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english"))
     own = own.annotate(distance=distance)
-    if has_vector and not own_by_keyword:
+    if shape.has_vector and not shape.own_by_keyword:
         own = own.order_by("distance")
     return _compiled(own.values(*_CARRIED, "distance")[:OWN_EXACT_LIMIT])
 
 
-def _branches(
-    principal: Principal,
-    statuses: tuple[str, ...],
-    *,
-    n_users: int,
-    has_vector: bool,
-    has_text: bool,
-    n_shared: int,
-    own_by_keyword: bool,
-) -> list[tuple[str, tuple]]:
+def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
     """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the users
     and the tsquery as sentinels: one branch per user, then the shared ones."""
-    tsq = _TSQ_SENTINEL if has_text else ""
-    distance = RawSQL(_DISTANCE if has_vector else "NULL::float8", ())  # noqa: S611 - constant
-    branches = [
-        _own_branch(
-            principal,
-            statuses,
-            _USER_SENTINEL - i,
-            distance=distance,
-            tsq=tsq,
-            has_vector=has_vector,
-            own_by_keyword=own_by_keyword,
-        )
-        for i in range(n_users)
-    ]
-    if not n_shared or own_by_keyword:
+    distance = RawSQL(_DISTANCE if shape.has_vector else "NULL::float8", ())  # noqa: S611 - constant
+    branches = [_own_branch(principal, shape, _USER_SENTINEL - i, distance) for i in range(shape.n_users)]
+    n_shared = shape.n_shared
+    if not n_shared or shape.own_by_keyword:
         return branches
     shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
-    if has_vector:
+    if shape.has_vector:
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
         nearest = (
             shared.active().annotate(distance=distance).order_by("distance").values(*_CARRIED, "distance")[:n_shared]
         )
         branches.append(_compiled(nearest))
-    if tsq:
-        sq = SearchQuery(tsq, search_type="raw", config="english")
+    if shape.has_text:
+        sq = SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english")
         # Rank only a bounded number of matches (a common word can match most of a large org scope),
         # and keep only the best n of them.
-        matching = shared.filter(status__in=statuses, search_vector=sq).annotate(distance=distance)
+        matching = shared.filter(status__in=shape.statuses, search_vector=sq).annotate(distance=distance)
         sql, params = _compiled(matching.values(*_CARRIED, "distance")[:SHARED_KEYWORD_SCAN])
         branches.append(
             (
                 f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
                 f" DESC LIMIT {int(n_shared)}",
-                (*params, tsq),
+                (*params, _TSQ_SENTINEL),
             )
         )
     return branches
 
 
 @functools.lru_cache(maxsize=256)
-def _statement(
-    principal: Principal,
-    statuses: tuple[str, ...],
-    n_users: int,
-    has_vector: bool,
-    has_text: bool,
-    n_shared: int,
-    own_by_keyword: bool,
-) -> tuple[str, tuple]:
+def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     """The whole candidate statement and its parameters after the first three (vector, query text,
     tenant), compiled once per principal and shape. The access filter is `visible()`'s own SQL: keyed by
     the whole (frozen) principal, so any field the access check reads gets its own entry."""
-    branches = _branches(
-        principal,
-        statuses,
-        n_users=n_users,
-        has_vector=has_vector,
-        has_text=has_text,
-        n_shared=n_shared,
-        own_by_keyword=own_by_keyword,
-    )
+    branches = _branches(principal, shape)
     columns = ", ".join(f"b.{name}" for name in (*_CARRIED, "distance"))
     union = " UNION ALL ".join(
         f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)" for i, (sql, _) in enumerate(branches)
@@ -355,9 +322,8 @@ def _candidates(
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
     `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
     tsq = or_tsquery(query) if query else ""
-    statement, cached = _statement(
-        principal, statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword
-    )
+    shape = _Shape(statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword)
+    statement, cached = _statement(principal, shape)
     params: list[Any] = [
         Vector(vector) if vector is not None else None,
         query[:2000],

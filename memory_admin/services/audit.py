@@ -84,3 +84,13 @@ def audit(
     else:
         event.save(force_insert=True)
     return event
+
+
+def audit_fact(
+    principal: Principal, action: str, fact: Fact, *, outcome: str, before: dict, reason: str = ""
+) -> AuditEvent:
+    """The audit event of a change to one fact: its snapshot before (taken by the caller before the
+    change) and now."""
+    return audit(
+        principal, action, outcome=outcome, target=fact, before=before, after=fact_snapshot(fact), reason=reason
+    )

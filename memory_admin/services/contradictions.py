@@ -23,6 +23,14 @@ from memory_admin.services.screening import screen_text
 ACTIONS = ("keep_a", "keep_b", "both_true", "merge", "dismiss")
 
 
+def _recount(a: Fact, b: Fact | None) -> None:
+    """After a contradiction changed: both sides' `contested` flag recounted, and read again."""
+    refresh_contested([a.pk, b.pk if b else None])
+    a.refresh_from_db()
+    if b is not None:
+        b.refresh_from_db()
+
+
 def _merged_text(principal: Principal, action: str, merged_text: str) -> tuple[str, list[float] | None]:
     """The text and vector of a merge, screened before the transaction so that a refusal's block
     record survives the refusal; nothing for the other actions."""
@@ -107,10 +115,7 @@ def contradiction_resolve(
         item.note = note[:2000]
         item.merged_fact = merged
         item.save(update_fields=["status", "resolution", "resolved_by", "resolved_at", "note", "merged_fact"])
-        refresh_contested([a.pk, b.pk if b else None])
-        a.refresh_from_db()
-        if b is not None:
-            b.refresh_from_db()
+        _recount(a, b)
         audit(
             principal,
             "contradiction.resolve",
@@ -168,10 +173,7 @@ def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: s
     was = {"status": item.status, "resolution": item.resolution, "resolved_by": item.resolved_by}
     item.status, item.resolution, item.resolved_by, item.resolved_at = Contradiction.Status.OPEN, "", "", None
     item.save(update_fields=["status", "resolution", "resolved_by", "resolved_at"])
-    refresh_contested([a.pk, b.pk if b else None])
-    a.refresh_from_db()
-    if b is not None:
-        b.refresh_from_db()
+    _recount(a, b)
     audit(
         principal,
         "contradiction.reopen",

@@ -11,7 +11,7 @@ from django.utils import timezone
 from memory_admin.errors import AlreadyResolved
 from memory_admin.models import Edge, Fact
 from memory_admin.selectors.access import CURATE, Principal, get_visible
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit_fact, fact_snapshot
 from memory_admin.services.facts import link, supersede
 from memory_admin.services.screening import screens
 
@@ -53,15 +53,7 @@ def quarantine_release(*, principal: Principal, fact_id: UUID | str, note: str =
     fact.status = Fact.Status.ACTIVE
     fact.status_reason = f"released from quarantine by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "supersedes", "version", "updated_at"])
-    audit(
-        principal,
-        "quarantine.release",
-        outcome="released",
-        target=fact,
-        before=before,
-        after=fact_snapshot(fact),
-        reason=note,
-    )
+    audit_fact(principal, "quarantine.release", fact, outcome="released", before=before, reason=note)
     return fact
 
 
@@ -74,15 +66,7 @@ def quarantine_discard(*, principal: Principal, fact_id: UUID | str, note: str =
     fact.status = Fact.Status.EVICTED
     fact.status_reason = f"discarded from quarantine: {note}"[:300] if note else "discarded from quarantine"
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(
-        principal,
-        "quarantine.discard",
-        outcome="evicted",
-        target=fact,
-        before=before,
-        after=fact_snapshot(fact),
-        reason=note,
-    )
+    audit_fact(principal, "quarantine.discard", fact, outcome="evicted", before=before, reason=note)
     return fact
 
 
@@ -95,13 +79,12 @@ def eviction_evict(*, principal: Principal, fact_id: UUID | str, note: str = "")
     fact.status = Fact.Status.EVICTED
     fact.status_reason = "evicted by review: stale"
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(
+    audit_fact(
         principal,
         "fact.evict",
+        fact,
         outcome="evicted",
-        target=fact,
         before=before,
-        after=fact_snapshot(fact),
         reason=note or "eviction candidate confirmed by a reviewer",
     )
     return fact
@@ -116,13 +99,12 @@ def eviction_keep(*, principal: Principal, fact_id: UUID | str, note: str = "") 
     before = fact_snapshot(fact)
     fact.last_accessed_at = timezone.now()
     fact.save(update_fields=["last_accessed_at", "updated_at"])
-    audit(
+    audit_fact(
         principal,
         "fact.keep",
+        fact,
         outcome="kept",
-        target=fact,
         before=before,
-        after=fact_snapshot(fact),
         reason=note or "eviction candidate kept by a reviewer",
     )
     return fact
@@ -152,13 +134,12 @@ def queue_action_undo(*, principal: Principal, fact_id: UUID | str, action: str,
     fact.status = back
     fact.status_reason = f"{action} undone by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "updated_at"])
-    audit(
+    audit_fact(
         principal,
         f"{'quarantine' if action != 'evict' else 'fact'}.undo",
+        fact,
         outcome=back,
-        target=fact,
         before=before,
-        after=fact_snapshot(fact),
         reason=note or f"undo {action}",
     )
     return fact

@@ -43,7 +43,7 @@ from memory_admin.errors import Blocked, Conflict, Invalid, TooLarge
 from memory_admin.inputs import check_size
 from memory_admin.models import Episode, Fact, ImportedItem, MemoryUser, Message, NotebookRevision, Thread
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, audit_fact, fact_snapshot
 from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
 from memory_admin.services.facts import (
     check_fact_size,
@@ -444,13 +444,12 @@ def _restore_status(replay: _Replay, item: dict[str, Any], fact: Fact) -> None:
         )
         return
     fact.refresh_from_db()
-    audit(
+    audit_fact(
         replay.principal,
         "fact.import_status",
+        fact,
         outcome=want,
-        target=fact,
         before=before,
-        after=fact_snapshot(fact),
         reason="status as in the imported export",
     )
 

@@ -20,7 +20,7 @@ from pgvector.django import CosineDistance
 from memory_admin.models import Contradiction, Edge, Fact, Tenant
 from memory_admin.selectors.access import ADMIN, CURATE, READ, Principal
 from memory_admin.selectors.lifecycle import GC_RULES, gc_report, gc_rule_querysets
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, audit_fact, fact_snapshot
 from memory_admin.services.facts import (
     close_contradictions_of,
     contradiction_record,
@@ -63,15 +63,7 @@ def _apply_rule(principal: Principal, fact: Fact, status: str, reason: str, now:
     fact.status = status
     if evicted:
         close_contradictions_of(principal, fact, note=f"evicted: {reason}")
-    audit(
-        principal,
-        "fact.lifecycle",
-        outcome=status,
-        target=fact,
-        before=before,
-        after=fact_snapshot(fact),
-        reason=reason,
-    )
+    audit_fact(principal, "fact.lifecycle", fact, outcome=status, before=before, reason=reason)
 
 
 def lifecycle_gc_all(*, dry_run: bool = False) -> dict[str, int]:

@@ -12,9 +12,10 @@ from pgvector.django import CosineDistance
 from memory_admin.embeddings import embed
 from memory_admin.errors import Conflict
 from memory_admin.inputs import check_size
-from memory_admin.models import Contradiction, Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
+from memory_admin.models import Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision
 from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, audit_fact, fact_snapshot
+from memory_admin.services.facts import notebook_overrule_record
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.judge import judge
 from memory_admin.services.screening import screen_text
@@ -128,28 +129,9 @@ def _overrule_contradicting_facts(
                 updated_at=timezone.now(),
             )
             fact.status = Fact.Status.SUPERSEDED
-            Contradiction.objects.create(
-                tenant_id=principal.tenant_id,
-                memory_user=memory_user,
-                fact_a=fact,
-                notebook_revision=revision,
-                notebook_excerpt=text,
-                detector=Contradiction.Detector.NOTEBOOK,
-                judge=verdict.judge,
-                reason=verdict.reason,
-                status=Contradiction.Status.AUTO_RESOLVED,
-                resolution=Contradiction.Resolution.AUTO,
-                resolved_by="system",
-                resolved_at=timezone.now(),
-            )
-            audit(
-                principal,
-                "fact.overrule",
-                outcome="superseded",
-                target=fact,
-                before=before,
-                after=fact_snapshot(fact),
-                reason="the notebook wins",
+            notebook_overrule_record(principal, fact, revision_id=revision.pk, excerpt=text, verdict=verdict)
+            audit_fact(
+                principal, "fact.overrule", fact, outcome="superseded", before=before, reason="the notebook wins"
             )
 
 

@@ -10,6 +10,7 @@ from memory_admin.services.facts.conflicts import (
     close_contradictions_of,
     contradiction_record,
     contradiction_winner,
+    notebook_overrule_record,
     refresh_contested,
 )
 from memory_admin.services.facts.mutations import fact_correct, fact_forget, fact_pin, fact_promote, record_access
@@ -33,6 +34,7 @@ __all__ = [
     "content_hash",
     "continue_chain",
     "contradiction_record",
+    "notebook_overrule_record",
     "contradiction_winner",
     "enforce_cap",
     "fact_correct",

@@ -11,7 +11,7 @@ from django.utils import timezone
 from memory_admin.models import Fact
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import Principal
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit_fact, fact_snapshot
 
 # Eviction candidates read with the count: a write adds one fact, so one is usually evicted.
 CAP_PROBE = 4
@@ -60,13 +60,12 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     for victim in victims:
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
-        audit(
+        audit_fact(
             principal,
             "fact.evict",
+            victim,
             outcome="evicted",
-            target=victim,
             before=before,
-            after=fact_snapshot(victim),
             reason=f"over the cap of {cap} active facts; the weakest of the oldest",
         )
     return victims

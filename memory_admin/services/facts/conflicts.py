@@ -34,6 +34,27 @@ def contradiction_winner(*, standing: Fact, challenger: Fact, gap: float) -> Fac
     return None
 
 
+def notebook_overrule_record(
+    principal: Principal, fact: Fact, *, revision_id: int, excerpt: str, verdict: Verdict
+) -> Contradiction:
+    """The Contradiction of a fact the notebook overruled (the notebook always wins): recorded already
+    resolved, for the audit trail and the review history, never for a person to decide."""
+    return Contradiction.objects.create(
+        tenant_id=principal.tenant_id,
+        memory_user_id=fact.memory_user_id,
+        fact_a=fact,
+        notebook_revision_id=revision_id,
+        notebook_excerpt=excerpt,
+        detector=Contradiction.Detector.NOTEBOOK,
+        judge=verdict.judge,
+        reason=verdict.reason,
+        status=Contradiction.Status.AUTO_RESOLVED,
+        resolution=Contradiction.Resolution.AUTO,
+        resolved_by="system",
+        resolved_at=timezone.now(),
+    )
+
+
 def contradiction_record(
     principal: Principal,
     *,

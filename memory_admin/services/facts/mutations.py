@@ -11,7 +11,7 @@ from memory_admin.embeddings import embed_one
 from memory_admin.errors import Conflict, Invalid
 from memory_admin.models import Fact
 from memory_admin.selectors.access import CURATE, Principal, writable_fact
-from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.audit import audit, audit_fact, fact_snapshot
 from memory_admin.services.facts.checks import check_fact_size
 from memory_admin.services.facts.conflicts import close_contradictions_of
 from memory_admin.services.facts.versions import lock_memory_user, replace, successor, supersede
@@ -64,15 +64,7 @@ def fact_correct(
         before = fact_snapshot(old)
         replace(principal, old, by=new, reason=reason or "corrected")
         close_contradictions_of(principal, old, note="superseded by a correction")
-        audit(
-            principal,
-            "fact.correct",
-            outcome="superseded",
-            target=new,
-            before=before,
-            after=fact_snapshot(new),
-            reason=reason,
-        )
+        audit_fact(principal, "fact.correct", new, outcome="superseded", before=before, reason=reason)
     return new
 
 
@@ -86,15 +78,7 @@ def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact
     )
     fact.refresh_from_db()
     close_contradictions_of(principal, fact, note="one side was forgotten")
-    audit(
-        principal,
-        "fact.forget",
-        outcome="evicted",
-        target=fact,
-        before=before,
-        after=fact_snapshot(fact),
-        reason=reason,
-    )
+    audit_fact(principal, "fact.forget", fact, outcome="evicted", before=before, reason=reason)
     return fact
 
 
@@ -106,14 +90,7 @@ def fact_pin(*, principal: Principal, fact_id: Any, pinned: bool) -> Fact:
     before = fact_snapshot(fact)
     Fact.objects.filter(pk=fact.pk).update(pinned=pinned, updated_at=timezone.now())
     fact.refresh_from_db()
-    audit(
-        principal,
-        "fact.pin" if pinned else "fact.unpin",
-        outcome="updated",
-        target=fact,
-        before=before,
-        after=fact_snapshot(fact),
-    )
+    audit_fact(principal, "fact.pin" if pinned else "fact.unpin", fact, outcome="updated", before=before)
     return fact
 
 

@@ -27,7 +27,7 @@ from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.facts.cap import enforce_cap
 from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
-from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner
+from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner, notebook_overrule_record
 from memory_admin.services.facts.versions import continue_chain, link, lock_memory_user, refuse, replace
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import Verdict, judge
@@ -438,20 +438,7 @@ def _overruled_by_notebook(
     fact.superseded_by_notebook_id = chunk.revision_id
     fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
     fact.save(force_insert=True)
-    Contradiction.objects.create(
-        tenant_id=principal.tenant_id,
-        memory_user=memory_user,
-        fact_a=fact,
-        notebook_revision_id=chunk.revision_id,
-        notebook_excerpt=chunk.text[:500],
-        detector=Contradiction.Detector.NOTEBOOK,
-        judge=verdict.judge,
-        reason=verdict.reason,
-        status=Contradiction.Status.AUTO_RESOLVED,
-        resolution=Contradiction.Resolution.AUTO,
-        resolved_by="system",
-        resolved_at=timezone.now(),
-    )
+    notebook_overrule_record(principal, fact, revision_id=chunk.revision_id, excerpt=chunk.text[:500], verdict=verdict)
     return WriteResult(Outcome.OVERRULED, fact, reason="the notebook says otherwise; the notebook wins"), None
 
 
