@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import fields as dataclass_fields
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_type_hints
 from uuid import UUID
 
 from ninja import Schema
@@ -19,11 +20,13 @@ from pydantic import (
     StrictFloat,
     StrictInt,
     StrictStr,
+    create_model,
 )
 
 from memory_admin import scoring
 from memory_admin.inputs import INT4_MAX, implausible_time_reason
 from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill, WriteOutcome
+from memory_admin.selectors.search import Hit
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
@@ -555,18 +558,12 @@ MAX_K = 100
 MAX_QUERY_CHARS = 2000
 
 
-class ScoreOut(Schema):
-    vector: float
-    cosine: float
-    keyword: float
-    recency: float
-    importance: float
-    relevance: float
-    neighbour: float
-    effective_confidence: float
-    staleness: float
-    stale: bool
-    final: float
+# A hit's score components, as the search ranking defines them (selectors.search.Hit, one home).
+ScoreOut = create_model(
+    "ScoreOut",
+    __base__=Schema,
+    **{f.name: (get_type_hints(Hit)[f.name], ...) for f in dataclass_fields(Hit) if f.name != "fact"},
+)
 
 
 class HitOut(Schema):
