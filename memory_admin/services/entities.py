@@ -230,3 +230,11 @@ def relations_close(*, old: Fact, by: Fact) -> int:
     return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")), invalidated_by_id=by.pk
     )
+
+
+def entities_erase(*, memory_user_id: int) -> int:
+    """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
+    the one exception to "relations are only closed" (names are content). Returns the entities removed."""
+    Relation.objects.filter(memory_user_id=memory_user_id).delete()
+    FactEntity.objects.filter(fact__memory_user_id=memory_user_id).delete()
+    return Entity.objects.filter(memory_user_id=memory_user_id).delete()[1].get(Entity._meta.label, 0)

@@ -150,3 +150,11 @@ def test_org_entities_are_shared_with_every_user_of_the_tenant(tenant, make_api,
     alice_only = make_api(tenant, users=["alice"])
     assert alice_only.get(f"entities/{org.pk}").json()["scope"] == "org"
     assert names(alice_only.get("entities", user_id="alice", q="globex").json()["items"]) == {"Globex"}
+
+
+def test_erasing_a_user_removes_its_entities_and_relations(tenant, admin_api, world):
+    assert admin_api.delete("users/alice").status_code == 200
+    left = names(admin_api.get("entities").json()["items"])
+    assert left == {"Umbrella Corp"}  # bob's stay
+    assert admin_api.get(f"entities/{world['Acme Robotics'].pk}").status_code == 404
+    assert not Entity.objects.filter(memory_user__tenant=tenant, name__in=["Dana Scully", "Acme Robotics"]).exists()
