@@ -225,8 +225,19 @@ def fact_entities_link(
 
 
 def relations_close(*, old: Fact, by: Fact) -> int:
-    """A fact was superseded or corrected: the relations it stated end now, invalidated by its successor.
-    Never deleted: the graph as of an earlier date still shows them."""
+    """A fact was superseded: the relations it stated end now, invalidated by its successor; never
+    deleted, so the graph as of an earlier date still shows them. A successor with the same text (a
+    promotion to a wider scope) states the same thing: the relations and mentions move to it instead.
+    Returns the relations closed."""
+    if by.content_hash and by.content_hash == old.content_hash:
+        Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
+            source_fact_id=by.pk, memory_user_id=by.memory_user_id
+        )
+        mentions = FactEntity.objects.filter(fact_id=old.pk).values_list("entity_id", "role")
+        FactEntity.objects.bulk_create(
+            [FactEntity(fact_id=by.pk, entity_id=entity, role=role) for entity, role in mentions], ignore_conflicts=True
+        )
+        return 0
     return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")), invalidated_by_id=by.pk
     )

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from memory_admin.models import Entity, FactEntity, MemoryUser, Relation
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import EntityMention, RelationDraft, entity_find, fact_entities_link
-from memory_admin.services.facts import fact_correct, fact_write
+from memory_admin.services.facts import fact_correct, fact_promote, fact_write
 
 PAST = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -152,3 +152,14 @@ def test_a_secret_or_an_instruction_as_an_entity_name_is_not_stored(system, alic
         company("Initech"),
     )  # fmt: skip
     assert names(alice) == ["Initech"]
+
+
+def test_a_promoted_fact_keeps_its_relations_open_and_its_mentions(system, alice):
+    old = write(
+        system, alice, "The user works at Acme Robotics", person("the user", "subject"),
+        company("Acme Robotics", "object"), relations=[RelationDraft("the user", "works_at", "Acme Robotics")],
+    )  # fmt: skip
+    new = fact_promote(principal=system, fact_id=old.pk, to="org")
+    relation = Relation.objects.get()
+    assert relation.valid_to is None and relation.source_fact_id == new.pk and relation.memory_user_id is None
+    assert FactEntity.objects.filter(fact=new).count() == 2
