@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
@@ -472,6 +472,18 @@ def llm_model() -> str:
     return settings.OPENAI_MODEL
 
 
+def _link_entities(principal: Principal, fact: Fact, candidate: _Candidate, batch_id: int) -> None:
+    """The graph layer of one fact, in its own savepoint: a failure there costs the fact's entities,
+    never the fact or the batch."""
+    try:
+        with transaction.atomic():
+            fact_entities_link(
+                principal=principal, fact=fact, mentions=candidate.entities, relations=candidate.relations
+            )
+    except (DatabaseError, DomainError):
+        log.warning("batch %s: the entities of fact %s were not linked", batch_id, fact.pk, exc_info=True)
+
+
 def _commit(
     batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *, model: str
 ) -> BatchOutcome:
@@ -521,9 +533,7 @@ def _commit(
             if result.fact is not None and result.outcome.stored:
                 new_fact_ids.append(result.fact.pk)
             if result.fact is not None and candidate.entities:
-                fact_entities_link(
-                    principal=principal, fact=result.fact, mentions=candidate.entities, relations=candidate.relations
-                )
+                _link_entities(principal, result.fact, candidate, batch_id)
         for message_id, reason in skipped.items():
             Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED, skip_reason=reason)
         Message.objects.filter(batch=batch, status=Message.Status.PENDING).update(status=Message.Status.EXTRACTED)
