@@ -5,7 +5,8 @@ Resolution, cheapest first, among the entities the fact's owner reads (its own a
 1. exact alias: the name, folded (case, spaces), is one of an entity's names;
 2. normalised name: one name's words are a subset of the other's, starting with the same word
    ("Acme" / "Acme Robotics", "Sam" / "Sam Lee"), and only when exactly one entity fits. An entity
-   that already has another full name ("Sam Park") is not "Sam Lee": two people are kept apart.
+   that already has another full name ("Sam Park") is not "Sam Lee", nor one whose facts disagree
+   (Sam Lee works at Acme; "Sam works at Initech" is someone else): two people are kept apart.
 Otherwise a new entity. (Embedding neighbour + judge, and the review item for an uncertain merge, come
 later: every merge here is deterministic.)"""
 
@@ -82,6 +83,22 @@ def _name_fits(words: list[str], entity: Entity) -> bool:
     return len(words) < 2 or all(_words_agree(words, alias) for alias in full_names)
 
 
+# Relations a person or thing has one of at a time: a second, different one is a disagreement.
+SINGLE_VALUED = frozenset({"works_at", "lives_in", "is_from", "born_in", "married_to", "reports_to"})
+
+
+def _disagrees(entity: Entity, claims: Sequence[tuple[str, str]]) -> bool:
+    """The entity already holds a one-at-a-time relation (`works_at`...) to something other than what
+    the mention's fact claims: by step 2 alone, that is another entity of the same first name."""
+    for kind, object_key in claims:
+        if kind not in SINGLE_VALUED:
+            continue
+        held = Relation.objects.filter(subject=entity, type=kind, valid_to__isnull=True)
+        if held.exclude(object__alias_keys__contains=[object_key]).exists():
+            return True
+    return False
+
+
 def _owned(principal: Principal, memory_user_id: int | None):
     """The entities a fact of this owner resolves against: its own and the tenant's shared ones."""
     owner = Q(memory_user__isnull=True)
@@ -99,9 +116,17 @@ def _pick(found: list[Entity], memory_user_id: int | None) -> Entity | None:
 
 
 def entity_find(
-    principal: Principal, *, memory_user_id: int | None, name: str, type: str, aliases: Sequence[str] = ()
+    principal: Principal,
+    *,
+    memory_user_id: int | None,
+    name: str,
+    type: str,
+    aliases: Sequence[str] = (),
+    claims: Sequence[tuple[str, str]] = (),
 ) -> Entity | None:
-    """The existing entity `name` stands for, or None (steps 1 and 2 of the module docstring)."""
+    """The existing entity `name` stands for, or None (steps 1 and 2 of the module docstring).
+    `claims`: (relation type, folded object name) the mention's fact states of it; step 2 does not
+    pick an entity they disagree with."""
     keys = [k for k in dict.fromkeys(fold_name(n) for n in (name, *aliases)) if k]
     if not keys:
         return None
@@ -114,7 +139,8 @@ def entity_find(
         return None
     text = RawSQL("array_to_string(alias_keys, ' ')", [])  # noqa: S611 - constant SQL, no input
     near = owned.annotate(names=text).filter(names__contains=words[0])[:_CANDIDATES]
-    return _pick([e for e in near if _types_agree(e.type, type) and _name_fits(words, e)], memory_user_id)
+    fits = [e for e in near if _types_agree(e.type, type) and _name_fits(words, e)]
+    return _pick([e for e in fits if not _disagrees(e, claims)], memory_user_id)
 
 
 def _better_name(entity: Entity, name: str) -> bool:
@@ -144,10 +170,17 @@ def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime) -> Entity
     return entity
 
 
-def entity_resolve(principal: Principal, *, fact: Fact, mention: EntityMention) -> Entity:
+def entity_resolve(
+    principal: Principal, *, fact: Fact, mention: EntityMention, claims: Sequence[tuple[str, str]] = ()
+) -> Entity:
     """The entity the mention stands for, in the fact's scope: found (and given the new names) or created."""
     found = entity_find(
-        principal, memory_user_id=fact.memory_user_id, name=mention.name, type=mention.type, aliases=mention.aliases
+        principal,
+        memory_user_id=fact.memory_user_id,
+        name=mention.name,
+        type=mention.type,
+        aliases=mention.aliases,
+        claims=claims,
     )
     if found is not None:
         return _absorb(found, mention, fact.valid_from)
@@ -184,6 +217,12 @@ def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation
     return relation
 
 
+def _claims(mention: EntityMention, relations: Sequence[RelationDraft]) -> list[tuple[str, str]]:
+    """What the fact states of the mention as a subject: (relation type, folded object name)."""
+    keys = {fold_name(n) for n in (mention.name, *mention.aliases)}
+    return [(relation_type(d.type) or "", fold_name(d.object)) for d in relations if fold_name(d.subject) in keys]
+
+
 def fact_entities_link(
     *,
     principal: Principal,
@@ -201,7 +240,7 @@ def fact_entities_link(
         mention = EntityMention(raw.name, raw.type, raw.role, tuple(a for a in raw.aliases if _safe_name(a)))
         if not _safe_name(mention.name):
             continue
-        entity = entity_resolve(principal, fact=fact, mention=mention)
+        entity = entity_resolve(principal, fact=fact, mention=mention, claims=_claims(mention, relations))
         FactEntity.objects.get_or_create(fact=fact, entity=entity, role=mention.role)
         for alias in (mention.name, *mention.aliases):
             by_name[fold_name(alias)] = entity

@@ -163,3 +163,19 @@ def test_a_promoted_fact_keeps_its_relations_open_and_its_mentions(system, alice
     relation = Relation.objects.get()
     assert relation.valid_to is None and relation.source_fact_id == new.pk and relation.memory_user_id is None
     assert FactEntity.objects.filter(fact=new).count() == 2
+
+
+def test_a_first_name_whose_facts_disagree_with_the_full_names_is_another_person(system, tenant, alice):
+    def works(user, who, where):
+        mentions = [person(who, "subject"), company(where, "object")]
+        return write(
+            system, user, f"{who} works at {where}", *mentions, relations=[RelationDraft(who, "works_at", where)]
+        )
+
+    works(alice, "Sam Lee", "Acme Robotics")
+    works(alice, "Sam", "Initech")  # Sam Lee works at Acme: this Sam is someone else
+    assert names(alice) == ["Acme Robotics", "Initech", "Sam", "Sam Lee"]
+    bob = MemoryUser.objects.create(tenant=tenant, external_id="bob")
+    works(bob, "Sam Lee", "Acme Robotics")
+    works(bob, "Sam", "Acme Robotics")  # agrees: the same person
+    assert names(bob) == ["Acme Robotics", "Sam Lee"]
