@@ -28,18 +28,29 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
 from extraction import conf, llm, rules
-from extraction.schemas import EXTRACTION_SYSTEM, SUMMARY_SYSTEM, SummaryOutput, parse_extraction
+from extraction.schemas import (
+    EXTRACTION_SYSTEM,
+    SUMMARY_SYSTEM,
+    ExtractedEntity,
+    ExtractedFact,
+    ExtractedRelation,
+    SummaryOutput,
+    parse_extraction,
+    parse_graph,
+)
 from memory_admin import celery as celery_module
 from memory_admin import metrics, requestlog
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, Thread
+from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit
+from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
 from memory_admin.services.facts import WriteResult, content_hash, fact_write
 from memory_admin.services.guard import verdict
 from memory_admin.services.pii import scrub
@@ -172,6 +183,9 @@ class _Candidate:
     key: str | None
     message: Message | None
     source: str
+    # What the fact names and states, for the graph layer (SPEC §12).
+    entities: tuple[EntityMention, ...] = ()
+    relations: tuple[RelationDraft, ...] = ()
 
 
 @dataclass
@@ -357,14 +371,28 @@ def _llm_candidates(batch: ExtractionBatch, inputs: list[_Input]) -> list[_Candi
         # Valid JSON, useless answer: the call still cost money, and it counts as a failed one.
         LlmCall.objects.filter(pk=call.pk).update(ok=False, error=reason[:300])
         raise llm.MalformedOutput(reason) from exc
-    if dropped:
-        log.info("batch %s: %d extracted items did not match the schema and were dropped", batch.pk, dropped)
+    entities, relations, graph_dropped = parse_graph(data)
+    if dropped + graph_dropped:
+        log.info(
+            "batch %s: %d extracted items did not match the schema and were dropped", batch.pk, dropped + graph_dropped
+        )
     by_index = {i.index: i.message for i in inputs}
     out: list[_Candidate] = []
     for f in facts:
         message = by_index.get(f.message) if f.message is not None else None
+        mentions, stated = _graph_of(f, entities, relations)
         out.append(
-            _Candidate(f.content, f.category, f.kind, f.confidence, f.key, message, _source_for(message, f.kind))
+            _Candidate(
+                f.content,
+                f.category,
+                f.kind,
+                f.confidence,
+                f.key,
+                message,
+                _source_for(message, f.kind),
+                entities=mentions,
+                relations=stated,
+            )
         )
     for u in updates:
         message = by_index.get(u.message) if u.message is not None else None
@@ -376,11 +404,43 @@ def _llm_candidates(batch: ExtractionBatch, inputs: list[_Input]) -> list[_Candi
     return out
 
 
+def _graph_of(
+    fact: ExtractedFact, entities: list[ExtractedEntity], relations: list[ExtractedRelation]
+) -> tuple[tuple[EntityMention, ...], tuple[RelationDraft, ...]]:
+    """The model's entities this fact names, each in its role (subject / object of a relation the fact
+    states, else mentioned), and those relations."""
+    known = {fold_name(e.name): e for e in entities}
+    stated = [r for r in relations if r.fact == fact._position]
+    roles: dict[str, str] = {fold_name(name): "mentioned" for name in fact.entities}
+    for relation in stated:
+        roles[fold_name(relation.object)] = "object"
+    for relation in stated:
+        roles[fold_name(relation.subject)] = "subject"
+    names = {fold_name(n): n for n in [*fact.entities, *(r.subject for r in stated), *(r.object for r in stated)]}
+    mentions = []
+    for key, role in roles.items():
+        if not key:
+            continue
+        entity = known.get(key)
+        name = entity.name if entity else names[key]
+        aliases = tuple(entity.aliases) if entity else ()
+        mentions.append(EntityMention(name, entity.type if entity else "other", role, aliases))
+    return tuple(mentions), tuple(RelationDraft(r.subject, r.type, r.object) for r in stated)
+
+
 def _rules_candidates(inputs: list[_Input]) -> list[_Candidate]:
     by_index = {i.index: i.message for i in inputs}
     return [
         _Candidate(
-            f.content, f.category, f.kind, f.confidence, f.key, by_index[f.message_index], Fact.Source.USER_STATED
+            f.content,
+            f.category,
+            f.kind,
+            f.confidence,
+            f.key,
+            by_index[f.message_index],
+            Fact.Source.USER_STATED,
+            entities=f.entities,
+            relations=f.relations,
         )
         for f in rules.extract([(i.index, i.message.role, i.text) for i in inputs])
     ]
@@ -417,6 +477,18 @@ def llm_model() -> str:
     from django.conf import settings
 
     return settings.OPENAI_MODEL
+
+
+def _link_entities(principal: Principal, fact: Fact, candidate: _Candidate, batch_id: int) -> None:
+    """The graph layer of one fact, in its own savepoint: a failure there costs the fact's entities,
+    never the fact or the batch."""
+    try:
+        with transaction.atomic():
+            fact_entities_link(
+                principal=principal, fact=fact, mentions=candidate.entities, relations=candidate.relations
+            )
+    except (DatabaseError, DomainError):
+        log.warning("batch %s: the entities of fact %s were not linked", batch_id, fact.pk, exc_info=True)
 
 
 def _commit(
@@ -467,6 +539,8 @@ def _commit(
             outcomes[result.outcome] = outcomes.get(result.outcome, 0) + 1
             if result.fact is not None and result.outcome.stored:
                 new_fact_ids.append(result.fact.pk)
+            if result.fact is not None and candidate.entities:
+                _link_entities(principal, result.fact, candidate, batch_id)
         for message_id, reason in skipped.items():
             Message.objects.filter(pk=message_id, batch=batch).update(status=Message.Status.SKIPPED, skip_reason=reason)
         Message.objects.filter(batch=batch, status=Message.Status.PENDING).update(status=Message.Status.EXTRACTED)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft
+
 NAME = "rules-v1"
 
 
@@ -23,6 +25,9 @@ class RuleFact:
     confidence: float
     key: str | None
     message_index: int
+    # The entities the fact names (the user themself as its subject) and the relations it states.
+    entities: tuple[EntityMention, ...] = ()
+    relations: tuple[RelationDraft, ...] = ()
 
 
 _SENTENCE_END = re.compile(r"(?<=[.!?;])\s+|\n+")
@@ -69,6 +74,7 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
         "work.employer",
         "The user works at {0}.",
     ),
+    (re.compile(rf"^i (?:manage|lead|run)\s+{_VALUE}{_END}", re.I), "project", "fact", None, "The user manages {0}."),
     (
         re.compile(rf"^i (?:work|am working|'m working) on\s+{_VALUE}{_END}", re.I),
         "project",
@@ -216,17 +222,26 @@ def extract(messages: list[tuple[int, str, str]]) -> list[RuleFact]:
             fact = _clause_fact(clause)
             if fact is None or fact[0].lower() in seen:
                 continue
-            content, category, kind, slot = fact
+            content, category, kind, slot, (entities, relations) = fact
             seen.add(content.lower())
             found.append(
-                RuleFact(content=content, category=category, kind=kind, confidence=0.9, key=slot, message_index=index)
+                RuleFact(
+                    content=content,
+                    category=category,
+                    kind=kind,
+                    confidence=0.9,
+                    key=slot,
+                    message_index=index,
+                    entities=entities,
+                    relations=relations,
+                )
             )
     return found
 
 
-def _clause_fact(clause: str) -> tuple[str, str, str, str | None] | None:
-    """(content, category, kind, key) of the first rule that matches `clause`; None when none matches
-    or the words it captured are too thin to state a fact."""
+def _clause_fact(clause: str) -> tuple[str, str, str, str | None, tuple] | None:
+    """(content, category, kind, key, (entities, relations)) of the first rule that matches `clause`;
+    None when none matches or the words it captured are too thin to state a fact."""
     for pattern, category, kind, key, template in _RULES:
         m = pattern.match(clause)
         if not m:
@@ -243,8 +258,48 @@ def _clause_fact(clause: str) -> tuple[str, str, str, str | None] | None:
             return None
         content = re.sub(r"\s+", " ", template.format(*values)).strip()
         slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
-        return content, category, kind, slot
+        return content, category, kind, slot, _graph(template, values)
     return None
+
+
+# What a rule's fact says about the graph: template → (relation type, the object's type, its value's
+# index), the relation going from the user (the fact's subject) to the object. Preferences take the
+# relation type from their verb ({0}).
+_RELATIONS: dict[str, tuple[str, str, int]] = {
+    "The user is based in {0}.": ("lives_in", "place", 0),
+    "The user lives in {0}.": ("lives_in", "place", 0),
+    "The user is from {0}.": ("is_from", "place", 0),
+    "The user works at {0}.": ("works_at", "company", 0),
+    "The user manages {0}.": ("manages", "other", 0),
+    "The user works on {0}.": ("works_on", "project", 0),
+    "The user {0}s {1}.": ("{0}s", "other", 1),
+    "The user's favourite {0} is {1}.": ("prefers", "other", 1),
+    "The user uses {0}.": ("uses", "tool", 0),
+    "The user switched to {1}.": ("uses", "tool", 1),
+    "The user's {0} is {1}.": ("uses", "tool", 1),
+}
+_WHEN = re.compile(r"\s+(?:now|these days|nowadays|currently|at the moment|right now|today)$", re.I)
+_MAX_NAME_WORDS = 5
+_USER = EntityMention(SELF_NAME, "person", "subject")
+
+
+def _entity_name(value: str) -> str | None:
+    """The name in a captured value ("Globex now" → "Globex"); None for a phrase rather than a name."""
+    name = _WHEN.sub("", value).strip(" .,;:!\"'")
+    return name if 2 <= len(name) and len(name.split()) <= _MAX_NAME_WORDS else None
+
+
+def _graph(template: str, values: list[str]) -> tuple[tuple[EntityMention, ...], tuple[RelationDraft, ...]]:
+    if template == "The user's name is {0}.":
+        return (EntityMention(values[0], "person", "subject", aliases=(SELF_NAME,)),), ()
+    if template not in _RELATIONS:
+        return (_USER,), ()
+    relation, object_type, at = _RELATIONS[template]
+    name = _entity_name(values[at]) if at < len(values) and values[at] else None
+    if name is None:
+        return (_USER,), ()
+    kind = relation.format(*values) if "{" in relation else relation
+    return (_USER, EntityMention(name, object_type, "object")), (RelationDraft(SELF_NAME, kind, name),)
 
 
 _SUCCESS = re.compile(

@@ -717,3 +717,105 @@ class ImportOut(Schema):
     refused: list[dict[str, Any]]
     fact_outcomes: dict[str, int]
     diverged: list[dict[str, Any]]
+
+
+# --- Entities (SPEC §12) --------------------------------------------------------------------------
+
+EntityQuery = text(max_length=200)
+GraphDepth = Annotated[int, Field(ge=1, le=3)]
+
+
+class EntityFilters(Schema):
+    q: EntityQuery = ""
+    user_id: UserId | None = None  # the entities this user's facts resolve to (its own and the tenant's)
+    limit: Annotated[int, Field(ge=1, le=200)] = 50
+
+
+class GraphFilters(Schema):
+    depth: GraphDepth = 1
+    as_of: Timestamp | None = None  # default: now
+
+
+class EntityRefOut(Schema):
+    id: UUID
+    name: str
+    type: str
+
+
+class EntityOut(Schema):
+    id: UUID
+    name: str
+    type: str
+    scope: str
+    user_id: str | None
+    aliases: list[str]
+    summary: str
+    first_seen: datetime
+    last_seen: datetime
+
+    @staticmethod
+    def of(entity: Any) -> dict[str, Any]:
+        user = entity.memory_user
+        return {
+            "id": entity.pk,
+            "name": entity.name,
+            "type": entity.type,
+            "scope": entity.scope,
+            "user_id": user.external_id if user is not None else None,
+            "aliases": entity.aliases,
+            "summary": entity.summary,
+            "first_seen": entity.first_seen,
+            "last_seen": entity.last_seen,
+        }
+
+
+class RelationOut(Schema):
+    id: int
+    type: str
+    subject: EntityRefOut
+    object: EntityRefOut
+    valid_from: datetime
+    valid_to: datetime | None  # null: still holds
+    source_fact_id: UUID
+    invalidated_by_id: UUID | None  # the fact that closed it
+
+    @staticmethod
+    def of(relation: Any) -> dict[str, Any]:
+        def ref(entity: Any) -> dict[str, Any]:
+            return {"id": entity.pk, "name": entity.name, "type": entity.type}
+
+        return {
+            "id": relation.pk,
+            "type": relation.type,
+            "subject": ref(relation.subject),
+            "object": ref(relation.object),
+            "valid_from": relation.valid_from,
+            "valid_to": relation.valid_to,
+            "source_fact_id": relation.source_fact_id,
+            "invalidated_by_id": relation.invalidated_by_id,
+        }
+
+
+class EntityPage(Schema):
+    items: list[EntityOut]
+
+
+class MentionOut(Schema):
+    fact_id: UUID
+    content: str
+    status: str
+    role: str
+    valid_from: datetime
+
+
+class EntityDetailOut(EntityOut):
+    facts: list[MentionOut]
+    relations: list[RelationOut]  # over time: closed ones too, oldest first
+
+
+class EntityGraphOut(Schema):
+    root: UUID
+    depth: int
+    as_of: datetime
+    nodes: list[EntityOut]
+    edges: list[RelationOut]

@@ -1,3 +1,4 @@
+from memory_admin.models.entities import Entity, FactEntity, Relation
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
@@ -37,9 +38,11 @@ __all__ = [
     "AuditEvent",
     "Contradiction",
     "Edge",
+    "Entity",
     "Episode",
     "ExtractionBatch",
     "Fact",
+    "FactEntity",
     "Heartbeat",
     "ImportedItem",
     "LlmCall",
@@ -50,6 +53,7 @@ __all__ = [
     "NotebookChunk",
     "NotebookRevision",
     "PiiBlock",
+    "Relation",
     "Skill",
     "SkillRevision",
     "Tenant",

@@ -21,15 +21,18 @@ from memory_admin.models import (
     AuditEvent,
     Contradiction,
     Edge,
+    Entity,
     Episode,
     ExtractionBatch,
     Fact,
+    FactEntity,
     LlmCall,
     MemoryUser,
     Message,
     Notebook,
     NotebookRevision,
     PiiBlock,
+    Relation,
     Skill,
     SkillRevision,
     Thread,
@@ -121,7 +124,13 @@ _OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
     Edge: ("src_fact__memory_user", "tenant_id"),
     LlmCall: ("batch__memory_user", "tenant_id"),
     UsageDay: ("", "tenant_id"),
+    Entity: ("memory_user", "tenant_id"),
+    Relation: ("memory_user", "tenant_id"),
+    FactEntity: ("fact__memory_user", "fact__tenant_id"),
 }
+
+# Models whose rows without a memory user are shared by the whole tenant, like org facts.
+_SHARED_WHEN_NO_USER = (Notebook, Skill, NotebookRevision, SkillRevision, Entity, Relation, FactEntity)
 
 
 def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QuerySet[M]:
@@ -146,8 +155,8 @@ def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QueryS
         q |= Q(scope=Fact.Scope.GLOBAL)
         return queryset.filter(q)
     if principal.restricted:
-        if model in (Notebook, Skill, NotebookRevision, SkillRevision):
-            # Tenant notebook and tenant skills are readable by everyone in the tenant.
+        if model in _SHARED_WHEN_NO_USER:
+            # Tenant notebook, tenant skills and org entities are readable by everyone in the tenant.
             q &= Q(**{f"{user_path}__isnull": True}) | _user_q(principal, user_path)
         else:
             q &= _user_q(principal, user_path)

@@ -34,6 +34,7 @@ from memory_admin.models import (
 )
 from memory_admin.selectors.access import ADMIN, Principal
 from memory_admin.services.audit import audit
+from memory_admin.services.entities import entities_erase
 
 ERASED = "[erased]"
 
@@ -220,6 +221,7 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
         ),
     }
     SkillRevision.objects.filter(skill__memory_user=memory_user).update(content=ERASED)
+    counts["entities"] = entities_erase(memory_user_id=memory_user.pk)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
     ImportedItem.objects.filter(memory_user=memory_user).delete()
     NotebookRevision.objects.filter(notebook__memory_user=memory_user).update(content=ERASED, note="")

@@ -36,7 +36,7 @@ AUDIT_ACTIONS = (
     ),
     ("Review", ("contradiction.resolve", "contradiction.scan", "quarantine.release", "quarantine.discard")),
     ("Notebooks and skills", ("notebook.save", "skill.save")),
-    ("Extraction", ("extraction.batch", "extraction.retry", "thread.close")),
+    ("Extraction", ("extraction.batch", "extraction.retry", "thread.close", "entity.link")),
     ("Lifecycle", ("lifecycle.gc", "lifecycle.contradiction_scan")),
     ("Administration", ("api_key.create", "api_key.revoke", "settings.update", "user.export", "user.erase")),
 )

@@ -635,6 +635,36 @@ def test_a_well_formed_unknown_fact_id_is_404(api, alice, method, path, body):
     assert_refused(response, 404, "not_found")
 
 
+@pytest.mark.parametrize("path", ["entities/{id}", "entities/{id}/graph"])
+@pytest.mark.parametrize("bad_id", ["not-a-uuid", "123", "'; DROP TABLE x;--"])
+def test_a_malformed_entity_id_is_422_invalid_naming_entity_id(api, alice, path, bad_id):
+    before = counts()
+    out = assert_refused(api.get(path.format(id=bad_id)), 422, "invalid")
+    assert out["field"] == "entity_id"
+    assert counts() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "field"),
+    [
+        ("entities/{id}/graph", {"depth": "0"}, "depth"),
+        ("entities/{id}/graph", {"depth": "4"}, "depth"),
+        ("entities/{id}/graph", {"depth": "1.5"}, "depth"),
+        ("entities/{id}/graph", {"as_of": "2025-01-01T00:00:00"}, "as_of"),
+        ("entities/{id}/graph", {"as_of": "3000-01-01T00:00:00Z"}, "as_of"),
+        ("entities/{id}/graph", {"as_of": "1700000000"}, "as_of"),
+        ("entities", {"q": "x" * 201}, "q"),
+        ("entities", {"q": "nul\x00byte"}, "q"),
+        ("entities", {"limit": "0"}, "limit"),
+        ("entities", {"user_id": "a/b"}, "user_id"),
+    ],
+)
+def test_invalid_entity_parameters_are_422_with_the_field(api, alice, path, params, field):
+    url = path.format(id=uuid.uuid4())  # checked before the entity is looked up
+    out = assert_refused(api.get(url, **params), 422, "invalid")
+    assert out["field"] == field
+
+
 def test_an_unknown_skill_is_404(api, alice):
     assert_refused(api.get("skills/ops/nothing.md"), 404, "not_found")
 

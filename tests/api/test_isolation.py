@@ -18,15 +18,18 @@ from memory_admin.models import (
     AuditEvent,
     Contradiction,
     Edge,
+    Entity,
     Episode,
     ExtractionBatch,
     Fact,
+    FactEntity,
     LlmCall,
     MemoryUser,
     Message,
     Notebook,
     NotebookRevision,
     PiiBlock,
+    Relation,
     Skill,
     SkillRevision,
     TenantSettings,
@@ -142,6 +145,31 @@ def test_another_tenants_fact_is_not_found_on_every_fact_route(
     assert b_snapshot(b_world) == before
 
 
+@pytest.fixture
+def b_entity(b_world) -> Entity:
+    """An entity of tenant B's user bob, named by his fact, with a relation, as extraction stores them."""
+    from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
+
+    fact = Fact.objects.get(pk=b_world["fact"])
+    mentions = [EntityMention("Bob Teapot", "person", "subject"), EntityMention("Blue Teapot", "tool", "object")]
+    fact_entities_link(
+        principal=access.Principal.system(b_world["tenant"].pk),
+        fact=fact,
+        mentions=mentions,
+        relations=[RelationDraft("Bob Teapot", "hides_codes_in", "Blue Teapot")],
+    )
+    return Entity.objects.get(tenant=b_world["tenant"], name="Bob Teapot")
+
+
+@pytest.mark.parametrize("path", ["entities/{id}", "entities/{id}/graph"])
+@pytest.mark.parametrize("admin", [False, True], ids=["agent-key", "admin-key"])
+def test_another_tenants_entity_is_not_found_on_every_entity_route(tenant, make_api, b_entity, path, admin):
+    a_api = make_api(tenant, admin=admin)
+    assert_not_found(a_api.get(path.format(id=b_entity.pk)), "Teapot", "teapot", "hides_codes_in")
+    listed = a_api.get("entities", q="teapot")
+    assert listed.status_code == 200 and listed.json()["items"] == []
+
+
 @pytest.mark.parametrize(
     ("method", "path", "params"),
     [
@@ -153,6 +181,7 @@ def test_another_tenants_fact_is_not_found_on_every_fact_route(
         case("get", "users/{u}/search", {"q": "launch codes"}),
         case("get", "users/{u}/context", {"task": "find the launch codes"}),
         case("get", "users/{u}/episodes", {}),
+        case("get", "entities", {"user_id": "{u}"}),
     ],
 )
 def test_another_tenants_user_is_not_found_on_reads(api, b_world, method, path, params):
@@ -436,6 +465,7 @@ def test_restricted_key_reaches_its_own_users(alice_only, two_users):
         case("get", "users/bob/episodes", None),
         case("post", "users/bob/messages", {"thread_id": "t", "messages": [{"role": "user", "content": "hi"}]}),
         case("post", "users/bob/import", IMPORT_BODY),
+        case("get", "entities", {"user_id": "bob"}),
     ],
 )
 def test_restricted_key_cannot_reach_other_users(tenant, alice_only, two_users, method, path, body):
@@ -672,7 +702,21 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
     ]
     rows[Edge] = [Edge.objects.create(tenant=tenant, type="CONTRADICTS", src_fact=fact_b, dst_fact=fact_a)]
     rows[LlmCall] = [LlmCall.objects.create(tenant=tenant, batch=batch, layer="extraction", model="m")]
+
     # Tenant-wide counts (no user): one row per user here only so that each has rows to look for.
+    def entity(name: str) -> Entity:
+        return Entity.objects.create(
+            tenant=tenant, memory_user=user, name=name, alias_keys=[name.lower()], first_seen=now, last_seen=now
+        )
+
+    jazz, club = entity(f"{user} jazz"), entity(f"{user} club")
+    rows[Entity] = [jazz, club]
+    rows[FactEntity] = [FactEntity.objects.create(fact=fact_a, entity=jazz, role="object")]
+    rows[Relation] = [
+        Relation.objects.create(
+            tenant=tenant, memory_user=user, subject=club, object=jazz, type="plays", source_fact=fact_a, valid_from=now
+        )
+    ]
     rows[UsageDay] = [
         UsageDay.objects.create(tenant=tenant, day=date(2000, 1, 1) + timedelta(days=user.pk), kind="search", count=1)
     ]

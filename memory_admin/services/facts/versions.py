@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from memory_admin.models import Edge, Fact, MemoryUser
 from memory_admin.selectors.access import Principal
+from memory_admin.services.entities import relations_close
 from memory_admin.services.facts.checks import content_hash
 
 # What a new version keeps of the one it replaces unless told otherwise.
@@ -77,6 +78,7 @@ def supersede(old: Fact, *, by: Fact, reason: str) -> None:
         updated_at=timezone.now(),
     )
     old.status, old.superseded_by_id = Fact.Status.SUPERSEDED, by.pk
+    relations_close(old=old, by=by)
 
 
 def replace(principal: Principal, old: Fact, *, by: Fact, reason: str) -> None:

@@ -1,0 +1,61 @@
+"""Entities (SPEC §12): search by name, one entity with its facts and relations over time, and the
+graph around it as of a moment."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from ninja import Query, Router
+
+from memory_admin.api.schemas import (
+    EntityDetailOut,
+    EntityFilters,
+    EntityGraphOut,
+    EntityOut,
+    EntityPage,
+    GraphFilters,
+    RelationOut,
+)
+from memory_admin.selectors.access import memory_user_for
+from memory_admin.selectors.entities import entity_detail, entity_get_for, entity_graph, entity_list
+
+router = Router(tags=["entities"])
+
+
+@router.get("/entities", response=EntityPage)
+def list_entities(request, filters: Query[EntityFilters]):
+    """Entities whose name or alias matches `q`, most recently seen first."""
+    user = memory_user_for(request.principal, filters.user_id) if filters.user_id else None
+    rows = entity_list(request.principal, q=filters.q, memory_user=user, limit=filters.limit)
+    return {"items": [EntityOut.of(e) for e in rows]}
+
+
+@router.get("/entities/{entity_id}", response=EntityDetailOut)
+def get_entity(request, entity_id: UUID):
+    """The entity, the facts that mention it, and its relations over time (closed ones included)."""
+    detail = entity_detail(request.principal, entity_get_for(request.principal, entity_id))
+    facts = [
+        {
+            "fact_id": m.fact_id,
+            "content": m.fact.content,
+            "status": m.fact.status,
+            "role": m.role,
+            "valid_from": m.fact.valid_from,
+        }
+        for m in detail.mentions
+    ]
+    return {**EntityOut.of(detail.entity), "facts": facts, "relations": [RelationOut.of(r) for r in detail.relations]}
+
+
+@router.get("/entities/{entity_id}/graph", response=EntityGraphOut)
+def get_entity_graph(request, entity_id: UUID, filters: Query[GraphFilters]):
+    """The entities up to `depth` (1-3) relations away and the relations that held at `as_of`."""
+    entity = entity_get_for(request.principal, entity_id)
+    graph = entity_graph(request.principal, entity, depth=filters.depth, as_of=filters.as_of)
+    return {
+        "root": graph.root.pk,
+        "depth": graph.depth,
+        "as_of": graph.as_of,
+        "nodes": [EntityOut.of(e) for e in graph.nodes],
+        "edges": [RelationOut.of(r) for r in graph.edges],
+    }

@@ -1,0 +1,158 @@
+"""The knowledge-graph layer (SPEC §12): entities, the facts that mention them, and the relations
+between them. Relations are never deleted: a correction closes them (`valid_to`, `invalidated_by`)."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import GinIndex
+from django.db import models
+from django.db.models import F, Q
+from pgvector.django import VectorField
+
+from memory_admin.models.memory import EMBEDDING_DIM, Fact
+from memory_admin.models.tenancy import MemoryUser, Tenant
+
+_EDGE_PUNCTUATION = " \t\"'`.,;:!?()[]{}<>"
+
+
+def fold_name(name: str) -> str:
+    """The lookup form of a name: NFKC, case-folded, one space between words, no edge punctuation."""
+    text = unicodedata.normalize("NFKC", name).casefold()
+    return re.sub(r"\s+", " ", text).strip(_EDGE_PUNCTUATION)[:200]
+
+
+class EntityType(models.TextChoices):
+    PERSON = "person"
+    COMPANY = "company"
+    PROJECT = "project"
+    PLACE = "place"
+    TOOL = "tool"
+    OTHER = "other"
+
+
+class EntityScope(models.TextChoices):
+    """Like a fact's scope: a user's entities are theirs, the tenant's (org) entities are shared."""
+
+    ORG = "org"
+    USER = "user"
+
+
+class Entity(models.Model):
+    Type = EntityType
+    Scope = EntityScope
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="entities")
+    memory_user = models.ForeignKey(
+        MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="entities"
+    )
+    scope = models.CharField(max_length=8, choices=Scope.choices, default=Scope.USER)
+    name = models.CharField(max_length=200)
+    type = models.CharField(max_length=16, choices=Type.choices, default=Type.OTHER)
+    # Every name the entity goes by, as written, and the same names folded (case, spaces) for lookups.
+    aliases = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    alias_keys = ArrayField(models.CharField(max_length=200), default=list, blank=True)
+    summary = models.TextField(blank=True, default="")
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "entities"
+        indexes = [
+            GinIndex(fields=["alias_keys"], name="entity_alias_keys_gin"),
+            models.Index(fields=["tenant", "memory_user", "-last_seen"], name="entity_owner_seen"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(Q(scope="org") & Q(memory_user__isnull=True))
+                | (Q(scope="user") & Q(memory_user__isnull=False)),
+                name="entity_scope_shape",
+            ),
+            models.CheckConstraint(condition=Q(type__in=EntityType.values), name="entity_type_valid"),
+            models.CheckConstraint(condition=~Q(name=""), name="entity_name_not_empty"),
+            models.CheckConstraint(condition=Q(last_seen__gte=F("first_seen")), name="entity_seen_order"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.type})"
+
+
+class MentionRole(models.TextChoices):
+    SUBJECT = "subject"
+    OBJECT = "object"
+    MENTIONED = "mentioned"
+
+
+class FactEntity(models.Model):
+    """A fact mentions an entity, in a role."""
+
+    Role = MentionRole
+    fact = models.ForeignKey(Fact, on_delete=models.CASCADE, related_name="mentions")
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="mentions")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MENTIONED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["entity", "fact"], name="fact_entity_by_entity")]
+        constraints = [
+            models.UniqueConstraint(fields=["fact", "entity", "role"], name="fact_entity_unique_role"),
+            models.CheckConstraint(condition=Q(role__in=MentionRole.values), name="fact_entity_role_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.fact_id} {self.role} {self.entity_id}"
+
+
+RELATION_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
+
+
+class Relation(models.Model):
+    """subject -[type]-> object, drawn from `source_fact`, true from `valid_from` until closed."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="relations")
+    # The owner of the source fact (null: an org fact): what the access check filters on.
+    memory_user = models.ForeignKey(
+        MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="relations"
+    )
+    subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_out")
+    object = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_in")
+    type = models.CharField(max_length=40)
+    source_fact = models.ForeignKey(Fact, on_delete=models.PROTECT, related_name="relations")
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+    invalidated_by = models.ForeignKey(
+        Fact, on_delete=models.PROTECT, null=True, blank=True, related_name="invalidated_relations"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["subject", "valid_from"], name="relation_subject"),
+            models.Index(fields=["object", "valid_from"], name="relation_object"),
+            models.Index(fields=["source_fact"], name="relation_open_by_fact", condition=Q(valid_to__isnull=True)),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=~Q(subject=F("object")), name="relation_not_to_itself"),
+            models.CheckConstraint(condition=Q(type__regex=RELATION_TYPE_PATTERN), name="relation_type_shape"),
+            models.CheckConstraint(
+                condition=Q(valid_to__isnull=True) | Q(valid_to__gte=F("valid_from")), name="relation_time_order"
+            ),
+            models.CheckConstraint(
+                condition=Q(invalidated_by__isnull=True) | Q(valid_to__isnull=False),
+                name="relation_invalidated_is_closed",
+            ),
+            # One open relation per (subject, type, object): a repeat of the same statement is not a new edge.
+            models.UniqueConstraint(
+                fields=["subject", "type", "object"],
+                condition=Q(valid_to__isnull=True),
+                name="relation_one_open_per_edge",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject_id} {self.type} {self.object_id}"

@@ -1,0 +1,85 @@
+"""Reads of the knowledge-graph layer (SPEC §12): entities by name, one entity with its facts and
+relations over time, and the graph around an entity as of a moment. Every query goes through
+`visible()`: another tenant's or another user's entities look like entities that do not exist."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from memory_admin.models import Entity, FactEntity, MemoryUser, Relation
+from memory_admin.models.entities import fold_name
+from memory_admin.selectors.access import Principal, get_visible, visible
+
+MAX_GRAPH_DEPTH = 3
+_GRAPH_EDGES = 500  # a hub can have many relations: a page of the graph, not all of it
+
+
+def entity_list(principal: Principal, *, q: str = "", memory_user: MemoryUser | None = None, limit: int = 50) -> list:
+    """Entities by name or alias (exact folded alias first, then a name containing `q`), most recently
+    seen first; with `memory_user`, those its facts resolve to (its own and the tenant's)."""
+    entities = visible(principal, Entity.objects.select_related("memory_user"))
+    if memory_user is not None:
+        entities = entities.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True))
+    key = fold_name(q)
+    if key:
+        entities = entities.filter(Q(alias_keys__contains=[key]) | Q(name__icontains=q.strip()))
+    return list(entities.order_by("-last_seen", "pk")[:limit])
+
+
+def entity_get_for(principal: Principal, entity_id: UUID | str) -> Entity:
+    return get_visible(principal, Entity.objects.select_related("memory_user"), pk=entity_id)
+
+
+def _relations(principal: Principal) -> QuerySet[Relation]:
+    return visible(principal, Relation.objects.select_related("subject", "object"))
+
+
+@dataclass
+class EntityDetail:
+    entity: Entity
+    mentions: list[FactEntity]
+    relations: list[Relation]  # open and closed, oldest first
+
+
+def entity_detail(principal: Principal, entity: Entity) -> EntityDetail:
+    mentions = visible(principal, FactEntity.objects.filter(entity=entity).select_related("fact"))
+    relations = _relations(principal).filter(Q(subject=entity) | Q(object=entity))
+    return EntityDetail(
+        entity,
+        list(mentions.order_by("-fact__valid_from", "pk")[:200]),
+        list(relations.order_by("valid_from", "pk")[:200]),
+    )
+
+
+@dataclass
+class EntityGraph:
+    root: Entity
+    as_of: datetime
+    depth: int
+    nodes: list[Entity]
+    edges: list[Relation]
+
+
+def entity_graph(principal: Principal, entity: Entity, *, depth: int = 1, as_of: datetime | None = None) -> EntityGraph:
+    """The entities up to `depth` relations away and the relations between them that held at `as_of`
+    (default now): valid_from <= as_of < valid_to. A closed relation shows as of a date it held."""
+    as_of = as_of or timezone.now()
+    held = _relations(principal).filter(valid_from__lte=as_of).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
+    reached, frontier, edges = {entity.pk}, {entity.pk}, {}
+    for _ in range(max(1, min(depth, MAX_GRAPH_DEPTH))):
+        step = held.filter(Q(subject_id__in=frontier) | Q(object_id__in=frontier)).order_by("valid_from", "pk")
+        found = [r for r in step[:_GRAPH_EDGES] if r.pk not in edges]
+        edges.update((r.pk, r) for r in found)
+        frontier = {r.subject_id for r in found} | {r.object_id for r in found}
+        frontier -= reached
+        reached |= frontier
+        if not frontier:
+            break
+    nodes = {e.pk: e for e in visible(principal, Entity.objects.select_related("memory_user")).filter(pk__in=reached)}
+    kept = [r for r in edges.values() if r.subject_id in nodes and r.object_id in nodes]
+    return EntityGraph(entity, as_of, depth, list(nodes.values()), kept)

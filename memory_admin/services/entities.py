@@ -1,0 +1,290 @@
+"""Entities (SPEC §12): resolving a name to the entity it stands for, linking a fact's mentions, and
+the relations a fact states, which a correction closes (never deletes).
+
+Resolution, cheapest first, among the entities the fact's owner reads (its own and the tenant's):
+1. exact alias: the name, folded (case, spaces), is one of an entity's names;
+2. normalised name: one name's words are a subset of the other's, starting with the same word
+   ("Acme" / "Acme Robotics", "Sam" / "Sam Lee"), and only when exactly one entity fits. An entity
+   that already has another full name ("Sam Park") is not "Sam Lee", nor one whose facts disagree
+   (Sam Lee works at Acme; "Sam works at Initech" is someone else): two people are kept apart.
+Otherwise a new entity. (Embedding neighbour + judge, and the review item for an uncertain merge, come
+later: every merge here is deterministic.)"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import F, Q, Value
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Greatest
+from django.utils import timezone
+
+from memory_admin.models import Entity, Fact, FactEntity, Relation
+from memory_admin.models.entities import RELATION_TYPE_PATTERN, fold_name
+from memory_admin.selectors.access import Principal, visible
+from memory_admin.services.audit import audit
+from memory_admin.services.guard import verdict
+from memory_admin.services.pii import find as find_pii
+
+# The memory user themself: what "The user ..." facts are about.
+SELF_NAME = "the user"
+_NAME_MAX = 200
+_CANDIDATES = 50
+
+
+@dataclass(frozen=True, slots=True)
+class EntityMention:
+    """A name a fact mentions, its type and its role in the fact, with other names it goes by."""
+
+    name: str
+    type: str = Entity.Type.OTHER
+    role: str = FactEntity.Role.MENTIONED
+    aliases: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RelationDraft:
+    """subject -[type]-> object, by the names of two entities the fact mentions."""
+
+    subject: str
+    type: str
+    object: str
+
+
+def relation_type(raw: str) -> str | None:
+    """`works at` → `works_at`; None when nothing usable is left."""
+    slug = re.sub(r"[^a-z0-9]+", "_", fold_name(raw)).strip("_")[:40]
+    return slug if re.match(RELATION_TYPE_PATTERN, slug) else None
+
+
+def _safe_name(name: str) -> bool:
+    """A name fit to store: something left after folding, no secret or contact PII (a model's entity
+    names are not screened with the fact), and not instructions to a model."""
+    return bool(fold_name(name)) and "[REDACTED:" not in name and not find_pii(name) and not verdict(name).flagged
+
+
+def _types_agree(a: str, b: str) -> bool:
+    return a == b or Entity.Type.OTHER in (a, b)
+
+
+def _words_agree(words: list[str], alias: list[str]) -> bool:
+    return bool(alias) and alias[0] == words[0] and (set(alias) <= set(words) or set(words) <= set(alias))
+
+
+def _name_fits(words: list[str], entity: Entity) -> bool:
+    """Step 2: some name of the entity agrees with `words`, and no full name of it disagrees."""
+    names = [key.split() for key in entity.alias_keys if key != SELF_NAME]
+    if not any(_words_agree(words, alias) for alias in names):
+        return False
+    full_names = [alias for alias in names if len(alias) >= 2 and alias[0] == words[0]]
+    return len(words) < 2 or all(_words_agree(words, alias) for alias in full_names)
+
+
+# Relations a person or thing has one of at a time: a second, different one is a disagreement.
+SINGLE_VALUED = frozenset({"works_at", "lives_in", "is_from", "born_in", "married_to", "reports_to"})
+
+
+def _disagrees(entity: Entity, claims: Sequence[tuple[str, str]]) -> bool:
+    """The entity already holds a one-at-a-time relation (`works_at`...) to something other than what
+    the mention's fact claims: by step 2 alone, that is another entity of the same first name."""
+    for kind, object_key in claims:
+        if kind not in SINGLE_VALUED:
+            continue
+        held = Relation.objects.filter(subject=entity, type=kind, valid_to__isnull=True)
+        if held.exclude(object__alias_keys__contains=[object_key]).exists():
+            return True
+    return False
+
+
+def _owned(principal: Principal, memory_user_id: int | None):
+    """The entities a fact of this owner resolves against: its own and the tenant's shared ones."""
+    owner = Q(memory_user__isnull=True)
+    if memory_user_id is not None:
+        owner |= Q(memory_user_id=memory_user_id)
+    return visible(principal, Entity.objects.filter(owner))
+
+
+def _pick(found: list[Entity], memory_user_id: int | None) -> Entity | None:
+    """The one entity found; of several, the owner's own one if it has exactly one; else none."""
+    if len(found) == 1:
+        return found[0]
+    own = [e for e in found if e.memory_user_id == memory_user_id]
+    return own[0] if len(own) == 1 else None
+
+
+def entity_find(
+    principal: Principal,
+    *,
+    memory_user_id: int | None,
+    name: str,
+    type: str,
+    aliases: Sequence[str] = (),
+    claims: Sequence[tuple[str, str]] = (),
+) -> Entity | None:
+    """The existing entity `name` stands for, or None (steps 1 and 2 of the module docstring).
+    `claims`: (relation type, folded object name) the mention's fact states of it; step 2 does not
+    pick an entity they disagree with."""
+    keys = [k for k in dict.fromkeys(fold_name(n) for n in (name, *aliases)) if k]
+    if not keys:
+        return None
+    owned = _owned(principal, memory_user_id)
+    exact = [e for e in owned.filter(alias_keys__overlap=keys)[:_CANDIDATES] if _types_agree(e.type, type)]
+    if exact:
+        return _pick(exact, memory_user_id)
+    words = keys[0].split()
+    if keys[0] == SELF_NAME:
+        return None
+    text = RawSQL("array_to_string(alias_keys, ' ')", [])  # noqa: S611 - constant SQL, no input
+    near = owned.annotate(names=text).filter(names__contains=words[0])[:_CANDIDATES]
+    fits = [e for e in near if _types_agree(e.type, type) and _name_fits(words, e)]
+    return _pick([e for e in fits if not _disagrees(e, claims)], memory_user_id)
+
+
+def _better_name(entity: Entity, name: str) -> bool:
+    """A fuller name replaces a shorter one ("Acme" → "Acme Robotics"); anything replaces the self name."""
+    if fold_name(entity.name) == SELF_NAME:
+        return fold_name(name) != SELF_NAME
+    return len(fold_name(name).split()) > len(fold_name(entity.name).split())
+
+
+def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime) -> Entity:
+    """Add the mention's names and time to the entity it resolved to."""
+    changed = False
+    for alias in (mention.name, *mention.aliases):
+        key = fold_name(alias)
+        if key and key not in entity.alias_keys:
+            entity.aliases, entity.alias_keys = [*entity.aliases, alias[:_NAME_MAX]], [*entity.alias_keys, key]
+            changed = True
+    if _better_name(entity, mention.name):
+        entity.name, changed = mention.name[:_NAME_MAX], True
+    if entity.type == Entity.Type.OTHER and mention.type != Entity.Type.OTHER:
+        entity.type, changed = mention.type, True
+    if seen_at > entity.last_seen or seen_at < entity.first_seen:
+        entity.first_seen, entity.last_seen = min(entity.first_seen, seen_at), max(entity.last_seen, seen_at)
+        changed = True
+    if changed:
+        entity.save(update_fields=["aliases", "alias_keys", "name", "type", "first_seen", "last_seen"])
+    return entity
+
+
+def entity_resolve(
+    principal: Principal, *, fact: Fact, mention: EntityMention, claims: Sequence[tuple[str, str]] = ()
+) -> Entity:
+    """The entity the mention stands for, in the fact's scope: found (and given the new names) or created."""
+    found = entity_find(
+        principal,
+        memory_user_id=fact.memory_user_id,
+        name=mention.name,
+        type=mention.type,
+        aliases=mention.aliases,
+        claims=claims,
+    )
+    if found is not None:
+        return _absorb(found, mention, fact.valid_from)
+    names = list(dict.fromkeys(n[:_NAME_MAX] for n in (mention.name, *mention.aliases) if fold_name(n)))
+    return Entity.objects.create(
+        tenant_id=fact.tenant_id,
+        memory_user_id=fact.memory_user_id,
+        scope=Entity.Scope.USER if fact.memory_user_id else Entity.Scope.ORG,
+        name=mention.name[:_NAME_MAX],
+        type=mention.type,
+        aliases=names,
+        alias_keys=list(dict.fromkeys(fold_name(n) for n in names)),
+        first_seen=fact.valid_from,
+        last_seen=fact.valid_from,
+    )
+
+
+def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation | None:
+    """The open relation subject -[kind]-> object, stated by this fact unless another one already does."""
+    if subject.pk == object_.pk:
+        return None
+    relation, _ = Relation.objects.get_or_create(
+        subject=subject,
+        type=kind,
+        object=object_,
+        valid_to__isnull=True,
+        defaults={
+            "tenant_id": fact.tenant_id,
+            "memory_user_id": fact.memory_user_id,
+            "source_fact": fact,
+            "valid_from": fact.valid_from,
+        },
+    )
+    return relation
+
+
+def _claims(mention: EntityMention, relations: Sequence[RelationDraft]) -> list[tuple[str, str]]:
+    """What the fact states of the mention as a subject: (relation type, folded object name)."""
+    keys = {fold_name(n) for n in (mention.name, *mention.aliases)}
+    return [(relation_type(d.type) or "", fold_name(d.object)) for d in relations if fold_name(d.subject) in keys]
+
+
+def fact_entities_link(
+    *,
+    principal: Principal,
+    fact: Fact,
+    mentions: Sequence[EntityMention],
+    relations: Sequence[RelationDraft] = (),
+) -> list[Entity]:
+    """Resolve the fact's mentions to entities, record them (subject / object / mentioned) and the
+    relations the fact states between them. Idempotent: linking the same fact twice adds nothing.
+    The caller holds the fact owner's write lock (the write path's), so two links cannot race."""
+    if fact.tenant_id is None or fact.status != Fact.Status.ACTIVE:
+        return []  # global, quarantined or refused facts name no entities
+    by_name: dict[str, Entity] = {}
+    for raw in mentions:
+        mention = EntityMention(raw.name, raw.type, raw.role, tuple(a for a in raw.aliases if _safe_name(a)))
+        if not _safe_name(mention.name):
+            continue
+        entity = entity_resolve(principal, fact=fact, mention=mention, claims=_claims(mention, relations))
+        FactEntity.objects.get_or_create(fact=fact, entity=entity, role=mention.role)
+        for alias in (mention.name, *mention.aliases):
+            by_name[fold_name(alias)] = entity
+    made = 0
+    for draft in relations:
+        kind = relation_type(draft.type)
+        subject, object_ = by_name.get(fold_name(draft.subject)), by_name.get(fold_name(draft.object))
+        if kind and subject and object_ and _relate(fact, subject, object_, kind):
+            made += 1
+    entities = list({e.pk: e for e in by_name.values()}.values())
+    if entities:
+        audit(
+            principal,
+            "entity.link",
+            target_type="fact",
+            target_id=str(fact.pk),
+            memory_user_id=fact.memory_user_id,
+            after={"entities": [str(e.pk) for e in entities], "relations": made},
+        )
+    return entities
+
+
+def relations_close(*, old: Fact, by: Fact) -> int:
+    """A fact was superseded: the relations it stated end now, invalidated by its successor; never
+    deleted, so the graph as of an earlier date still shows them. A successor with the same text (a
+    promotion to a wider scope) states the same thing: the relations and mentions move to it instead.
+    Returns the relations closed."""
+    if by.content_hash and by.content_hash == old.content_hash:
+        Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
+            source_fact_id=by.pk, memory_user_id=by.memory_user_id
+        )
+        mentions = FactEntity.objects.filter(fact_id=old.pk).values_list("entity_id", "role")
+        FactEntity.objects.bulk_create(
+            [FactEntity(fact_id=by.pk, entity_id=entity, role=role) for entity, role in mentions], ignore_conflicts=True
+        )
+        return 0
+    return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
+        valid_to=Greatest(Value(timezone.now()), F("valid_from")), invalidated_by_id=by.pk
+    )
+
+
+def entities_erase(*, memory_user_id: int) -> int:
+    """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
+    the one exception to "relations are only closed" (names are content). Returns the entities removed."""
+    Relation.objects.filter(memory_user_id=memory_user_id).delete()
+    FactEntity.objects.filter(fact__memory_user_id=memory_user_id).delete()
+    return Entity.objects.filter(memory_user_id=memory_user_id).delete()[1].get(Entity._meta.label, 0)
