@@ -563,6 +563,7 @@ class ScoreOut(Schema):
     importance: float
     relevance: float
     neighbour: float
+    length: float = 1.0
     effective_confidence: float
     staleness: float
     stale: bool
