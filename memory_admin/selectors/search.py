@@ -15,8 +15,9 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
 - recency: exp(−days since the fact became true / RECENCY_DAYS).
 - importance: the fact's importance.
 - neighbour: the best relevance among other candidates observed within NEIGHBOUR_MINUTES, plus the mean
-  of the best NEIGHBOUR_TOP of them (0..2): a fact in a stretch of memory where several facts match
-  (a conversation about the task) is lifted more than one next to a single match.
+  of the best NEIGHBOUR_TOP of them, plus ADJACENT_SHARE × the best within ADJACENT_MINUTES (0..2.8): a
+  fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
+  than one next to a single match, and the turn right before or after a match more still.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -68,6 +69,10 @@ BM25_B = 0.3
 NEIGHBOUR_MINUTES = 30.0
 NEIGHBOUR_WEIGHT = 0.25
 NEIGHBOUR_TOP = 3
+# The turns right before and after a match (observed within ADJACENT_MINUTES) get more: in a conversation
+# the answer is often the reply to the turn that carries the question's words.
+ADJACENT_MINUTES = 1.25
+ADJACENT_SHARE = 0.8
 # Exponent of the length prior (bench/README.md: 0.05 lifted LoCoMo R@10 0.714 -> 0.739; larger values
 # lift R@10 more but cost the context block, where a longer fact also costs more tokens).
 LENGTH_PRIOR = 0.05
@@ -610,7 +615,8 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
 
 def _support(out: list[tuple[tuple, dict]], n: int) -> None:
     """Neighbour support and the length prior, then `final`. Support: the best relevance among the
-    other candidates observed within NEIGHBOUR_MINUTES plus the mean of the best NEIGHBOUR_TOP of them."""
+    other candidates observed within NEIGHBOUR_MINUTES plus the mean of the best NEIGHBOUR_TOP of them,
+    plus ADJACENT_SHARE × the best of those observed within ADJACENT_MINUTES."""
     avg_len = sum(row[DOC_LEN] for row, _ in out) / n or 1.0
     by_time = sorted(range(len(out)), key=lambda i: out[i][0][AGE_DAYS])
     minutes = [float(out[i][0][AGE_DAYS]) * 1440.0 for i in by_time]
@@ -621,6 +627,10 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
             NEIGHBOUR_TOP, (out[by_time[j]][1]["relevance"] for j in range(lo_pos, hi_pos) if j != pos)
         )
         support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
+        lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
+        hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
+        adjacent = max((out[by_time[j]][1]["relevance"] for j in range(lo_pos, hi_pos) if j != pos), default=0.0)
+        support += ADJACENT_SHARE * adjacent
         row, parts = out[i]
         parts["neighbour"] = support
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
