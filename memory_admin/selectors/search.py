@@ -15,7 +15,7 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
 - recency: exp(−days since the fact became true / RECENCY_DAYS).
 - importance: the fact's importance.
 - neighbour: the best relevance among other candidates observed within NEIGHBOUR_MINUTES, plus the mean
-  of the best NEIGHBOUR_TOP of them, plus ADJACENT_SHARE × the best within ADJACENT_MINUTES (0..2.8): a
+  of the best NEIGHBOUR_TOP of them, plus ADJACENT_SHARE × the best within ADJACENT_MINUTES (0..3): a
   fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
   than one next to a single match, and the turn right before or after a match more still.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
@@ -72,7 +72,7 @@ NEIGHBOUR_TOP = 3
 # The turns right before and after a match (observed within ADJACENT_MINUTES) get more: in a conversation
 # the answer is often the reply to the turn that carries the question's words.
 ADJACENT_MINUTES = 1.25
-ADJACENT_SHARE = 0.8
+ADJACENT_SHARE = 1.0
 # Exponent of the length prior (bench/README.md: 0.05 lifted LoCoMo R@10 0.714 -> 0.739; larger values
 # lift R@10 more but cost the context block, where a longer fact also costs more tokens).
 LENGTH_PRIOR = 0.05
