@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import heapq
 import json
 import math
 import re
@@ -620,21 +619,19 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
     avg_len = sum(row[DOC_LEN] for row, _ in out) / n or 1.0
     by_time = sorted(range(len(out)), key=lambda i: out[i][0][AGE_DAYS])
     minutes = [float(out[i][0][AGE_DAYS]) * 1440.0 for i in by_time]
+    relevance = [out[i][1]["relevance"] for i in by_time]
     for pos, i in enumerate(by_time):
-        lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES)
-        hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES)
-        best = heapq.nlargest(
-            NEIGHBOUR_TOP, (out[by_time[j]][1]["relevance"] for j in range(lo_pos, hi_pos) if j != pos)
-        )
+        lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES, 0, pos)
+        hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES, pos)
+        best = sorted(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], reverse=True)[:NEIGHBOUR_TOP]
         support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
         lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
         hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
-        adjacent = max((out[by_time[j]][1]["relevance"] for j in range(lo_pos, hi_pos) if j != pos), default=0.0)
-        support += ADJACENT_SHARE * adjacent
+        support += ADJACENT_SHARE * max(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], default=0.0)
         row, parts = out[i]
         parts["neighbour"] = support
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
-        relevance = parts["relevance"] + NEIGHBOUR_WEIGHT * support
+        supported = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = (
-            relevance * parts["length"] * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
+            supported * parts["length"] * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
         )
