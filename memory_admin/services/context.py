@@ -5,9 +5,10 @@ effective confidence and relevance to the task, skills whose path matches the ta
 summaries. Tokens are counted with tiktoken cl100k_base.
 
 Facts fill the budget (issue 15): as many are ranked as the budget could hold, they are taken in rank
-order until the next one does not fit, and a short look-ahead then fills what is left. A share of the
-budget goes to related memory: the facts observed next to the strongest matches (same thread, same
-episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer. Tokens go to content: facts
+order until the next one does not fit, and a short look-ahead then fills what is left. A small share of
+the budget (at most RELATED_MAX_TOKENS) goes to related memory: the facts observed next to the strongest
+matches (same thread, same episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer;
+the search's neighbour support already lifts most of them into the ranking. Tokens go to content: facts
 are listed under one dated line per day, in the order they were observed (a conversation reads in
 order); a fact carries a note only when it says something (confidence below CONFIDENCE_NOTE_BELOW,
 contested, stale); a fact whose words another listed fact already holds is collapsed into that line.
