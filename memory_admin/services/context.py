@@ -5,9 +5,10 @@ effective confidence and relevance to the task, skills whose path matches the ta
 summaries. Tokens are counted with tiktoken cl100k_base.
 
 Facts fill the budget (issue 15): as many are ranked as the budget could hold, they are taken in rank
-order until the next one does not fit, and a short look-ahead then fills what is left. A share of the
-budget goes to related memory: the facts observed next to the strongest matches (same thread, same
-episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer. Tokens go to content: facts
+order until the next one does not fit, and a short look-ahead then fills what is left. A small share of
+the budget (at most RELATED_MAX_TOKENS) goes to related memory: the facts observed next to the strongest
+matches (same thread, same episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer;
+the search's neighbour support already lifts most of them into the ranking. Tokens go to content: facts
 are listed under one dated line per day, in the order they were observed (a conversation reads in
 order); a fact carries a note only when it says something (confidence below CONFIDENCE_NOTE_BELOW,
 contested, stale); a fact whose words another listed fact already holds is collapsed into that line.
@@ -69,8 +70,11 @@ FILL_LOOKAHEAD = 40
 FULL_SHARE = 0.95
 CONFIDENCE_NOTE_BELOW = 0.7
 # Related memory: the neighbours of the RELATED_ANCHORS best matches get up to RELATED_SHARE of the room
-# left for facts (more when the ranked facts leave room).
+# left for facts, at most RELATED_MAX_TOKENS (more when the ranked facts leave room). The search's
+# neighbour support lifts the turns around a match into the ranking already; a larger reserve displaces
+# better-ranked facts (bench/README.md: at 2,000 tokens 20 % cost multi-hop recall 0.755 -> 0.709).
 RELATED_SHARE = 0.2
+RELATED_MAX_TOKENS = 40
 RELATED_ANCHORS = 3
 RELATED_LIMIT = 100
 # A fact collapses into a listed one whose words contain its own only from this many words on (two
@@ -513,7 +517,7 @@ def _absorb(section: _Section, item: _Item, room: _Room) -> None:
 def _fit_facts(section: _Section, room: _Room) -> None:
     """Ranked facts first, then the related memory in its share, then whatever fits of both."""
     section.title_tokens = _tokens(_TITLES[section.name])
-    reserve = int(max(0, room.left) * RELATED_SHARE) if section.related else 0
+    reserve = min(int(max(0, room.left) * RELATED_SHARE), RELATED_MAX_TOKENS) if section.related else 0
     ranked_left = _fill(section, section.items, room, keep=reserve)
     before = len(section.included)
     related_left = _fill(section, section.related, room)

@@ -1,0 +1,108 @@
+"""Neighbour support and the length prior of the search ranking (selectors/search.py), as a user of
+`/search` and `/context` sees them: a turn that shares no word with the query but sits next to what
+matches it is found, the reply right after a match before later turns of the same conversation, and a
+turn of a conversation where several turns match before one next to a single match."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from memory_admin.models import Fact, MemoryUser
+
+pytestmark = pytest.mark.django_db
+
+_users = itertools.count(1)
+
+
+def new_user(tenant):
+    return MemoryUser.objects.create(tenant=tenant, external_id=f"support-{next(_users)}")
+
+
+def fact_row(user, content, at):
+    """A fact straight into the table (no embedding: the ranking rests on words and time alone)."""
+    return Fact.objects.create(
+        tenant=user.tenant,
+        memory_user=user,
+        scope="user",
+        content=content,
+        content_hash="h",
+        confidence=0.9,
+        source="user_stated",
+        valid_from=at,
+    )
+
+
+def ranked(api, user, q, k=20):
+    r = api.get(f"users/{user.external_id}/search", q=q, k=k)
+    assert r.status_code == 200, r.content
+    return [h["fact"]["id"] for h in r.json()["hits"]], {h["fact"]["id"]: h["score"] for h in r.json()["hits"]}
+
+
+def test_the_reply_right_after_a_match_comes_before_later_turns(api, tenant):
+    user = new_user(tenant)
+    start = timezone.now() - timedelta(days=40)
+    match = fact_row(user, "Ben: I finally bought the kayak I wanted", start)
+    # The reply names neither the kayak nor anything in the query.
+    reply = fact_row(user, "Ana: Lovely, which colour did you pick?", start + timedelta(seconds=30))
+    # Later turns of the same conversation, as long, just as unrelated to the query's words.
+    later = [
+        fact_row(user, f"Ana: Shall we meet for lunch on day {i} then?", start + timedelta(minutes=8 + 4 * i))
+        for i in range(5)
+    ]
+    for i in range(30):
+        fact_row(user, f"Status update {i}: the quarterly report is filed", start - timedelta(days=1 + i))
+    order, scores = ranked(api, user, "kayak")
+    assert order[0] == str(match.pk)
+    assert order[1] == str(reply.pk), [scores[i] for i in order[:3]]
+    assert all(order.index(str(reply.pk)) < order.index(str(f.pk)) for f in later)
+    assert scores[str(reply.pk)]["keyword"] == 0 and scores[str(reply.pk)]["neighbour"] > 0
+
+
+def test_a_turn_among_several_matches_comes_before_one_next_to_a_single_match(api, tenant):
+    user = new_user(tenant)
+    busy = timezone.now() - timedelta(days=30)
+    quiet = timezone.now() - timedelta(days=20)
+    # A conversation about the garden: three turns match the query ...
+    for i, text in enumerate(["Ana: the garden needs water", "Ben: the garden gets sun", "Ana: our garden has roses"]):
+        fact_row(user, text, busy + timedelta(minutes=i))
+    among = fact_row(user, "Ben: and the tomatoes are nearly ripe", busy + timedelta(minutes=12))
+    # ... another has one matching turn, as strong, and a turn a quarter of an hour after it.
+    fact_row(user, "Ana: the garden needs weeding", quiet)
+    beside = fact_row(user, "Ben: and the parcel arrives next Monday", quiet + timedelta(minutes=12))
+    for i in range(30):
+        fact_row(user, f"Status update {i}: the quarterly report is filed", quiet - timedelta(days=1 + i))
+    order, scores = ranked(api, user, "garden")
+    assert order.index(str(among.pk)) < order.index(str(beside.pk)), [scores[i] for i in order]
+    assert scores[str(among.pk)]["neighbour"] > scores[str(beside.pk)]["neighbour"]
+
+
+def test_the_reply_to_a_matching_turn_is_in_a_small_context_block(api, tenant):
+    user = new_user(tenant)
+    now = timezone.now()
+    # Recent facts outrank an old conversation on recency ...
+    for i in range(150):
+        fact_row(user, f"Status update {i}: the quarterly report number {i} is filed", now - timedelta(hours=2 * i))
+    # ... in which one turn names the task and the reply, which shares no word with it, holds the answer.
+    start = now - timedelta(days=300)
+    fact_row(user, "Ben: what did you think of the violin recital?", start)
+    reply = fact_row(user, "Ana: moving, I cried at the second movement", start + timedelta(seconds=30))
+    r = api.get(f"users/{user.external_id}/context", task="violin recital", budget_tokens=200)
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert "I cried at the second movement" in body["text"]
+    facts = next(s for s in body["sections"] if s["name"] == "facts")
+    assert str(reply.pk) in facts["included"] and body["tokens"] <= 200
+
+
+def test_a_longer_statement_gets_a_length_above_one(api, tenant):
+    user = new_user(tenant)
+    at = timezone.now() - timedelta(days=5)
+    short = fact_row(user, "Thanks, kayak!", at)
+    long = fact_row(user, "Ben: the kayak trip down the river took three days and two nights of camping", at)
+    fact_row(user, "Ana: the kayak is in the shed", at - timedelta(days=3))
+    _, scores = ranked(api, user, "kayak")
+    assert scores[str(long.pk)]["length"] > 1 > scores[str(short.pk)]["length"]
