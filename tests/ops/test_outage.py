@@ -12,23 +12,21 @@ Bounded: about 2.5 minutes (FAULT_OUTAGE_SECONDS shortens the outage when iterat
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pgserver
 import pytest
+
+from tests.ops.cluster import free_port, http
 
 pytestmark = pytest.mark.slow
 
@@ -77,27 +75,6 @@ class TempPostgres:
         except subprocess.CalledProcessError:
             pass  # already stopped
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def http(method: str, url: str, body=None, key: str | None = None, timeout: float = 10) -> tuple[int, dict]:
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
-    if key:
-        request.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, json.loads(response.read() or b"{}")
-    except urllib.error.HTTPError as err:
-        raw = err.read()
-        return err.code, json.loads(raw) if raw.startswith(b"{") else {"raw": raw[:200].decode(errors="replace")}
-    except (urllib.error.URLError, TimeoutError, ConnectionError) as err:
-        return 0, {"error": str(err)}
 
 
 class Stack:
@@ -169,7 +146,7 @@ def manage(env: dict[str, str], *args: str) -> str:
 def stack(tmp_path_factory):
     pg = TempPostgres()
     data = tmp_path_factory.mktemp("fault-data")
-    bind = f"127.0.0.1:{_free_port()}"
+    bind = f"127.0.0.1:{free_port()}"
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
