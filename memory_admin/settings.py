@@ -163,6 +163,13 @@ OPENAI_EMBEDDING_MODEL = os.environ.get("OPENAI_EMBEDDING_MODEL", "text-embeddin
 OPENAI_TIMEOUT_SECONDS = float(os.environ.get("OPENAI_TIMEOUT_SECONDS", "30"))
 # The contradiction judge: "rules" (offline, default) or "llm" (needs OPENAI_API_KEY).
 CONTRADICTION_JUDGE = os.environ.get("CONTRADICTION_JUDGE", "llm" if OPENAI_API_KEY else "rules")
+# Entity resolution's judge of an embedding neighbour (SPEC §12): "rules" (offline, default: no extra
+# LLM call per message) or "llm" (needs OPENAI_API_KEY; asked only when the rules are unsure).
+ENTITY_JUDGE = os.environ.get("ENTITY_JUDGE", "rules")
+# Cosine similarity of name+type embeddings: from REVIEW a neighbour is judged; from MERGE a merge the
+# judge agrees with is automatic, below it (or when the judge is unsure) a review item is queued.
+ENTITY_NEIGHBOUR_REVIEW = float(os.environ.get("ENTITY_NEIGHBOUR_REVIEW", "0.80"))
+ENTITY_NEIGHBOUR_MERGE = float(os.environ.get("ENTITY_NEIGHBOUR_MERGE", "0.90"))
 # The poisoning guard's second opinion on ambiguous texts: "rules" (none) or "llm" (needs OPENAI_API_KEY).
 GUARD_JUDGE = os.environ.get("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules")
 

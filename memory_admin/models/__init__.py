@@ -1,4 +1,5 @@
 from memory_admin.models.entities import Entity, FactEntity, Relation
+from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
@@ -39,6 +40,8 @@ __all__ = [
     "Contradiction",
     "Edge",
     "Entity",
+    "EntityMerge",
+    "EntityMergeReview",
     "Episode",
     "ExtractionBatch",
     "Fact",

@@ -22,6 +22,8 @@ from memory_admin.models import (
     Contradiction,
     Edge,
     Entity,
+    EntityMerge,
+    EntityMergeReview,
     Episode,
     ExtractionBatch,
     Fact,
@@ -127,6 +129,8 @@ _OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
     Entity: ("memory_user", "tenant_id"),
     Relation: ("memory_user", "tenant_id"),
     FactEntity: ("fact__memory_user", "fact__tenant_id"),
+    EntityMerge: ("memory_user", "tenant_id"),
+    EntityMergeReview: ("memory_user", "tenant_id"),
 }
 
 # Models whose rows without a memory user are shared by the whole tenant, like org facts.

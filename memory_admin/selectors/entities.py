@@ -19,10 +19,15 @@ MAX_GRAPH_DEPTH = 3
 _GRAPH_EDGES = 500  # a hub can have many relations: a page of the graph, not all of it
 
 
-def entity_list(principal: Principal, *, q: str = "", memory_user: MemoryUser | None = None, limit: int = 50) -> list:
+def entity_list(
+    principal: Principal, *, q: str = "", memory_user: MemoryUser | None = None, limit: int = 50, type: str = ""
+) -> list:
     """Entities by name or alias (exact folded alias first, then a name containing `q`), most recently
-    seen first; with `memory_user`, those its facts resolve to (its own and the tenant's)."""
-    entities = visible(principal, Entity.objects.select_related("memory_user"))
+    seen first; with `memory_user`, those its facts resolve to (its own and the tenant's). Entities
+    merged into another are left out (the survivor carries their names)."""
+    entities = visible(principal, Entity.objects.select_related("memory_user")).filter(merged_into__isnull=True)
+    if type:
+        entities = entities.filter(type=type)
     if memory_user is not None:
         entities = entities.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True))
     key = fold_name(q)

@@ -7,8 +7,10 @@ Resolution, cheapest first, among the entities the fact's owner reads (its own a
    ("Acme" / "Acme Robotics", "Sam" / "Sam Lee"), and only when exactly one entity fits. An entity
    that already has another full name ("Sam Park") is not "Sam Lee", nor one whose facts disagree
    (Sam Lee works at Acme; "Sam works at Initech" is someone else): two people are kept apart.
-Otherwise a new entity. (Embedding neighbour + judge, and the review item for an uncertain merge, come
-later: every merge here is deterministic.)"""
+3. embedding neighbour + judge (services/entity_neighbour.py): the new entity, embedded by name and
+   type, is merged into its nearest neighbour when the judge agrees and the similarity is high
+   (audited, undoable), or an entity-merge review item is queued when that is uncertain.
+Otherwise a new entity. Merged entities (`merged_into`) are never resolved to."""
 
 from __future__ import annotations
 
@@ -104,7 +106,7 @@ def _owned(principal: Principal, memory_user_id: int | None):
     owner = Q(memory_user__isnull=True)
     if memory_user_id is not None:
         owner |= Q(memory_user_id=memory_user_id)
-    return visible(principal, Entity.objects.filter(owner))
+    return visible(principal, Entity.objects.filter(owner, merged_into__isnull=True))
 
 
 def _pick(found: list[Entity], memory_user_id: int | None) -> Entity | None:
@@ -159,14 +161,17 @@ def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime) -> Entity
             entity.aliases, entity.alias_keys = [*entity.aliases, alias[:_NAME_MAX]], [*entity.alias_keys, key]
             changed = True
     if _better_name(entity, mention.name):
+        from memory_admin.services.entity_curation import entity_embed
+
         entity.name, changed = mention.name[:_NAME_MAX], True
+        entity_embed(entity)
     if entity.type == Entity.Type.OTHER and mention.type != Entity.Type.OTHER:
         entity.type, changed = mention.type, True
     if seen_at > entity.last_seen or seen_at < entity.first_seen:
         entity.first_seen, entity.last_seen = min(entity.first_seen, seen_at), max(entity.last_seen, seen_at)
         changed = True
     if changed:
-        entity.save(update_fields=["aliases", "alias_keys", "name", "type", "first_seen", "last_seen"])
+        entity.save(update_fields=["aliases", "alias_keys", "name", "type", "first_seen", "last_seen", "embedding"])
     return entity
 
 
@@ -184,8 +189,11 @@ def entity_resolve(
     )
     if found is not None:
         return _absorb(found, mention, fact.valid_from)
+    from memory_admin.services.entity_curation import entity_embed
+    from memory_admin.services.entity_neighbour import neighbour_step
+
     names = list(dict.fromkeys(n[:_NAME_MAX] for n in (mention.name, *mention.aliases) if fold_name(n)))
-    return Entity.objects.create(
+    entity = Entity(
         tenant_id=fact.tenant_id,
         memory_user_id=fact.memory_user_id,
         scope=Entity.Scope.USER if fact.memory_user_id else Entity.Scope.ORG,
@@ -196,6 +204,9 @@ def entity_resolve(
         first_seen=fact.valid_from,
         last_seen=fact.valid_from,
     )
+    entity_embed(entity)
+    entity.save(force_insert=True)
+    return neighbour_step(principal, fact=fact, mention=mention, entity=entity, claims=claims) or entity
 
 
 def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation | None:
