@@ -19,6 +19,8 @@ from memory_admin.models import (
     Contradiction,
     Edge,
     Entity,
+    EntityMerge,
+    EntityMergeReview,
     Episode,
     ExtractionBatch,
     Fact,
@@ -716,6 +718,22 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
         Relation.objects.create(
             tenant=tenant, memory_user=user, subject=club, object=jazz, type="plays", source_fact=fact_a, valid_from=now
         )
+    ]
+    merged = entity(f"{user} jazz club")
+    rows[Entity].append(merged)
+    rows[EntityMerge] = [
+        EntityMerge.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            survivor=club,
+            loser=merged,
+            actor="staff:x",
+            name_before="c",
+            type_before="other",
+        )
+    ]
+    rows[EntityMergeReview] = [
+        EntityMergeReview.objects.create(tenant=tenant, memory_user=user, entity=jazz, candidate=club, similarity=0.85)
     ]
     rows[UsageDay] = [
         UsageDay.objects.create(tenant=tenant, day=date(2000, 1, 1) + timedelta(days=user.pk), kind="search", count=1)
