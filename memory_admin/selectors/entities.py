@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from memory_admin.models import Entity, FactEntity, MemoryUser, Relation
+from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEntity, MemoryUser, Relation
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, get_visible, visible
 
@@ -19,21 +19,14 @@ MAX_GRAPH_DEPTH = 3
 _GRAPH_EDGES = 500  # a hub can have many relations: a page of the graph, not all of it
 
 
-def entity_list(
-    principal: Principal, *, q: str = "", memory_user: MemoryUser | None = None, limit: int = 50, type: str = ""
-) -> list:
+def entity_list(principal: Principal, *, q: str = "", memory_user: MemoryUser | None = None, limit: int = 50) -> list:
     """Entities by name or alias (exact folded alias first, then a name containing `q`), most recently
     seen first; with `memory_user`, those its facts resolve to (its own and the tenant's). Entities
     merged into another are left out (the survivor carries their names)."""
-    entities = visible(principal, Entity.objects.select_related("memory_user")).filter(merged_into__isnull=True)
-    if type:
-        entities = entities.filter(type=type)
+    entities = entity_queryset(principal, q=q)
     if memory_user is not None:
         entities = entities.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True))
-    key = fold_name(q)
-    if key:
-        entities = entities.filter(Q(alias_keys__contains=[key]) | Q(name__icontains=q.strip()))
-    return list(entities.order_by("-last_seen", "pk")[:limit])
+    return list(entities[:limit])
 
 
 def entity_get_for(principal: Principal, entity_id: UUID | str) -> Entity:
@@ -53,7 +46,8 @@ class EntityDetail:
 
 def entity_detail(principal: Principal, entity: Entity) -> EntityDetail:
     mentions = visible(principal, FactEntity.objects.filter(entity=entity).select_related("fact"))
-    relations = _relations(principal).filter(Q(subject=entity) | Q(object=entity))
+    relations = _relations(principal).select_related("source_fact", "invalidated_by")
+    relations = relations.filter(Q(subject=entity) | Q(object=entity))
     return EntityDetail(
         entity,
         list(mentions.order_by("-fact__valid_from", "pk")[:200]),
@@ -88,3 +82,68 @@ def entity_graph(principal: Principal, entity: Entity, *, depth: int = 1, as_of:
     nodes = {e.pk: e for e in visible(principal, Entity.objects.select_related("memory_user")).filter(pk__in=reached)}
     kept = [r for r in edges.values() if r.subject_id in nodes and r.object_id in nodes]
     return EntityGraph(entity, as_of, depth, list(nodes.values()), kept)
+
+
+# --- the dashboard's reads (list with counts, merges, the entity-merge review queue) ---------------
+
+
+def entity_queryset(principal: Principal, *, q: str = "", type: str = "") -> QuerySet[Entity]:
+    """The entity list page: live (unmerged) entities by name or alias, of one type, most recently
+    seen first."""
+    entities = visible(principal, Entity.objects.select_related("memory_user")).filter(merged_into__isnull=True)
+    if type in Entity.Type.values:
+        entities = entities.filter(type=type)
+    key = fold_name(q)
+    if key:
+        entities = entities.filter(Q(alias_keys__contains=[key]) | Q(name__icontains=q.strip()))
+    return entities.order_by("-last_seen", "pk")
+
+
+def entity_counts(principal: Principal, entity_ids: list) -> dict:
+    """{entity id: (facts that mention it, open relations)} for one page of entities (two queries)."""
+    mentions = dict(
+        visible(principal, FactEntity.objects.filter(entity_id__in=entity_ids))
+        .values("entity_id")
+        .annotate(n=Count("fact_id", distinct=True))
+        .values_list("entity_id", "n")
+    )
+    relations: dict = {}
+    open_ = _relations(principal).filter(valid_to__isnull=True)
+    for side in ("subject_id", "object_id"):
+        rows = open_.filter(**{f"{side}__in": entity_ids}).values(side).annotate(n=Count("pk")).values_list(side, "n")
+        for entity_id, n in rows:
+            relations[entity_id] = relations.get(entity_id, 0) + n
+    return {pk: (mentions.get(pk, 0), relations.get(pk, 0)) for pk in entity_ids}
+
+
+def entity_merges(principal: Principal, entity: Entity) -> list[EntityMerge]:
+    """The merges into this entity that can still be undone, newest first."""
+    merges = visible(principal, EntityMerge.objects.select_related("loser")).filter(
+        survivor=entity, undone_at__isnull=True
+    )
+    return list(merges.order_by("-created_at")[:50])
+
+
+def merge_candidates(principal: Principal, entity: Entity, limit: int = 200) -> list[Entity]:
+    """What an operator may merge into this entity: live entities of the same owner (a shared entity
+    also takes a user's), by name."""
+    others = visible(principal, Entity.objects.filter(merged_into__isnull=True)).exclude(pk=entity.pk)
+    if entity.memory_user_id is not None:
+        others = others.filter(memory_user_id=entity.memory_user_id)
+    return list(others.order_by("name", "pk")[:limit])
+
+
+def merge_review_queue(principal: Principal) -> QuerySet[EntityMergeReview]:
+    """Open entity-merge review items, oldest first."""
+    items = visible(principal, EntityMergeReview.objects.filter(status=EntityMergeReview.Status.OPEN))
+    return items.select_related("entity", "candidate", "memory_user").order_by("created_at", "pk")
+
+
+def entity_sample_facts(principal: Principal, entity_ids: list, per_entity: int = 3) -> dict:
+    """A few facts that mention each entity (newest first): what a reviewer compares."""
+    found: dict = {pk: [] for pk in entity_ids}
+    rows = visible(principal, FactEntity.objects.filter(entity_id__in=entity_ids).select_related("fact"))
+    for mention in rows.order_by("-fact__valid_from", "pk")[: 20 * max(1, len(entity_ids))]:
+        if len(found[mention.entity_id]) < per_entity:
+            found[mention.entity_id].append(mention.fact)
+    return found
