@@ -8,6 +8,7 @@ axe-core comes from the npm registry, pinned: `.ci/bootstrap` runs
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from django.utils import timezone
 from memory_admin.models import (
     Agent,
     AuditEvent,
+    Entity,
+    EntityMerge,
+    EntityMergeReview,
     Episode,
     ExtractionBatch,
     Fact,
@@ -24,6 +28,7 @@ from memory_admin.models import (
     Notebook,
     NotebookRevision,
     PiiBlock,
+    Relation,
     Skill,
     Thread,
 )
@@ -124,7 +129,60 @@ def site(demo):  # noqa: F811
         after={"content": "Alice lives in Paris", "version": 2},
         reason="moved",
     )
-    return {**demo, "block": block, "thread": thread}
+    return {**demo, "block": block, "thread": thread, **_entities(tenant, alice, demo["city"])}
+
+
+def _entities(tenant, alice, fact) -> dict:
+    """A small graph: Alice lives in Paris (closed), works at Acme; a merged alias; a review item."""
+    now = timezone.now()
+
+    def entity(name, type_, **kw):
+        return Entity.objects.create(
+            tenant=tenant,
+            memory_user=alice,
+            name=name,
+            type=type_,
+            aliases=[name],
+            alias_keys=[name.lower()],
+            first_seen=now,
+            last_seen=now,
+            **kw,
+        )
+
+    person, paris, acme = entity("Alice Martin", "person"), entity("Paris", "place"), entity("Acme SA", "company")
+    ally, acmee = entity("Ally", "person", merged_into=person), entity("Acmee", "company")
+    Relation.objects.create(
+        tenant=tenant,
+        memory_user=alice,
+        subject=person,
+        object=paris,
+        type="lives_in",
+        source_fact=fact,
+        valid_from=now - timedelta(days=30),
+        valid_to=now,
+    )
+    Relation.objects.create(
+        tenant=tenant, memory_user=alice, subject=person, object=acme, type="works_at", source_fact=fact, valid_from=now
+    )
+    EntityMerge.objects.create(
+        tenant=tenant,
+        memory_user=alice,
+        survivor=person,
+        loser=ally,
+        actor="staff:otto",
+        name_before="Alice Martin",
+        type_before="person",
+    )
+    EntityMergeReview.objects.create(
+        tenant=tenant,
+        memory_user=alice,
+        entity=acmee,
+        candidate=acme,
+        similarity=0.86,
+        judge="rules",
+        reason="similar names, not clearly one entity",
+    )
+    return {"person": person}
 
 
 def staff_pages(site) -> list[tuple[str, str]]:
@@ -158,6 +216,10 @@ def staff_pages(site) -> list[tuple[str, str]]:
         ("facts-band", f"{s}/facts/?status=active&conf_min=0.8&conf_max=0.9"),
         ("playground", f"{s}/playground/?user=alice&task=editor&budget_a=60&budget_b=2000"),
         ("bulk-confirm", None),
+        ("entities", f"{s}/entities/"),
+        ("entity", f"{s}/entities/{site['person'].pk}/?depth=2"),
+        ("entity-review", f"{s}/review/entities/"),
+        ("entity-merge-confirm", None),
     ]
 
 
@@ -171,8 +233,8 @@ def pages_for(role: str, site) -> list[tuple[str, str]]:
             ("team-notebook", f"{s}/notebook/"),
         ]
     pages = staff_pages(site)
-    if role == "auditor":  # reads only: no bulk form
-        pages = [p for p in pages if p[0] != "bulk-confirm"]
+    if role == "auditor":  # reads only: no bulk form, no merge form
+        pages = [p for p in pages if p[0] not in ("bulk-confirm", "entity-merge-confirm")]
     if role in ("admin", "auditor"):
         pages += [("pii", f"{s}/pii/"), ("pii-detail", f"{s}/pii/{site['block'].pk}/")]
     return pages
@@ -234,7 +296,12 @@ def test_every_page_is_accessible_and_photographed(browser, site, role, username
     problems = []
     for name, path in pages_for(role, site):
         page.set_viewport_size(DESKTOP)
-        if path is None:  # the bulk confirmation answers a POST: reach it the way a reviewer does
+        if name == "entity-merge-confirm":  # answers a POST, reached from the entity page's merge form
+            path = "/t/acme/entities/ (merge confirmation)"
+            page.goto(f"{site['url']}/t/acme/entities/{site['person'].pk}/")
+            page.click("#merge-form button")
+            page.wait_for_selector("text=Confirm: merge")
+        elif path is None:  # the bulk confirmation answers a POST: reach it the way a reviewer does
             path = "/t/acme/review/ (bulk confirmation)"
             page.goto(site["url"] + "/t/acme/review/")
             page.check(".review-card input[type=checkbox]")
