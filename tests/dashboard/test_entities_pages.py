@@ -200,3 +200,47 @@ def test_who_may_see_and_curate(tenant, other_tenant, make_staff, auditor, membe
     assert "Dana" not in text(stranger.get(url(other_tenant, "entities")))
     assert operator.get(url(tenant, "entities", "not-a-uuid")).status_code == 404
     assert Entity.objects.get(pk=dana.pk).name == "Dana"
+
+
+@pytest.mark.parametrize("rows", [3, 30])
+def test_entity_pages_run_a_bounded_number_of_queries(
+    admin, tenant, memory_user, make_fact, rows, django_assert_max_num_queries
+):
+    """Three entities or thirty, with their facts and relations: the same number of queries."""
+    now = timezone.now()
+    hub = Entity.objects.create(
+        tenant=tenant, memory_user=memory_user, name="Hub", alias_keys=["hub"], first_seen=now, last_seen=now
+    )
+    for i in range(rows):
+        fact = make_fact(memory_user, f"Hub knows spoke {i}")
+        spoke = Entity.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            name=f"Spoke {i}",
+            aliases=[f"Spoke {i}"],
+            alias_keys=[f"spoke {i}"],
+            first_seen=now,
+            last_seen=now,
+        )
+        FactEntity.objects.create(fact=fact, entity=hub, role="subject")
+        FactEntity.objects.create(fact=fact, entity=spoke, role="object")
+        Relation.objects.create(
+            tenant=tenant,
+            memory_user=memory_user,
+            subject=hub,
+            object=spoke,
+            type="knows",
+            source_fact=fact,
+            valid_from=now,
+        )
+        EntityMergeReview.objects.create(
+            tenant=tenant, memory_user=memory_user, entity=spoke, candidate=hub, similarity=0.8
+        )
+    for target, limit in (
+        (url(tenant, "entities"), 9),
+        (url(tenant, "entities", hub.pk) + "?depth=2", 13),
+        (url(tenant, "review", "entities"), 7),
+    ):
+        admin.get(target)
+        with django_assert_max_num_queries(limit):
+            assert admin.get(target).status_code == 200
