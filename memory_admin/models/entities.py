@@ -60,8 +60,9 @@ class Entity(models.Model):
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
-    # Set when an operator (or resolution) merged this entity into another: kept, so the merge can be undone.
-    merged_into = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="merged_from")
+    # Set when an operator (or resolution) merged this entity into another: kept, so the merge can be
+    # undone; removed with its survivor (an erase), as nothing is left to undo then.
+    merged_into = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="merged_from")
 
     class Meta:
         verbose_name_plural = "entities"

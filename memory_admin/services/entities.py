@@ -296,6 +296,9 @@ def relations_close(*, old: Fact, by: Fact) -> int:
 def entities_erase(*, memory_user_id: int) -> int:
     """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
     the one exception to "relations are only closed" (names are content). Returns the entities removed."""
+    from memory_admin.services.entity_curation import merged_names_erase
+
+    merged_names_erase(memory_user_id=memory_user_id)
     Relation.objects.filter(memory_user_id=memory_user_id).delete()
     FactEntity.objects.filter(fact__memory_user_id=memory_user_id).delete()
     return Entity.objects.filter(memory_user_id=memory_user_id).delete()[1].get(Entity._meta.label, 0)

@@ -446,3 +446,18 @@ def merge_review_reopen(*, principal: Principal, review_id: UUID | str) -> Entit
         memory_user_id=item.memory_user_id,
     )
     return item
+
+
+def merged_names_erase(*, memory_user_id: int) -> int:
+    """Erase (GDPR): the names a user's entities brought to a shared entity by a merge leave it (the
+    user's own entities and merge records go with the user). Returns the shared entities changed."""
+    changed = 0
+    merges = EntityMerge.objects.filter(loser__memory_user_id=memory_user_id, undone_at__isnull=True)
+    for record in merges.exclude(survivor__memory_user_id=memory_user_id).select_related("survivor"):
+        survivor = record.survivor
+        _drop_names(survivor, set(record.alias_keys_added))
+        if fold_name(survivor.name) in set(record.alias_keys_added):
+            survivor.name = record.name_before
+        survivor.save(update_fields=["aliases", "alias_keys", "name"])
+        changed += 1
+    return changed

@@ -235,3 +235,34 @@ def test_a_users_entity_cannot_swallow_a_shared_one(system, operator, alice, ten
     with pytest.raises(Invalid) as mismatch:
         entity_merge(principal=operator, survivor_id=entity(alice, "Umbrella").pk, loser_id=entity(carol, "Hooli").pk)
     assert mismatch.value.code == "entity_scope_mismatch"
+
+
+def test_erasing_a_user_removes_merged_entities_and_their_merge_records(system, operator, alice, two_bobs):
+    from memory_admin.services.entities import entities_erase
+
+    bob, robert = two_bobs
+    entity_merge(principal=operator, survivor_id=bob.pk, loser_id=robert.pk)
+    assert entities_erase(memory_user_id=alice.pk) >= 2
+    assert not Entity.objects.filter(memory_user=alice).exists() and not EntityMerge.objects.exists()
+
+
+def test_erasing_a_user_takes_the_names_it_merged_into_a_shared_entity(system, operator, alice, tenant):
+    from memory_admin.services.entities import entities_erase
+
+    org = Entity.objects.create(
+        tenant=tenant,
+        scope="org",
+        name="Globex",
+        type="company",
+        aliases=["Globex"],
+        alias_keys=["globex"],
+        first_seen=PAST,
+        last_seen=PAST,
+    )
+    write(system, alice, "Alice buys from Initrode Europe.", [EntityMention("Initrode Europe", "company")])
+    mine = Entity.objects.get(memory_user=alice, name="Initrode Europe")
+    entity_merge(principal=operator, survivor_id=org.pk, loser_id=mine.pk)
+    assert "initrode europe" in Entity.objects.get(pk=org.pk).alias_keys
+    entities_erase(memory_user_id=alice.pk)
+    org.refresh_from_db()
+    assert org.alias_keys == ["globex"] and org.aliases == ["Globex"] and org.name == "Globex"
