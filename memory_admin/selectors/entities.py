@@ -11,7 +11,7 @@ from uuid import UUID
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEntity, MemoryUser, Relation
+from memory_admin.models import AuditEvent, Entity, EntityMerge, EntityMergeReview, FactEntity, MemoryUser, Relation
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, get_visible, visible
 
@@ -147,3 +147,9 @@ def entity_sample_facts(principal: Principal, entity_ids: list, per_entity: int 
         if len(found[mention.entity_id]) < per_entity:
             found[mention.entity_id].append(mention.fact)
     return found
+
+
+def entity_history(principal: Principal, entity: Entity, limit: int = 20) -> list[AuditEvent]:
+    """The curation of this entity (merges, undos, splits, renames), newest first."""
+    events = visible(principal, AuditEvent.objects.filter(target_type="entity", target_id=str(entity.pk)))
+    return list(events.order_by("-created_at", "-pk")[:limit])

@@ -244,3 +244,26 @@ def test_entity_pages_run_a_bounded_number_of_queries(
         admin.get(target)
         with django_assert_max_num_queries(limit):
             assert admin.get(target).status_code == 200
+
+
+def test_an_automatic_merge_is_shown_on_the_survivor_with_its_judge_and_can_be_undone(operator, tenant, memory_user):
+    write(tenant, memory_user, "Acme Robotics builds arms.", [EntityMention("Acme Robotics", "company", "subject")])
+    write(tenant, memory_user, "The user called Acme Robotic.", [EntityMention("Acme Robotic", "company")])
+    acme = Entity.objects.get(name="Acme Robotics")
+    page = text(operator.get(url(tenant, "entities", acme.pk)))
+    assert re.search(
+        r"Acme Robotic \(company\) merged [\d-]+ [\d:]+ automatically by resolution \(rules judge, similarity 0\.9\d\)",
+        page,
+    )
+    assert "The user called Acme Robotic. mentioned" in page
+    assert re.search(r"History [\d-]+ [\d:]+ entity\.merge automatic by system: resolution: a spelling variant", page)
+    audit = text(operator.get(url(tenant, "audit")))
+    assert "entity.merge" in audit and "entity " + str(acme.pk)[:8] in audit
+    merge_id = re.search(
+        r"/merges/([0-9a-f-]{36})/undo/", operator.get(url(tenant, "entities", acme.pk)).content.decode()
+    )
+    operator.post(url(tenant, "entities", acme.pk, "merges", merge_id.group(1), "undo"))
+    after = text(operator.get(url(tenant, "entities", acme.pk)))
+    assert "The user called Acme Robotic." not in after and "entity.unmerge" not in after  # logged on the other one
+    typo = Entity.objects.get(name="Acme Robotic")
+    assert "The user called Acme Robotic. mentioned" in text(operator.get(url(tenant, "entities", typo.pk)))
