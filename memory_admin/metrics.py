@@ -243,7 +243,7 @@ class DatabaseCollector:
         from django.db.models import Count, Min
         from django.utils import timezone
 
-        from memory_admin.models import Contradiction, ExtractionBatch, Fact
+        from memory_admin.models import Contradiction, EntityMergeReview, ExtractionBatch, Fact
 
         now = timezone.now()
         depth = GaugeMetricFamily(
@@ -255,6 +255,7 @@ class DatabaseCollector:
         queues = {
             "contradictions": Contradiction.objects.filter(status=Contradiction.Status.OPEN),
             "quarantine": Fact.objects.filter(status=Fact.Status.QUARANTINED),
+            "entity_merges": EntityMergeReview.objects.filter(status=EntityMergeReview.Status.OPEN),
         }
         for queue, qs in queues.items():
             for row in qs.values("tenant_id").annotate(n=Count("pk"), first=Min("created_at")).order_by():

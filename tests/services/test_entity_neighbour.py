@@ -72,6 +72,13 @@ def test_an_uncertain_neighbour_becomes_a_review_item_and_accepting_merges(syste
     assert item.status == "open" and item.entity.name == "John Smith" and item.candidate.name == "Jon Smith"
     assert 0.8 <= item.similarity < 0.9 and not EntityMerge.objects.exists()
 
+    # The queue's depth is on /metrics, like the other review queues; names never are.
+    from tests.ops.test_metrics import sample, scrape
+
+    scraped = scrape()
+    assert sample(scraped, "memory_admin_review_queue_depth", tenant=alice.tenant_id, queue="entity_merges") == 1
+    assert "Smith" not in scraped
+
     merge_review_decide(principal=operator, review_id=item.pk, accept=True, note="same lab lead")
     assert mentioned_in(fact) == ["Jon Smith"]
     item.refresh_from_db()
