@@ -163,3 +163,22 @@ def test_a_failing_llm_judge_leaves_a_review_item_and_the_write_lands(system, al
     assert mentioned_in(fact) == ["Katharine Jones"]
     assert EntityMergeReview.objects.get().judge == "llm"
     assert LlmCall.objects.filter(layer="entity_judge", ok=False).exists()
+
+
+def test_the_command_embeds_entities_made_before_step_3_and_is_idempotent(system, alice, tenant):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from memory_admin.embeddings import embed_one
+
+    write(system, alice, "Initech hired the user.", [EntityMention("Initech", "company", "subject")])
+    Entity.objects.update(embedding=None)
+    out = StringIO()
+    call_command("entity_embeddings", "--tenant", tenant.slug, stdout=out, stderr=StringIO())
+    assert out.getvalue().strip() == "1 entity embedded."
+    initech = Entity.objects.get(name="Initech")
+    assert list(initech.embedding) == pytest.approx(embed_one("Initech (company)"), abs=1e-5)
+    again = StringIO()
+    call_command("entity_embeddings", stdout=again, stderr=StringIO())
+    assert again.getvalue().strip() == "0 entities embedded."
