@@ -67,16 +67,16 @@ def test_build_is_offline_and_recorded_by_hash(static_offline):
 
 
 def test_static_vectors_against_the_onnx_engine(vectors):
-    """Figures on this fixed set (25 sentences; measured 0.51 mean cosine, 0.29 min; top-1 neighbour
-    agreement 0.68, top-5 0.40): the static vectors live in MiniLM's space but are a weaker model of it.
-    The bounds are the measured figures less a margin, so a broken table (random rows, rows out of order,
-    a lost weighting) fails them."""
+    """Figures on this fixed set (25 sentences; measured: cosine to the ONNX vector 0.65 mean, 0.40 min;
+    each sentence's nearest other the same under both engines for 0.72 of them, top-5 overlap 0.50): the
+    static vectors live in MiniLM's space but are a weaker model of it. The bounds are the measured
+    figures less a margin, so a broken table (random rows, rows out of order, a lost weighting) fails."""
     onnx_vectors, static_vectors = vectors
     assert static_vectors.shape == (len(SENTENCES), 384)
     np.testing.assert_allclose(np.linalg.norm(static_vectors, axis=1), 1.0, rtol=1e-5)
     cosines = (onnx_vectors * static_vectors).sum(axis=1)
-    assert cosines.mean() >= 0.45, cosines
-    assert cosines.min() >= 0.2, cosines
+    assert cosines.mean() >= 0.58, cosines
+    assert cosines.min() >= 0.3, cosines
 
     def neighbours(v: np.ndarray, k: int) -> list[set[int]]:
         sims = v @ v.T
@@ -87,13 +87,24 @@ def test_static_vectors_against_the_onnx_engine(vectors):
     top5 = np.mean(
         [len(a & b) / 5 for a, b in zip(neighbours(onnx_vectors, 5), neighbours(static_vectors, 5), strict=True)]
     )
-    assert top1 >= 0.6, top1
-    assert top5 >= 0.35, top5
+    assert top1 >= 0.64, top1
+    assert top5 >= 0.42, top5
     # the pairs a reader would call paraphrases are each other's nearest neighbour under static too
     sims = static_vectors @ static_vectors.T
     for a, b in ((0, 1), (17, 18), (12, 13)):
         others = [sims[a, j] for j in range(len(SENTENCES)) if j not in (a, b)]
         assert sims[a, b] > max(others), (SENTENCES[a], SENTENCES[b])
+
+
+def test_distinct_sentences_stay_below_the_write_paths_thresholds(vectors):
+    """The common direction is removed, so different statements are not near-duplicates (the tenant's
+    default dedup threshold 0.95; before the removal "Bob lives in Berlin" / "... in Paris" scored 0.92
+    and LoCoMo's distinct turns a median 0.93) and unrelated ones are far apart (median 0.19 here)."""
+    _, static_vectors = vectors
+    sims = static_vectors @ static_vectors.T
+    pairs = sims[np.triu_indices(len(SENTENCES), 1)]
+    assert pairs.max() < 0.95, pairs.max()
+    assert np.median(pairs) < 0.3, np.median(pairs)
 
 
 def test_same_text_same_vector_and_empty_text_gets_a_unit_vector(static_engine):
