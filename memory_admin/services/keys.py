@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Callable
 from datetime import timedelta
 
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
@@ -57,20 +58,30 @@ def principal_for_key(raw: str) -> Principal | None:
     """The principal of a bearer key, or None for a missing, unknown or revoked key."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    with connection.cursor() as cursor:
-        # Every API request asks this: fixed SQL, no ORM query built per request.
-        cursor.execute(_KEY_SQL, [hash_key(raw)])
-        row = cursor.fetchone()
-    return _principal(row) if row is not None else None
+    return _checking_connection(_key_principal, raw)
 
 
 def principal_for_request(raw: str) -> Principal | None:
     """principal_for_key and the key's request count (throttle.api_key_hit) in one statement, so one
     round trip: RateLimited past the key's limit, None for a missing, unknown or revoked key (not
     counted)."""
+    if not raw or not raw.startswith(KEY_PREFIX):
+        return None
+    return _checking_connection(_counted_principal, raw)
+
+
+def _key_principal(raw: str) -> Principal | None:
+    # Every API request asks this: fixed SQL, no ORM query built per request.
+    with connection.cursor() as cursor:
+        cursor.execute(_KEY_SQL, [hash_key(raw)])
+        row = cursor.fetchone()
+    return _principal(row) if row is not None else None
+
+
+def _counted_principal(raw: str) -> Principal | None:
     count = api_key_count_sql("k.id")
-    if count is None or not raw or not raw.startswith(KEY_PREFIX):
-        return principal_for_key(raw)
+    if count is None:
+        return _key_principal(raw)
     count_sql, count_params, retry_after = count
     with connection.cursor() as cursor:
         cursor.execute(
@@ -83,6 +94,33 @@ def principal_for_request(raw: str) -> Principal | None:
     principal = _principal(row[:-1])
     api_key_check(row[-1], retry_after)
     return principal
+
+
+def _checking_connection(lookup: Callable[[str], Principal | None], raw: str) -> Principal | None:
+    """The key lookup, whose statement is also the connection's health check (one round trip, not two).
+
+    With CONN_HEALTH_CHECKS Django sends `SELECT 1` before the first statement of a request on a reused
+    connection. The key lookup opens every API request, so it is the check instead: Django's is skipped,
+    and when the lookup fails on a connection that then proves broken (Postgres restarted, the socket
+    closed) the connection is closed and the lookup runs once more on a new one, which is what Django
+    does after a failed check. Any other error is raised as it was. Inside a transaction (nothing to
+    reconnect) and on a connection not yet used, nothing changes."""
+    due = (
+        connection.health_check_enabled
+        and connection.connection is not None
+        and not connection.health_check_done
+        and not connection.in_atomic_block
+    )
+    if not due:
+        return lookup(raw)
+    connection.health_check_done = True
+    try:
+        return lookup(raw)
+    except (OperationalError, InterfaceError):
+        if connection.is_usable():
+            raise
+        connection.close()
+    return lookup(raw)
 
 
 def _principal(row: tuple) -> Principal:

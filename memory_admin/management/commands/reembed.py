@@ -101,7 +101,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--engine", default="", help="onnx, torch or openai (default: settings.EMBEDDER)")
+        parser.add_argument("--engine", default="", help="onnx, static, torch or openai (default: settings.EMBEDDER)")
         parser.add_argument("--tenant", default="", help="only this tenant's slug")
         parser.add_argument("--batch", type=int, default=BATCH, help="rows per transaction")
         parser.add_argument("--no-swap", action="store_true", help="fill the shadow column only")

@@ -179,7 +179,7 @@ class Command(BaseCommand):
     def prepare(self, *, demo: bool) -> None:
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
-        if settings.EMBEDDER == "onnx":
+        if settings.EMBEDDER in ("onnx", "static"):
             call_command("build_embedder")  # once, before the workers start; a no-op when the cache verifies
         if demo:
             call_command("seed_demo")

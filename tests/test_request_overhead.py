@@ -1,0 +1,121 @@
+"""An API request's statements outside the search itself, through the WSGI application exactly as
+gunicorn calls it (Django's request signals run, so a connection reused from the previous request is
+health-checked, as in a gunicorn thread).
+
+The key statement doubles as the connection's health check: no `SELECT 1` round trip before it, and a
+connection that Postgres dropped between two requests is still replaced without the client noticing."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+
+import psycopg
+import pytest
+from django.db import connection
+
+from memory_admin.services.keys import api_key_create
+from memory_admin.services.tenants import tenant_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    """Every statement psycopg sends, in order (Django's own health check goes to psycopg directly, so
+    it is seen here too)."""
+    sent: list[str] = []
+    original = psycopg.Cursor.execute
+
+    def execute(self, query, *args, **kwargs):
+        sent.append(query if isinstance(query, str) else str(query))
+        return original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+    return sent
+
+
+@pytest.fixture
+def admin_key() -> str:
+    tenant = tenant_create(slug="overhead")
+    return api_key_create(tenant_id=tenant.pk, agent_name="overhead", is_admin=True)[1]
+
+
+def _get(path: str, key: str, query: str = "") -> tuple[int, dict]:
+    from memory_admin.wsgi import application
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "localhost",
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    status = []
+    body = b"".join(application(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0]))))
+    return status[0], json.loads(body)
+
+
+def test_key_statement_is_the_health_check(admin_key, statements):
+    assert _get("/api/v1/settings", admin_key)[0] == 200
+    backend = connection.connection.info.backend_pid
+    statements.clear()
+    status, _ = _get("/api/v1/users/nobody/search", admin_key, "q=tea")
+    assert status == 404  # no such memory user: the key statement, then the user lookup
+    assert connection.connection.info.backend_pid == backend  # the connection was reused ...
+    assert "SELECT 1" not in statements  # ... without a separate round trip to check it
+    assert "key_hash" in statements[0]
+    assert len(statements) == 2
+
+
+def test_a_connection_postgres_dropped_is_replaced_without_an_error(admin_key, statements):
+    assert _get("/api/v1/settings", admin_key)[0] == 200
+    dropped = connection.connection.info.backend_pid
+    # Postgres drops the connection between two requests (a restart, an idle timeout, an operator):
+    with psycopg.connect(connection.connection.info.dsn, password=connection.settings_dict["PASSWORD"]) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [dropped])
+    statements.clear()
+    status, body = _get("/api/v1/settings", admin_key)
+    assert status == 200, body  # answered on a new connection, as after Django's own failed check
+    assert connection.connection.info.backend_pid != dropped
+    # the key statement failed on the dropped connection, then ran once more on the new one
+    assert sum("key_hash" in s for s in statements) == 2
+    assert _get("/api/v1/settings", admin_key)[0] == 200
+
+
+def test_other_errors_of_the_key_statement_are_not_retried(admin_key, statements, monkeypatch):
+    """A failure that is not a broken connection (here a statement timeout) is answered as before:
+    an error, and the statement is not sent twice."""
+    assert _get("/api/v1/settings", admin_key)[0] == 200
+    from memory_admin.services import keys
+
+    monkeypatch.setattr(keys, "_KEY_SQL", keys._KEY_SQL.replace("SELECT k.id", "SELECT pg_sleep(0.3), k.id", 1))
+    monkeypatch.setattr(keys, "api_key_count_sql", lambda column: None)  # the plain key statement
+    original = keys._key_principal
+
+    def with_timeout(raw):
+        with connection.cursor() as cursor:
+            cursor.execute("SET statement_timeout = '50ms'")
+        try:
+            return original(raw)
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET statement_timeout = 0")
+
+    monkeypatch.setattr(keys, "_key_principal", with_timeout)
+    statements.clear()
+    status, _ = _get("/api/v1/settings", admin_key)
+    assert status >= 500
+    assert sum("pg_sleep" in s for s in statements) == 1
