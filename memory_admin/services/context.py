@@ -34,11 +34,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import itertools
+import json
 import re
 import secrets
 import threading
 import time
 import unicodedata
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -277,31 +279,79 @@ def _fact_candidates(budget_tokens: int) -> int:
 # --- Gathering: what could go in, in order ---------------------------------------------------------------
 
 
-def _gather_notebooks(principal: Principal, memory_user: MemoryUser, sections: dict[str, _Section]) -> None:
-    notebooks = {
-        nb.memory_user_id: nb
-        for nb in visible(principal, Notebook.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
-    }
+# Notebooks, pinned facts, skill paths and recent episodes come from one statement, compiled once per
+# principal (each part built by the ORM from `visible()`, the one access check) with the memory user as
+# a sentinel; each part's rows come back as JSON.
+_USER = -7_340_029
+_PINNED_COLUMNS = ("id", "content", "valid_from", "memory_user_id", "status", "confidence", "pinned", "kind")
+_PINNED_COLUMNS += ("contested", "access_count", "last_accessed_at", "created_at")
+
+
+@functools.lru_cache(maxsize=256)
+def _side_statement(principal: Principal) -> tuple[str, tuple]:
+    own_or_shared = Q(memory_user_id=_USER) | Q(memory_user__isnull=True)
+    notebooks = visible(principal, Notebook.objects.filter(own_or_shared)).values(
+        "id", "memory_user_id", "content", "version"
+    )
+    # Two branches, each served by the partial index on pinned facts (an OR of the user and the shared
+    # scope would scan the whole org scope).
+    pinned = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).values(*_PINNED_COLUMNS)
+    own_pinned = visible(principal, pinned.filter(memory_user_id=_USER))[:PINNED_LIMIT]
+    shared_pinned = visible(principal, pinned.filter(memory_user__isnull=True))[:PINNED_LIMIT]
+    skills = visible(principal, Skill.objects.filter(own_or_shared)).values("id", "path", "memory_user_id")
+    episodes = (
+        visible(principal, Episode.objects.filter(memory_user_id=_USER))
+        .exclude(summary="")
+        .order_by("-ended_at")
+        .values("id", "ended_at", "outcome", "summary")[:EPISODE_LIMIT]
+    )
+    parts = [_compiled(qs) for qs in (notebooks, own_pinned, shared_pinned, skills, episodes)]
+    (nb, nb_p), (own, own_p), (shared, shared_p), (sk, sk_p), (ep, ep_p) = parts
+    pinned_sql = (
+        f"SELECT c.id, c.content, c.valid_from, c.memory_user_id, c.confidence, c.created_at,"
+        f" {scoring.effective_confidence_sql('c')} AS effective, {scoring.staleness_sql('c')} AS staleness,"
+        f" c.status FROM (({own}) UNION ALL ({shared})) AS c"
+    )
+    sql = " UNION ALL ".join(
+        f"(SELECT {i}, row_to_json(t)::text FROM ({part}) AS t)" for i, part in enumerate((nb, pinned_sql, sk, ep))
+    )
+    return sql, (*nb_p, *own_p, *shared_p, *sk_p, *ep_p)
+
+
+def _compiled(qs: Any) -> tuple[str, tuple]:
+    sql, params = qs.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _gather_side(principal: Principal, memory_user: MemoryUser, task: str, sections: dict[str, _Section]) -> set:
+    """Notebooks, pinned facts, skills and episodes (one statement; the content of the chosen skills in
+    a second one). Returns the ids of the pinned facts."""
+    sql, params = _side_statement(principal)
+    parts: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [memory_user.pk if p == _USER else p for p in params])
+        for part, row in cursor.fetchall():
+            parts[part].append(json.loads(row))
+    _gather_notebooks(memory_user, parts[0], sections)
+    pinned = _gather_pinned(memory_user, parts[1], sections["pinned"])
+    _gather_skills(principal, task, parts[2], sections["skills"])
+    _gather_episodes(parts[3], sections["episodes"])
+    return pinned
+
+
+def _gather_notebooks(memory_user: MemoryUser, rows: list[dict], sections: dict[str, _Section]) -> None:
+    notebooks = {row["memory_user_id"]: row for row in rows}
     for name, owner in (("notebook", memory_user.pk), ("tenant_notebook", None)):
         nb = notebooks.get(owner)
-        if nb is not None and nb.content.strip():
-            sections[name].items.append(_Item(f"notebook:{nb.pk}:v{nb.version}", _quoted(nb.content.strip())))
+        if nb is not None and nb["content"].strip():
+            sections[name].items.append(_Item(f"notebook:{nb['id']}:v{nb['version']}", _quoted(nb["content"].strip())))
 
 
-def _gather_pinned(principal: Principal, memory_user: MemoryUser, section: _Section) -> set:
-    # One query of two branches, each served by the partial index on pinned facts (an OR of the user and
-    # the shared scope would scan the whole org scope).
-    pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
-    own_pinned = visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT]
-    shared_pinned = visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]
-    pinned = sorted(
-        own_pinned.union(shared_pinned, all=True), key=lambda f: (-f.confidence, -f.created_at.timestamp())
-    )[:PINNED_LIMIT]
-    for fact in pinned:
-        if fact.memory_user_id == memory_user.pk:
-            fact.memory_user = memory_user
-        section.items.append(_pinned_item(fact))
-    return {f.pk for f in pinned}
+def _gather_pinned(memory_user: MemoryUser, rows: list[dict], section: _Section) -> set:
+    rows.sort(key=lambda r: (-r["confidence"], -datetime.fromisoformat(r["created_at"]).timestamp()))
+    for row in rows[:PINNED_LIMIT]:
+        section.items.append(_pinned_item(row))
+    return {uuid.UUID(row["id"]) for row in rows[:PINNED_LIMIT]}
 
 
 @dataclass
@@ -404,45 +454,39 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
     return sorted(facts, key=nearest)
 
 
-def _gather_skills(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
-    # Skills are chosen by path: read the paths only, and the content of the few chosen.
+def _gather_skills(principal: Principal, task: str, rows: list[dict], section: _Section) -> None:
+    """Skills are chosen by path: the paths of all, the content of the few chosen."""
     words = _task_words(task)
-    skills = visible(principal, Skill.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
     ranked = sorted(
         (
-            (score, pk, path, owner)
-            for pk, path, owner in skills.values_list("id", "path", "memory_user_id")
-            if (score := _skill_score(path, task, words)) > 0
+            (score, row["id"], row["path"], row["memory_user_id"])
+            for row in rows
+            if (score := _skill_score(row["path"], task, words)) > 0
         ),
         key=lambda item: (-item[0], item[3] is None, item[2]),
     )[:SKILL_LIMIT]
     if ranked:
+        skills = visible(principal, Skill.objects.filter(pk__in=[item[1] for item in ranked]))
         chosen = {
-            pk: (version, content)
-            for pk, version, content in skills.filter(pk__in=[item[1] for item in ranked]).values_list(
-                "id", "version", "content"
-            )
+            str(pk): (version, content) for pk, version, content in skills.values_list("id", "version", "content")
         }
         for _, pk, path, _ in ranked:
-            version, content = chosen[pk]
-            text = f"### {_one_line(path)} (v{version})\n{_quoted(content.strip())}"
-            section.items.append(_Item(path, text))
+            if str(pk) in chosen:
+                version, content = chosen[str(pk)]
+                text = f"### {_one_line(path)} (v{version})\n{_quoted(content.strip())}"
+                section.items.append(_Item(path, text))
 
 
-def _gather_episodes(principal: Principal, memory_user: MemoryUser, section: _Section) -> None:
-    episodes = (
-        visible(principal, Episode.objects.filter(memory_user=memory_user))
-        .exclude(summary="")
-        .order_by("-ended_at")[:EPISODE_LIMIT]
-    )
-    for ep in episodes:
+def _gather_episodes(rows: list[dict], section: _Section) -> None:
+    for ep in rows:
         # Summaries are guarded when built; one stored before that (or by another path) is checked here.
         summary = (
-            _one_line(ep.summary)
-            if not verdict(ep.summary).flagged
+            _one_line(ep["summary"])
+            if not verdict(ep["summary"]).flagged
             else "(summary withheld: it reads as instructions to a model)"
         )
-        section.items.append(_Item(str(ep.pk), f"- [{ep.ended_at:%Y-%m-%d}, {ep.outcome}] {summary}\n"))
+        ended = datetime.fromisoformat(ep["ended_at"])
+        section.items.append(_Item(str(ep["id"]), f"- [{ended:%Y-%m-%d}, {ep['outcome']}] {summary}\n"))
 
 
 def _gather(
@@ -451,16 +495,13 @@ def _gather(
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
     sections = {name: _Section(name) for name in SECTION_ORDER}
-    _gather_notebooks(principal, memory_user, sections)
-    pinned = _gather_pinned(principal, memory_user, sections["pinned"])
+    pinned = _gather_side(principal, memory_user, task, sections)
     ranking = fact_ranking(
         principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
     )
     sections["facts"].sequence = _fact_sequence(
         principal, memory_user, ranking, _fact_candidates(budget_tokens), pinned
     )
-    _gather_skills(principal, memory_user, task, sections["skills"])
-    _gather_episodes(principal, memory_user, sections["episodes"])
     return [sections[name] for name in SECTION_ORDER], ranking
 
 
@@ -476,13 +517,14 @@ def _words(content: str) -> str:
     return " ".join(WORD.findall(fold(content).casefold()))
 
 
-def _pinned_item(fact: Fact) -> _Item:
+def _pinned_item(row: dict) -> _Item:
     """Pinned facts are few and chosen by people: each on its own line with its date and confidence, in
     the order of their confidence."""
-    stale = ", stale" if scoring.is_stale(fact) else ""
-    content = _one_line(fact.content)
-    lead = f"- [{fact.valid_from:%Y-%m-%d}, confidence {scoring.effective_confidence(fact):.2f}{stale}] "
-    return _Item(str(fact.pk), f"{lead}{content}\n", words=_words(content), lead=lead)
+    stale = ", stale" if row["status"] == Fact.Status.STALE or row["staleness"] > scoring.STALE_THRESHOLD else ""
+    content = _one_line(row["content"])
+    day = datetime.fromisoformat(row["valid_from"])
+    lead = f"- [{day:%Y-%m-%d}, confidence {row['effective']:.2f}{stale}] "
+    return _Item(row["id"], f"{lead}{content}\n", words=_words(content), lead=lead)
 
 
 def _fact_item(fact: Fact | _Row, *, effective: float | None = None, stale: bool | None = None) -> _Item:
