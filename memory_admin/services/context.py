@@ -54,18 +54,20 @@ from django.db.models.expressions import RawSQL
 from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
 from memory_admin.selectors.access import Principal, visible
-from memory_admin.selectors.search import NEIGHBOUR_MINUTES, WORD, Ranking, fact_ranking
+from memory_admin.selectors.search import DOC_LEN, NEIGHBOUR_MINUTES, WORD, Ranking, fact_ranking
 from memory_admin.services.guard import verdict
 from memory_admin.textnorm import fold, strip_invisible
 from memory_admin.tokens import count_tokens, truncate_to_tokens
 
 MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
-# Ranked facts are read in chunks as the fill reaches them: the first as many as the budget could hold
-# at FACT_TOKENS_GUESS tokens a line (at least MIN_FACT_CANDIDATES), each next one twice the last. The
-# ranked facts a block does not hold are listed as dropped up to that first chunk's size.
-FACT_TOKENS_GUESS = 16
+# Ranked facts are read in chunks as the fill reaches them: first as many as the budget could hold if
+# a line cost LINE_TOKENS_PER_LEXEME tokens per lexeme of the fact (the ranking knows how many each has;
+# an underestimate, so that one read usually suffices), plus MIN_FACT_CANDIDATES; each next chunk twice
+# the last. The ranked facts a block does not hold are listed as dropped up to the first chunk's size.
+LINE_TOKENS_PER_LEXEME = 2
 MIN_FACT_CANDIDATES = 30
+LENGTH_DISCOUNT = 0.0
 # Shared (org/global) candidates of each kind (nearest, full text). The same at every budget: the ranking
 # (IDF and the vector's rescaling are relative to the candidates) must not depend on the budget, or a
 # larger budget could rank, and hold, other facts. At 20 the session's default ef_search serves the
@@ -271,9 +273,15 @@ def _skill_score(path: str, task: str, words: set[str]) -> int:
     return len(segments & words)
 
 
-def _fact_candidates(budget_tokens: int) -> int:
-    """How many ranked facts to read first for a budget: what it could hold at a typical line."""
-    return max(MIN_FACT_CANDIDATES, budget_tokens // FACT_TOKENS_GUESS)
+def _fact_candidates(ranking: Ranking, budget_tokens: int) -> int:
+    """How many ranked facts to read first for a budget: what it could hold at the estimated cost of
+    their lines, and MIN_FACT_CANDIDATES more."""
+    spent = 0
+    for n, (_, row, _) in enumerate(ranking.scored):
+        spent += 1 + LINE_TOKENS_PER_LEXEME * row[DOC_LEN]
+        if spent > budget_tokens:
+            return n + MIN_FACT_CANDIDATES
+    return len(ranking.scored)
 
 
 # --- Gathering: what could go in, in order ---------------------------------------------------------------
@@ -499,8 +507,10 @@ def _gather(
     ranking = fact_ranking(
         principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
     )
+    if LENGTH_DISCOUNT:
+        ranking.scored.sort(key=lambda t: (-t[0] / (1 + t[1][DOC_LEN]) ** LENGTH_DISCOUNT, t[1][0]))
     sections["facts"].sequence = _fact_sequence(
-        principal, memory_user, ranking, _fact_candidates(budget_tokens), pinned
+        principal, memory_user, ranking, _fact_candidates(ranking, budget_tokens), pinned
     )
     return [sections[name] for name in SECTION_ORDER], ranking
 
@@ -606,7 +616,7 @@ def _fit_facts(pinned: _Section, facts: _Section, room: _Room, ranking: Ranking,
             break
     pinned.dropped += [{"id": i.id, "reason": "over_budget"} for i in pinned.items if i.id not in pinned.placed]
     # The ranked facts the block does not hold, as far as the block could have reached.
-    reach = _fact_candidates(budget_tokens) + len(facts.placed)
+    reach = max(_fact_candidates(ranking, budget_tokens), len(facts.placed) + MIN_FACT_CANDIDATES)
     for _, row, _ in ranking.scored[:reach]:
         if str(row[0]) not in facts.placed:
             facts.dropped.append({"id": str(row[0]), "reason": "over_budget"})
