@@ -67,7 +67,6 @@ MAX_BUDGET_TOKENS = 32000
 # the last. The ranked facts a block does not hold are listed as dropped up to the first chunk's size.
 LINE_TOKENS_PER_LEXEME = 2
 MIN_FACT_CANDIDATES = 30
-LENGTH_DISCOUNT = 0.0
 # Shared (org/global) candidates of each kind (nearest, full text). The same at every budget: the ranking
 # (IDF and the vector's rescaling are relative to the candidates) must not depend on the budget, or a
 # larger budget could rank, and hold, other facts. At 20 the session's default ef_search serves the
@@ -507,8 +506,6 @@ def _gather(
     ranking = fact_ranking(
         principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
     )
-    if LENGTH_DISCOUNT:
-        ranking.scored.sort(key=lambda t: (-t[0] / (1 + t[1][DOC_LEN]) ** LENGTH_DISCOUNT, t[1][0]))
     sections["facts"].sequence = _fact_sequence(
         principal, memory_user, ranking, _fact_candidates(ranking, budget_tokens), pinned
     )
