@@ -4,14 +4,16 @@ Order: the user's notebook (always; it is sovereign), the tenant notebook, pinne
 effective confidence and relevance to the task, skills whose path matches the task, recent episode
 summaries. Tokens are counted with tiktoken cl100k_base.
 
-Facts fill the budget (issue 15): as many are ranked as the budget could hold, they are taken in rank
-order until the next one does not fit, and a short look-ahead then fills what is left. A small share of
-the budget (at most RELATED_MAX_TOKENS) goes to related memory: the facts observed next to the strongest
-matches (same thread, same episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer;
-the search's neighbour support already lifts most of them into the ranking. Tokens go to content: facts
-are listed under one dated line per day, in the order they were observed (a conversation reads in
-order); a fact carries a note only when it says something (confidence below CONFIDENCE_NOTE_BELOW,
-contested, stale); a fact whose words another listed fact already holds is collapsed into that line.
+Facts fill the budget (issue 15), monotone by construction: pinned facts, then the search's ranking of
+every candidate (one ranking, the same at every budget), with the related memory of the strongest
+matches (the facts observed next to them: same thread, same episode, or within NEIGHBOUR_MINUTES; at
+most RELATED_MAX_TOKENS) after the RELATED_AFTER best, form one order that does not depend on the
+budget. A block is the longest prefix of that order that fits, and the next fact cut to fill what is
+left (marked, and listed in the section's `truncated`): a larger budget only adds. Ranked facts are
+read as the fill reaches them. Tokens go to content: facts are listed under one dated line per day, in
+the order they were observed (a conversation reads in order); a fact carries a note only when it says
+something (confidence below CONFIDENCE_NOTE_BELOW, contested, stale); a fact whose words another listed
+fact already holds is collapsed into that line.
 
 The block is fenced as data, and no content can pass for its structure (issue 8):
 * the fence carries a random nonce drawn for each response (memory was stored before it was drawn, so it
