@@ -498,6 +498,10 @@ def _gather_episodes(rows: list[dict], section: _Section) -> None:
         section.items.append(_Item(str(ep["id"]), f"- [{ended:%Y-%m-%d}, {ep['outcome']}] {summary}\n"))
 
 
+# The block's ranking is the search's, observed as one (labelled by the block, metrics.observe_search).
+_rank = metrics.observe_search(fact_ranking)
+
+
 def _gather(
     principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
 ) -> tuple[list[_Section], Ranking]:
@@ -505,7 +509,7 @@ def _gather(
     whatever the budget)."""
     sections = {name: _Section(name) for name in SECTION_ORDER}
     pinned = _gather_side(principal, memory_user, task, sections)
-    ranking = fact_ranking(
+    ranking = _rank(
         principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
     )
     sections["facts"].sequence = _fact_sequence(
