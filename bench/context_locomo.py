@@ -8,10 +8,12 @@ user, each turn one fact. Then every question of categories 1-4 is the `task` of
   of memory, so the block can always be filled);
 - evidence recall in the block per category: the share of a question's evidence turns that are inside
   the block, i.e. written into a fact the block included (fact id -> dia_ids from the write responses,
-  as retrieval_locomo maps them), a collapsed near-duplicate counted with the line that holds it;
+  as retrieval_locomo maps them), a collapsed near-duplicate counted with the line that holds it, the
+  fact cut to fill the end of the budget (`truncated`) not counted;
 - the time to build the block: the server's own time (Server-Timing), median, with and without the
   query embedding;
-- monotonicity: questions whose recall at a larger budget is below their recall at a smaller one.
+- monotonicity: questions whose recall at a larger budget is below their recall at a smaller one, and
+  budget steps after which a fact the smaller block held is missing from the larger one.
 
     python bench/context_locomo.py                 # ingest (about 5 minutes) + evaluate
     python bench/context_locomo.py --reuse         # evaluate again on the last ingest
