@@ -8,10 +8,12 @@ user, each turn one fact. Then every question of categories 1-4 is the `task` of
   of memory, so the block can always be filled);
 - evidence recall in the block per category: the share of a question's evidence turns that are inside
   the block, i.e. written into a fact the block included (fact id -> dia_ids from the write responses,
-  as retrieval_locomo maps them), a collapsed near-duplicate counted with the line that holds it;
+  as retrieval_locomo maps them), a collapsed near-duplicate counted with the line that holds it, the
+  fact cut to fill the end of the budget (`truncated`) not counted;
 - the time to build the block: the server's own time (Server-Timing), median, with and without the
   query embedding;
-- monotonicity: questions whose recall at a larger budget is below their recall at a smaller one.
+- monotonicity: questions whose recall at a larger budget is below their recall at a smaller one, and
+  budget steps after which a fact the smaller block held is missing from the larger one.
 
     python bench/context_locomo.py                 # ingest (about 5 minutes) + evaluate
     python bench/context_locomo.py --reuse         # evaluate again on the last ingest
@@ -33,14 +35,20 @@ BUDGETS = (250, 500, 1000, 2000, 4000)
 FACT_SECTIONS = ("pinned", "facts")
 
 
-def in_block(body: dict, dia_ids_of: dict[str, set]) -> set[str]:
-    """The dia_ids whose fact the block holds: included facts, and near-duplicates collapsed into one."""
+def held(body: dict) -> set[str]:
+    """The facts the block holds: included ones, and near-duplicates collapsed into one of them."""
     ids = set()
     for section in body["sections"]:
-        if section["name"] not in FACT_SECTIONS:
-            continue
-        ids.update(section["included"])
-        ids.update(d["id"] for d in section["dropped"] if d["reason"] == "duplicate")
+        if section["name"] in FACT_SECTIONS:
+            ids.update(section["included"])
+            ids.update(d["id"] for d in section["dropped"] if d["reason"] == "duplicate")
+    return ids
+
+
+def in_block(body: dict, dia_ids_of: dict[str, set]) -> set[str]:
+    """The dia_ids whose fact the block holds whole: a fact cut to fill the end of the budget
+    (`truncated`) does not count, as its cut text may have lost the answer."""
+    ids = held(body) - {i for s in body["sections"] if s["name"] in FACT_SECTIONS for i in s["truncated"]}
     return set().union(*(dia_ids_of.get(i, set()) for i in ids)) if ids else set()
 
 
@@ -50,16 +58,16 @@ PerBudget = dict[int, list]
 
 def evaluate(
     port: int, key: str, questions: list[dict], dia_ids_of: dict[str, set], budgets: tuple[int, ...]
-) -> tuple[Recall, PerBudget, PerBudget, PerBudget, int]:
+) -> tuple[Recall, PerBudget, PerBudget, PerBudget, int, int]:
     client = Client(port, key)
     recall: dict[int, dict[int, list[float]]] = {b: collections.defaultdict(list) for b in budgets}
     tokens: dict[int, list[int]] = collections.defaultdict(list)
     build: dict[int, list[float]] = collections.defaultdict(list)
     build_excl: dict[int, list[float]] = collections.defaultdict(list)
-    dips = 0
+    dips = lost = 0
     for q in questions:
         evidence = set(q["evidence"])
-        previous = -1.0
+        previous, before = -1.0, set()
         for budget in budgets:
             status, body, headers = client.request(
                 "GET",
@@ -76,11 +84,20 @@ def evaluate(
             build_excl[budget].append(timing.get("server_ms_excluding_embed", 0.0))
             dips += share < previous
             previous = share
-    return recall, tokens, build, build_excl, dips
+            now = held(body)
+            lost += not before <= now
+            before = now
+    return recall, tokens, build, build_excl, dips, lost
 
 
 def report(
-    recall: Recall, tokens: PerBudget, build: PerBudget, build_excl: PerBudget, dips: int, budgets: tuple[int, ...]
+    recall: Recall,
+    tokens: PerBudget,
+    build: PerBudget,
+    build_excl: PerBudget,
+    dips: int,
+    lost: int,
+    budgets: tuple[int, ...],
 ) -> None:
     cats = sorted(CATEGORIES)
     header = (
@@ -103,6 +120,7 @@ def report(
         "questions per category: " + ", ".join(f"{CATEGORIES[c]} {n[c]}" for c in cats) + f"; pooled {sum(n.values())}"
     )
     print(f"questions whose recall fell when the budget grew (monotone if 0): {dips}")
+    print(f"budget steps after which a fact of the smaller block was missing (contained if 0): {lost}")
 
 
 def main() -> int:

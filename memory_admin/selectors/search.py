@@ -397,6 +397,59 @@ def _facts_by_id(
     return {fact.pk: fact for fact in facts}
 
 
+@dataclass
+class Ranking:
+    """Every candidate scored, best first: (final, candidate row, score components); see `_score`."""
+
+    scored: list[tuple[float, tuple, dict]]
+    candidates: int
+    weights: dict[str, float]
+    timings: dict[str, float]
+
+
+def fact_ranking(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+    n_shared: int = 20,
+    exclude_ids: set | None = None,
+) -> Ranking:
+    """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
+    scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
+    block reads as many as its budget reaches). Timings in ms, not rounded."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    if "quarantined" in include:
+        principal.require(CURATE)
+    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    query = (query or "").strip()
+    if query and query_vector is None:
+        t0 = time.perf_counter()
+        query_vector = embed_query(query)
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+    vec = query_vector if query else None
+    n_shared = n_shared if query else 0
+
+    weights_json, rows = _candidates(
+        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared
+    )
+    if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
+        seen = {r[0] for r in rows}
+        _, more = _candidates(
+            principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=0, own_by_keyword=True
+        )
+        rows += [r for r in more if r[0] not in seen]
+    weights = _weights(weights_json, principal.tenant_id)
+    timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
+
+    if exclude_ids:
+        rows = [r for r in rows if r[0] not in exclude_ids]
+    return Ranking(scored=_score(rows, weights), candidates=len(rows), weights=weights, timings=timings)
+
+
 @metrics.observe_search
 def fact_search(
     *,
@@ -416,36 +469,22 @@ def fact_search(
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
     `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
     started = time.perf_counter()
-    timings: dict[str, float] = {}
-    if "quarantined" in include:
-        principal.require(CURATE)
-    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
-    query = (query or "").strip()
-    if query and query_vector is None:
-        t0 = time.perf_counter()
-        query_vector = embed_query(query)
-        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-    vec = query_vector if query else None
-    n_shared = (max(2 * k, 20) if n_shared is None else n_shared) if shared and query else 0
-
-    weights_json, rows = _candidates(
-        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared
+    ranking = fact_ranking(
+        principal=principal,
+        memory_user=memory_user,
+        query=query,
+        include=include,
+        query_vector=query_vector,
+        n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
+        exclude_ids=exclude_ids,
     )
-    if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
-        seen = {r[0] for r in rows}
-        _, more = _candidates(
-            principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=0, own_by_keyword=True
-        )
-        rows += [r for r in more if r[0] not in seen]
-    weights = _weights(weights_json, principal.tenant_id)
-    timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
-
-    if exclude_ids:
-        rows = [r for r in rows if r[0] not in exclude_ids]
-    scored = _score(rows, weights)
-    top = scored[:k]
+    timings = ranking.timings
+    top = ranking.scored[:k]
     facts = _facts_by_id(
-        principal, [row[0] for _, row, _ in top], with_notebook="superseded" in statuses, memory_users=[memory_user]
+        principal,
+        [row[0] for _, row, _ in top],
+        with_notebook="superseded" in include,
+        memory_users=[memory_user],
     )
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
@@ -457,7 +496,7 @@ def fact_search(
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
-    return SearchResult(hits=hits, candidates=len(rows), weights=weights, timings=rounded)
+    return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
 
 
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:

@@ -4,14 +4,16 @@ Order: the user's notebook (always; it is sovereign), the tenant notebook, pinne
 effective confidence and relevance to the task, skills whose path matches the task, recent episode
 summaries. Tokens are counted with tiktoken cl100k_base.
 
-Facts fill the budget (issue 15): as many are ranked as the budget could hold, they are taken in rank
-order until the next one does not fit, and a short look-ahead then fills what is left. A small share of
-the budget (at most RELATED_MAX_TOKENS) goes to related memory: the facts observed next to the strongest
-matches (same thread, same episode, or within NEIGHBOUR_MINUTES), which are the turns around an answer;
-the search's neighbour support already lifts most of them into the ranking. Tokens go to content: facts
-are listed under one dated line per day, in the order they were observed (a conversation reads in
-order); a fact carries a note only when it says something (confidence below CONFIDENCE_NOTE_BELOW,
-contested, stale); a fact whose words another listed fact already holds is collapsed into that line.
+Facts fill the budget (issue 15), monotone by construction: pinned facts, then the search's ranking of
+every candidate (one ranking, the same at every budget), with the related memory of the strongest
+matches (the facts observed next to them: same thread, same episode, or within NEIGHBOUR_MINUTES; at
+most RELATED_MAX_TOKENS) after the RELATED_AFTER best, form one order that does not depend on the
+budget. A block is the longest prefix of that order that fits, and the next fact cut to fill what is
+left (marked, and listed in the section's `truncated`): a larger budget only adds. Ranked facts are
+read as the fill reaches them. Tokens go to content: facts are listed under one dated line per day, in
+the order they were observed (a conversation reads in order); a fact carries a note only when it says
+something (confidence below CONFIDENCE_NOTE_BELOW, contested, stale); a fact whose words another listed
+fact already holds is collapsed into that line.
 
 The block is fenced as data, and no content can pass for its structure (issue 8):
 * the fence carries a random nonce drawn for each response (memory was stored before it was drawn, so it
@@ -31,49 +33,57 @@ The same function serves the agent API and the dashboard's "what will the agent 
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import json
 import re
 import secrets
 import threading
 import time
 import unicodedata
+import uuid
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q
+from django.db.models.expressions import RawSQL
 
 from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
 from memory_admin.selectors.access import Principal, visible
-from memory_admin.selectors.search import NEIGHBOUR_MINUTES, WORD, fact_search
+from memory_admin.selectors.search import DOC_LEN, NEIGHBOUR_MINUTES, WORD, Ranking, fact_ranking
 from memory_admin.services.guard import verdict
 from memory_admin.textnorm import fold, strip_invisible
 from memory_admin.tokens import count_tokens, truncate_to_tokens
 
 MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
-# Facts ranked for a block: as many as the budget could hold at FACT_TOKENS_GUESS tokens a line (a
-# second, wider ranking follows when shorter facts leave the budget unfilled).
-FACT_TOKENS_GUESS = 16
+# Ranked facts are read in chunks as the fill reaches them: first as many as the budget could hold if
+# a line cost LINE_TOKENS_PER_LEXEME tokens per lexeme of the fact (the ranking knows how many each has;
+# an underestimate, so that one read usually suffices), plus MIN_FACT_CANDIDATES; each next chunk twice
+# the last. The ranked facts a block does not hold are listed as dropped up to the first chunk's size.
+LINE_TOKENS_PER_LEXEME = 2
 MIN_FACT_CANDIDATES = 30
-MAX_FACT_CANDIDATES = 2000
-# Shared (org/global) candidates of each kind (nearest, full text): one per SHARED_TOKENS_EACH tokens of
-# budget, at least MIN_SHARED_CANDIDATES. The HNSW walk grows with it (at 20, the session's default
-# ef_search serves it without a transaction to raise it), and a block ranks them against the user's own.
-SHARED_TOKENS_EACH = 100
-MIN_SHARED_CANDIDATES = 20
-# After the first fact that does not fit, this many more are tried for the room left.
-FILL_LOOKAHEAD = 40
-FULL_SHARE = 0.95
+# Shared (org/global) candidates of each kind (nearest, full text). The same at every budget: the ranking
+# (IDF and the vector's rescaling are relative to the candidates) must not depend on the budget, or a
+# larger budget could rank, and hold, other facts. At 20 the session's default ef_search serves the
+# HNSW walk without a transaction to raise it.
+SHARED_CANDIDATES = 20
+# The fact cut to fill the end of the budget shows at least this many tokens of its text.
+MIN_CUT_TOKENS = 4
+_CUT_MARK = "\u2026"
 CONFIDENCE_NOTE_BELOW = 0.7
-# Related memory: the neighbours of the RELATED_ANCHORS best matches get up to RELATED_SHARE of the room
-# left for facts, at most RELATED_MAX_TOKENS (more when the ranked facts leave room). The search's
-# neighbour support lifts the turns around a match into the ranking already; a larger reserve displaces
-# better-ranked facts (bench/README.md: at 2,000 tokens 20 % cost multi-hop recall 0.755 -> 0.709).
-RELATED_SHARE = 0.2
+# Related memory: the user's facts observed next to the RELATED_ANCHORS best matches, nearest in time
+# first, at most RELATED_MAX_TOKENS of them, come right after the RELATED_AFTER best ranked facts. The
+# search's neighbour support lifts the turns around a match into the ranking already; a larger share
+# displaces better-ranked facts (bench/README.md: at 2,000 tokens 20 % cost multi-hop recall 0.755 ->
+# 0.709).
+RELATED_AFTER = 6
 RELATED_MAX_TOKENS = 40
 RELATED_ANCHORS = 3
 RELATED_LIMIT = 100
@@ -166,7 +176,8 @@ class _Item:
     words: str = ""
     related: bool = False
     # A ranked fact is rendered only when the block reaches it (most of a large ranking never is).
-    fact: Fact | None = None
+    fact: Fact | _Row | None = None
+    lead: str = ""  # what the block writes before the content ("> ", the note): never cut
     effective: float = 1.0
     stale: bool = False
 
@@ -181,6 +192,7 @@ class _Section:
     truncated: list[str] = field(default_factory=list)
     title_tokens: int = 0
     placed: set[str] = field(default_factory=set)  # facts included or collapsed into another
+    sequence: Iterator[_Item] = field(default_factory=lambda: iter(()))  # facts: offered in this order
     days: set[str] = field(default_factory=set)  # days with an included fact
 
     def tokens(self) -> int:
@@ -262,71 +274,161 @@ def _skill_score(path: str, task: str, words: set[str]) -> int:
     return len(segments & words)
 
 
-def _fact_candidates(budget_tokens: int, *, wide: bool = False) -> int:
-    """How many facts to rank for a budget: what it could hold at a typical line (`wide`: at the
-    shortest possible one)."""
-    per_line = 3 if wide else FACT_TOKENS_GUESS
-    return max(MIN_FACT_CANDIDATES, min(MAX_FACT_CANDIDATES, budget_tokens // per_line))
+def _fact_candidates(ranking: Ranking, budget_tokens: int) -> int:
+    """How many ranked facts to read first for a budget: what it could hold at the estimated cost of
+    their lines, and MIN_FACT_CANDIDATES more."""
+    spent = 0
+    for n, (_, row, _) in enumerate(ranking.scored):
+        spent += 1 + LINE_TOKENS_PER_LEXEME * row[DOC_LEN]
+        if spent > budget_tokens:
+            return n + MIN_FACT_CANDIDATES
+    return len(ranking.scored)
 
 
 # --- Gathering: what could go in, in order ---------------------------------------------------------------
 
 
-def _gather_notebooks(principal: Principal, memory_user: MemoryUser, sections: dict[str, _Section]) -> None:
-    notebooks = {
-        nb.memory_user_id: nb
-        for nb in visible(principal, Notebook.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
-    }
+# Notebooks, pinned facts, skill paths and recent episodes come from one statement, compiled once per
+# principal (each part built by the ORM from `visible()`, the one access check) with the memory user as
+# a sentinel; each part's rows come back as JSON.
+_USER = -7_340_029
+_PINNED_COLUMNS = ("id", "content", "valid_from", "memory_user_id", "status", "confidence", "pinned", "kind")
+_PINNED_COLUMNS += ("contested", "access_count", "last_accessed_at", "created_at")
+
+
+@functools.lru_cache(maxsize=256)
+def _side_statement(principal: Principal) -> tuple[str, tuple]:
+    own_or_shared = Q(memory_user_id=_USER) | Q(memory_user__isnull=True)
+    notebooks = visible(principal, Notebook.objects.filter(own_or_shared)).values(
+        "id", "memory_user_id", "content", "version"
+    )
+    # Two branches, each served by the partial index on pinned facts (an OR of the user and the shared
+    # scope would scan the whole org scope).
+    pinned = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).values(*_PINNED_COLUMNS)
+    own_pinned = visible(principal, pinned.filter(memory_user_id=_USER))[:PINNED_LIMIT]
+    shared_pinned = visible(principal, pinned.filter(memory_user__isnull=True))[:PINNED_LIMIT]
+    skills = visible(principal, Skill.objects.filter(own_or_shared)).values("id", "path", "memory_user_id")
+    episodes = (
+        visible(principal, Episode.objects.filter(memory_user_id=_USER))
+        .exclude(summary="")
+        .order_by("-ended_at")
+        .values("id", "ended_at", "outcome", "summary")[:EPISODE_LIMIT]
+    )
+    parts = [_compiled(qs) for qs in (notebooks, own_pinned, shared_pinned, skills, episodes)]
+    (nb, nb_p), (own, own_p), (shared, shared_p), (sk, sk_p), (ep, ep_p) = parts
+    pinned_sql = (
+        f"SELECT c.id, c.content, c.valid_from, c.memory_user_id, c.confidence, c.created_at,"
+        f" {scoring.effective_confidence_sql('c')} AS effective, {scoring.staleness_sql('c')} AS staleness,"
+        f" c.status FROM (({own}) UNION ALL ({shared})) AS c"
+    )
+    sql = " UNION ALL ".join(
+        f"(SELECT {i}, row_to_json(t)::text FROM ({part}) AS t)" for i, part in enumerate((nb, pinned_sql, sk, ep))
+    )
+    return sql, (*nb_p, *own_p, *shared_p, *sk_p, *ep_p)
+
+
+def _compiled(qs: Any) -> tuple[str, tuple]:
+    sql, params = qs.query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _gather_side(principal: Principal, memory_user: MemoryUser, task: str, sections: dict[str, _Section]) -> set:
+    """Notebooks, pinned facts, skills and episodes (one statement; the content of the chosen skills in
+    a second one). Returns the ids of the pinned facts."""
+    sql, params = _side_statement(principal)
+    parts: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [memory_user.pk if p == _USER else p for p in params])
+        for part, row in cursor.fetchall():
+            parts[part].append(json.loads(row))
+    _gather_notebooks(memory_user, parts[0], sections)
+    pinned = _gather_pinned(memory_user, parts[1], sections["pinned"])
+    _gather_skills(principal, task, parts[2], sections["skills"])
+    _gather_episodes(parts[3], sections["episodes"])
+    return pinned
+
+
+def _gather_notebooks(memory_user: MemoryUser, rows: list[dict], sections: dict[str, _Section]) -> None:
+    notebooks = {row["memory_user_id"]: row for row in rows}
     for name, owner in (("notebook", memory_user.pk), ("tenant_notebook", None)):
         nb = notebooks.get(owner)
-        if nb is not None and nb.content.strip():
-            sections[name].items.append(_Item(f"notebook:{nb.pk}:v{nb.version}", _quoted(nb.content.strip())))
+        if nb is not None and nb["content"].strip():
+            sections[name].items.append(_Item(f"notebook:{nb['id']}:v{nb['version']}", _quoted(nb["content"].strip())))
 
 
-def _gather_pinned(principal: Principal, memory_user: MemoryUser, section: _Section) -> set:
-    # One query of two branches, each served by the partial index on pinned facts (an OR of the user and
-    # the shared scope would scan the whole org scope).
-    pinned_qs = Fact.objects.filter(pinned=True, status=Fact.Status.ACTIVE).defer("embedding", "search_vector")
-    own_pinned = visible(principal, pinned_qs.filter(memory_user=memory_user))[:PINNED_LIMIT]
-    shared_pinned = visible(principal, pinned_qs.filter(memory_user__isnull=True))[:PINNED_LIMIT]
-    pinned = sorted(
-        own_pinned.union(shared_pinned, all=True), key=lambda f: (-f.confidence, -f.created_at.timestamp())
-    )[:PINNED_LIMIT]
-    for fact in pinned:
-        if fact.memory_user_id == memory_user.pk:
-            fact.memory_user = memory_user
-        section.items.append(_pinned_item(fact))
-    return {f.pk for f in pinned}
+def _gather_pinned(memory_user: MemoryUser, rows: list[dict], section: _Section) -> set:
+    rows.sort(key=lambda r: (-r["confidence"], -datetime.fromisoformat(r["created_at"]).timestamp()))
+    for row in rows[:PINNED_LIMIT]:
+        section.items.append(_pinned_item(row))
+    return {uuid.UUID(row["id"]) for row in rows[:PINNED_LIMIT]}
 
 
-def _gather_facts(
-    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, k: int, section: _Section, pinned: set
-) -> tuple[dict[str, float], bool]:
-    """Facts by effective confidence and relevance (the search ranking, which multiplies the two), then
-    the related memory of the strongest. Returns the search's timings and whether it ranked more
-    candidates than it returned."""
-    result = fact_search(
-        principal=principal,
-        memory_user=memory_user,
-        query=task,
-        k=k,
-        record=False,
-        exclude_ids=pinned,
-        n_shared=max(MIN_SHARED_CANDIDATES, budget_tokens // SHARED_TOKENS_EACH),
-    )
-    ranked = {}
-    for hit in result.hits:
-        item = _fact_item(hit.fact, effective=hit.effective_confidence, stale=hit.stale)
-        section.items.append(item)
-        ranked[hit.fact.pk] = item
-    anchors = [hit.fact for hit in result.hits[:RELATED_ANCHORS] if hit.fact.memory_user_id == memory_user.pk]
-    for fact in _related_facts(principal, memory_user, anchors, exclude=pinned):
-        section.related.append(ranked.get(fact.pk) or _fact_item(fact))
-    timings = {f"search_{name}": value for name, value in result.timings.items()}
-    return timings, result.candidates > len(result.hits)
+@dataclass
+class _Row:
+    """A ranked fact as the block reads it: what its line and its related memory need, not the model."""
+
+    pk: Any
+    content: str
+    valid_from: datetime
+    contested: bool
+    memory_user_id: int | None
+    message_id: Any
 
 
-def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[Fact], exclude: set) -> list[Fact]:
+_ROW_FIELDS = ("id", "content", "valid_from", "contested", "memory_user_id", "message_id")
+_IDS = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _rows_statement(principal: Principal) -> tuple[str, tuple]:
+    """The SQL reading ranked facts by id through `visible()`, compiled once per principal; the ids are
+    one array parameter (in place of `_IDS`)."""
+    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS,))  # noqa: S611 - a bound parameter
+    sql, params = visible(principal, Fact.objects.filter(pk__in=ids)).values_list(*_ROW_FIELDS).query.sql_with_params()
+    return sql, tuple(params)
+
+
+def _read_rows(principal: Principal, ids: list) -> dict[Any, _Row]:
+    sql, params = _rows_statement(principal)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ids if p is _IDS else p for p in params])
+        return {row[0]: _Row(*row) for row in cursor.fetchall()}
+
+
+def _ranked_items(principal: Principal, ranking: Ranking, first: int) -> Iterator[_Item]:
+    """The ranked facts in rank order, read in chunks (`first`, then twice the last) as they are reached."""
+    scored, start, size = ranking.scored, 0, first
+    while start < len(scored):
+        chunk = scored[start : start + size]
+        rows = _read_rows(principal, [row[0] for _, row, _ in chunk])
+        for _, row, parts in chunk:
+            if row[0] in rows:
+                yield _fact_item(rows[row[0]], effective=parts["effective_confidence"], stale=parts["stale"])
+        start, size = start + size, size * 2
+
+
+def _fact_sequence(
+    principal: Principal, memory_user: MemoryUser, ranking: Ranking, first: int, pinned: set
+) -> Iterator[_Item]:
+    """The order facts are offered to the block, the same at every budget (so a larger budget only
+    adds): the RELATED_AFTER best ranked, then the related memory of the strongest (at most
+    RELATED_MAX_TOKENS), then the rest of the ranking."""
+    ranked = _ranked_items(principal, ranking, first)
+    head = list(itertools.islice(ranked, RELATED_AFTER))
+    yield from head
+    anchors = [i.fact for i in head[:RELATED_ANCHORS] if i.fact.memory_user_id == memory_user.pk]
+    spent = 0
+    for fact in _related_facts(principal, memory_user, anchors, exclude=pinned | {i.fact.pk for i in head}):
+        item = _rendered(_fact_item(fact))
+        item.tokens = _tokens(item.text)
+        if spent + item.tokens <= RELATED_MAX_TOKENS:
+            spent += item.tokens
+            item.related = True
+            yield item
+    yield from ranked
+
+
+def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[_Row], exclude: set) -> list[Fact]:
     """The user's facts observed next to the anchors (same thread, same episode, or within
     NEIGHBOUR_MINUTES), nearest in time first, taking the anchors in turn."""
     if not anchors:
@@ -340,7 +442,9 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
         near |= Q(message__thread__in=Message.objects.filter(pk__in=messages).values("thread_id"))
     through = Episode.facts.through.objects
     near |= Q(
-        pk__in=through.filter(episode__in=through.filter(fact__in=anchors).values("episode_id")).values("fact_id")
+        pk__in=through.filter(episode__in=through.filter(fact__in=[a.pk for a in anchors]).values("episode_id")).values(
+            "fact_id"
+        )
     )
     qs = (
         visible(principal, Fact.objects.for_user(memory_user).filter(status__in=_STATUSES))
@@ -359,57 +463,59 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
     return sorted(facts, key=nearest)
 
 
-def _gather_skills(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
-    # Skills are chosen by path: read the paths only, and the content of the few chosen.
+def _gather_skills(principal: Principal, task: str, rows: list[dict], section: _Section) -> None:
+    """Skills are chosen by path: the paths of all, the content of the few chosen."""
     words = _task_words(task)
-    skills = visible(principal, Skill.objects.filter(Q(memory_user=memory_user) | Q(memory_user__isnull=True)))
     ranked = sorted(
         (
-            (score, pk, path, owner)
-            for pk, path, owner in skills.values_list("id", "path", "memory_user_id")
-            if (score := _skill_score(path, task, words)) > 0
+            (score, row["id"], row["path"], row["memory_user_id"])
+            for row in rows
+            if (score := _skill_score(row["path"], task, words)) > 0
         ),
         key=lambda item: (-item[0], item[3] is None, item[2]),
     )[:SKILL_LIMIT]
     if ranked:
+        skills = visible(principal, Skill.objects.filter(pk__in=[item[1] for item in ranked]))
         chosen = {
-            pk: (version, content)
-            for pk, version, content in skills.filter(pk__in=[item[1] for item in ranked]).values_list(
-                "id", "version", "content"
-            )
+            str(pk): (version, content) for pk, version, content in skills.values_list("id", "version", "content")
         }
         for _, pk, path, _ in ranked:
-            version, content = chosen[pk]
-            text = f"### {_one_line(path)} (v{version})\n{_quoted(content.strip())}"
-            section.items.append(_Item(path, text))
+            if str(pk) in chosen:
+                version, content = chosen[str(pk)]
+                text = f"### {_one_line(path)} (v{version})\n{_quoted(content.strip())}"
+                section.items.append(_Item(path, text))
 
 
-def _gather_episodes(principal: Principal, memory_user: MemoryUser, section: _Section) -> None:
-    episodes = (
-        visible(principal, Episode.objects.filter(memory_user=memory_user))
-        .exclude(summary="")
-        .order_by("-ended_at")[:EPISODE_LIMIT]
-    )
-    for ep in episodes:
+def _gather_episodes(rows: list[dict], section: _Section) -> None:
+    for ep in rows:
         # Summaries are guarded when built; one stored before that (or by another path) is checked here.
         summary = (
-            _one_line(ep.summary)
-            if not verdict(ep.summary).flagged
+            _one_line(ep["summary"])
+            if not verdict(ep["summary"]).flagged
             else "(summary withheld: it reads as instructions to a model)"
         )
-        section.items.append(_Item(str(ep.pk), f"- [{ep.ended_at:%Y-%m-%d}, {ep.outcome}] {summary}\n"))
+        ended = datetime.fromisoformat(ep["ended_at"])
+        section.items.append(_Item(str(ep["id"]), f"- [{ended:%Y-%m-%d}, {ep['outcome']}] {summary}\n"))
+
+
+# The block's ranking is the search's, observed as one (labelled by the block, metrics.observe_search).
+_rank = metrics.observe_search(fact_ranking)
 
 
 def _gather(
-    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, fact_k: int
-) -> tuple[list[_Section], dict[str, float], bool]:
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
+) -> tuple[list[_Section], Ranking]:
+    """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
+    whatever the budget)."""
     sections = {name: _Section(name) for name in SECTION_ORDER}
-    _gather_notebooks(principal, memory_user, sections)
-    pinned = _gather_pinned(principal, memory_user, sections["pinned"])
-    timings, more = _gather_facts(principal, memory_user, task, budget_tokens, fact_k, sections["facts"], pinned)
-    _gather_skills(principal, memory_user, task, sections["skills"])
-    _gather_episodes(principal, memory_user, sections["episodes"])
-    return [sections[name] for name in SECTION_ORDER], timings, more
+    pinned = _gather_side(principal, memory_user, task, sections)
+    ranking = _rank(
+        principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
+    )
+    sections["facts"].sequence = _fact_sequence(
+        principal, memory_user, ranking, _fact_candidates(ranking, budget_tokens), pinned
+    )
+    return [sections[name] for name in SECTION_ORDER], ranking
 
 
 def _notes(fact: Fact, content: str, effective: float, stale: bool) -> list[str]:
@@ -424,16 +530,17 @@ def _words(content: str) -> str:
     return " ".join(WORD.findall(fold(content).casefold()))
 
 
-def _pinned_item(fact: Fact) -> _Item:
+def _pinned_item(row: dict) -> _Item:
     """Pinned facts are few and chosen by people: each on its own line with its date and confidence, in
     the order of their confidence."""
-    stale = ", stale" if scoring.is_stale(fact) else ""
-    content = _one_line(fact.content)
-    line = f"- [{fact.valid_from:%Y-%m-%d}, confidence {scoring.effective_confidence(fact):.2f}{stale}] {content}\n"
-    return _Item(str(fact.pk), line, words=_words(content))
+    stale = ", stale" if row["status"] == Fact.Status.STALE or row["staleness"] > scoring.STALE_THRESHOLD else ""
+    content = _one_line(row["content"])
+    day = datetime.fromisoformat(row["valid_from"])
+    lead = f"- [{day:%Y-%m-%d}, confidence {row['effective']:.2f}{stale}] "
+    return _Item(row["id"], f"{lead}{content}\n", words=_words(content), lead=lead)
 
 
-def _fact_item(fact: Fact, *, effective: float | None = None, stale: bool | None = None) -> _Item:
+def _fact_item(fact: Fact | _Row, *, effective: float | None = None, stale: bool | None = None) -> _Item:
     """A fact to place: its line is rendered when the block reaches it (`_rendered`); a related fact's
     effective confidence and staleness are computed then too (scoring.py)."""
     return _Item(str(fact.pk), "", fact=fact, effective=-1.0 if effective is None else effective, stale=bool(stale))
@@ -448,7 +555,8 @@ def _rendered(item: _Item) -> _Item:
     content = _one_line(fact.content)
     notes = _notes(fact, content, item.effective, item.stale)
     # The block's note comes first: nothing in the content can stand in for it.
-    item.text = f"- [{', '.join(notes)}] {content}\n" if notes else (_QUOTE + content).rstrip() + "\n"
+    item.lead = f"- [{', '.join(notes)}] " if notes else _QUOTE
+    item.text = (item.lead + content).rstrip() + "\n"
     item.day, item.at, item.words = f"{fact.valid_from:%Y-%m-%d}", fact.valid_from.timestamp(), _words(content)
     return item
 
@@ -470,34 +578,6 @@ def _admit(section: _Section, item: _Item, room: _Room, keep: int = 0) -> bool:
     return True
 
 
-def _fill(section: _Section, items: Iterable[_Item], room: _Room, *, keep: int = 0, lookahead: int = 0) -> list[_Item]:
-    """Admit facts in order until one does not fit, then try up to `lookahead` more; a ranked fact that
-    a listed one already holds is collapsed into it (pinned facts are listed as people pinned them).
-    Returns the facts not reached or not fitting, in order."""
-    left: list[_Item] = []
-    misses = 0
-    for item in items:
-        if item.id in section.placed:
-            continue
-        if misses > lookahead:
-            left.append(item)
-            continue
-        _rendered(item)
-        same = room.duplicate_of(item) if section.name == "facts" else None
-        if same is not None:
-            section.placed.add(item.id)
-            section.dropped.append({"id": item.id, "reason": "duplicate", "of": same})
-        elif _admit(section, item, room, keep):
-            section.placed.add(item.id)
-            _absorb(section, item, room)
-            room.list(item)
-            misses = 0
-        else:
-            left.append(item)
-            misses += 1
-    return left
-
-
 def _absorb(section: _Section, item: _Item, room: _Room) -> None:
     """Listed facts of this section whose words the newly listed `item` holds collapse into its line,
     and give back their tokens."""
@@ -514,21 +594,58 @@ def _absorb(section: _Section, item: _Item, room: _Room) -> None:
         section.dropped.append({"id": other.id, "reason": "duplicate", "of": item.id})
 
 
-def _fit_facts(section: _Section, room: _Room) -> None:
-    """Ranked facts first, then the related memory in its share, then whatever fits of both."""
-    section.title_tokens = _tokens(_TITLES[section.name])
-    reserve = min(int(max(0, room.left) * RELATED_SHARE), RELATED_MAX_TOKENS) if section.related else 0
-    ranked_left = _fill(section, section.items, room, keep=reserve)
-    before = len(section.included)
-    related_left = _fill(section, section.related, room)
-    for item in section.included[before:]:
-        item.related = True
-    left = _fill(section, [*ranked_left, *related_left], room, lookahead=FILL_LOOKAHEAD)
-    seen = set()
-    for item in left:
-        if item.id not in section.placed and item.id not in seen:
-            seen.add(item.id)
-            section.dropped.append({"id": item.id, "reason": "over_budget"})
+def _fit_facts(pinned: _Section, facts: _Section, room: _Room, ranking: Ranking, budget_tokens: int) -> None:
+    """Pinned facts, then the fact sequence, each included while it fits (a ranked fact that a listed one
+    already holds is collapsed into it); the first that does not fit is cut to the room left, and the
+    fill stops there. A budget holds a prefix of one order, the same at every budget, so a larger budget
+    holds every fact a smaller one did."""
+    for section in (pinned, facts):
+        section.title_tokens = _tokens(_TITLES[section.name])
+    offered = itertools.chain(((pinned, i) for i in pinned.items), ((facts, i) for i in facts.sequence))
+    for section, item in offered:
+        if item.id in section.placed:
+            continue
+        _rendered(item)
+        same = room.duplicate_of(item) if section is facts else None
+        if same is not None:
+            section.placed.add(item.id)
+            section.dropped.append({"id": item.id, "reason": "duplicate", "of": same})
+        elif _admit(section, item, room):
+            section.placed.add(item.id)
+            _absorb(section, item, room)
+            room.list(item)
+        else:
+            _cut(section, item, room)
+            break
+    pinned.dropped += [{"id": i.id, "reason": "over_budget"} for i in pinned.items if i.id not in pinned.placed]
+    # The ranked facts the block does not hold, as far as the block could have reached.
+    reach = max(_fact_candidates(ranking, budget_tokens), len(facts.placed) + MIN_FACT_CANDIDATES)
+    for _, row, _ in ranking.scored[:reach]:
+        if str(row[0]) not in facts.placed:
+            facts.dropped.append({"id": str(row[0]), "reason": "over_budget"})
+
+
+def _cut(section: _Section, item: _Item, room: _Room) -> None:
+    """The first fact that does not fit, cut to fill the room left: its note or quote mark whole, then
+    as much of its text as fits and a mark where it was cut (listed in the section's `truncated`).
+    Nothing when less than MIN_CUT_TOKENS of its text would show."""
+    extra = section.cost(item) - item.tokens  # the title, a new day's line
+    allowed = room.left - extra
+    body = item.text[len(item.lead) :].rstrip("\n")
+    limit = allowed - _tokens(item.lead + _CUT_MARK + "\n")
+    while limit >= MIN_CUT_TOKENS:
+        text = item.lead + truncate_to_tokens(body, limit).rstrip() + _CUT_MARK + "\n"
+        tokens = count_tokens(text)
+        if tokens <= allowed:
+            item.text, item.tokens = text, tokens
+            room.left -= section.cost(item)
+            section.included.append(item)
+            if item.day:
+                section.days.add(item.day)
+            section.placed.add(item.id)
+            section.truncated.append(item.id)
+            return
+        limit -= tokens - allowed
 
 
 def _fit_notebook(section: _Section, item: _Item, room: _Room, budget_tokens: int, warnings: list[str]) -> None:
@@ -572,7 +689,7 @@ def _fence_tokens() -> int:
     return _tokens(_render([], "")) + 2 * NONCE_TOKENS
 
 
-def _fit(sections: list[_Section], budget_tokens: int, warnings: list[str]) -> _Room:
+def _fit(sections: list[_Section], ranking: Ranking, budget_tokens: int, warnings: list[str]) -> _Room:
     overhead = _fence_tokens()
     room = _Room(budget_tokens - overhead)
     if room.left <= 0:
@@ -580,10 +697,11 @@ def _fit(sections: list[_Section], budget_tokens: int, warnings: list[str]) -> _
             f"A budget of {budget_tokens} tokens cannot hold the fence around the block "
             f"({overhead} tokens); nothing was included."
         )
+    by_name = {s.name: s for s in sections}
     for section in sections:
-        if section.name in FACT_SECTIONS and room.left > 0:
-            _fit_facts(section, room)
-        else:
+        if section.name == "pinned":
+            _fit_facts(section, by_name["facts"], room, ranking, budget_tokens)
+        elif section.name != "facts":
             _fit_section(section, room, budget_tokens, warnings)
     return room
 
@@ -660,22 +778,6 @@ def _section_out(section: _Section) -> dict[str, Any]:
     }
 
 
-def _build(
-    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
-) -> tuple[list[_Section], dict[str, float], list[str]]:
-    """Gather and fit; when short facts leave the budget unfilled and more were ranked than fetched,
-    once more with as many as the budget could possibly hold."""
-    for wide in (False, True):
-        sections, timings, more = _gather(
-            principal, memory_user, task, budget_tokens, _fact_candidates(budget_tokens, wide=wide)
-        )
-        warnings: list[str] = []
-        room = _fit(sections, budget_tokens, warnings)
-        if not more or room.left <= budget_tokens * (1 - FULL_SHARE):
-            break
-    return sections, timings, warnings
-
-
 @metrics.observe_context
 def context_block(
     *, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, record: bool | None = None
@@ -691,7 +793,10 @@ def context_block(
     preview leaves memory as it was.
     """
     started = time.perf_counter()
-    sections, timings, warnings = _build(principal, memory_user, task, budget_tokens)
+    sections, ranking = _gather(principal, memory_user, task, budget_tokens)
+    warnings: list[str] = []
+    _fit(sections, ranking, budget_tokens, warnings)
+    timings = {f"search_{name}": round(value, 3) for name, value in ranking.timings.items()}
     text, tokens = _final_text(sections, budget_tokens)
     _record_reads(principal, sections, record)
     notebook = sections[0]
