@@ -1,4 +1,4 @@
-from memory_admin.models.entities import Entity, FactEntity, Relation
+from memory_admin.models.entities import Entity, EntityBackfill, FactEntity, Relation
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
@@ -39,6 +39,7 @@ __all__ = [
     "Contradiction",
     "Edge",
     "Entity",
+    "EntityBackfill",
     "Episode",
     "ExtractionBatch",
     "Fact",
