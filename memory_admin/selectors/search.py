@@ -1,8 +1,8 @@
 """Ranked retrieval of facts (SPEC §6): vector, keyword, recency and importance fused into one list.
 
     relevance = w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance
-                + ENTITY_WEIGHT·entity
-    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × length × effective confidence × (0.5 if stale)
+    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × (1 + ENTITY_WEIGHT·entity) × length
+            × effective confidence × (0.5 if stale)
 
 Weights come from TenantSettings.search_weights; effective confidence and staleness are the ones of
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
@@ -20,10 +20,9 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
   than one next to a single match, and the turn right before or after a match more still.
 - entity: the entities the query names (an alias of an entity the user reads, matched exactly on the
-  query's word n-grams): a fact that mentions them scores the IDF-weighted share of them it mentions
-  (a name every fact mentions counts little), relative to the best such fact; a fact that mentions only
-  an entity one open relation away from them scores HOP_SHARE. It adds ENTITY_WEIGHT × entity to the
-  relevance, so neighbour support carries it too.
+  query's word n-grams): a fact that mentions them scores the IDF-weighted sum of those it mentions
+  (MENTION_SHARE of an entity it names but is not about, i.e. not as its subject), relative to the best
+  such fact; a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -82,11 +81,14 @@ ADJACENT_SHARE = 1.0
 # lift R@10 more but cost the context block, where a longer fact also costs more tokens).
 LENGTH_PRIOR = 0.05
 STALE_WEIGHT = 0.5
-# Entity-anchored search: the weight of the entity component in the relevance, the score of a fact one
-# relation away from a named entity (against 1 for the best direct mention), and bounds on how many
-# entities a query names and how many neighbours of them count.
-ENTITY_WEIGHT = 0.15
+# Entity-anchored search: the final score is multiplied by (1 + ENTITY_WEIGHT × entity); a fact that names
+# an entity of the query without being about it (not its subject) counts MENTION_SHARE of it, a fact one
+# relation away HOP_SHARE. Bounds on how many entities a query names and how many neighbours count.
+# (Tuned on the LoCoMo dev split, bench/README.md: a factor rather than a share of the relevance, so the
+# lift does not spread to the neighbours through their support.)
+ENTITY_WEIGHT = 0.6
 HOP_SHARE = 0.4
+MENTION_SHARE = 0.3
 MAX_QUERY_ENTITIES = 16
 MAX_HOP_ENTITIES = 64
 MAX_NAME_WORDS = 4
@@ -338,15 +340,17 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
     return branches
 
 
-# Per candidate: which of the named entities (bit i: search_ent's i-th) it mentions, and whether it
-# mentions an entity one relation away from them.
+# Per candidate, in one index probe of its mentions, and only when the query names an entity at all:
+# [which of the named entities it mentions (bit i: search_ent's i-th), which of them as its subject,
+# how many entities one relation away from them it mentions].
 _ENTITY_COLUMNS = (
-    "(SELECT COALESCE(bit_or(1::bigint << (s.i - 1)::int), 0) FROM memory_admin_factentity fe"
-    " JOIN search_ent s ON s.id = fe.entity_id WHERE fe.fact_id = c.id) AS ent_mask,"
-    " EXISTS (SELECT 1 FROM memory_admin_factentity fe JOIN search_hop h ON h.id = fe.entity_id"
-    " WHERE fe.fact_id = c.id) AS ent_hop"
+    "(SELECT ARRAY[COALESCE(bit_or(1::bigint << (x.p - 1)), 0),"
+    " COALESCE(bit_or(1::bigint << (x.p - 1)) FILTER (WHERE x.role = 'subject'), 0), count(*) FILTER (WHERE x.hop)]"
+    " FROM (SELECT array_position(ids.ent, fe.entity_id) AS p, fe.role, fe.entity_id = ANY(ids.hop) AS hop"
+    " FROM memory_admin_factentity fe, search_ids ids WHERE fe.fact_id = c.id) AS x"
+    " WHERE EXISTS (SELECT 1 FROM search_ent)) AS ent"
 )
-_NO_ENTITY_COLUMNS = "0::bigint AS ent_mask, false AS ent_hop"
+_NO_ENTITY_COLUMNS = "NULL::bigint[] AS ent"
 
 
 def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
@@ -358,11 +362,14 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
         visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
     )
     sql = (
-        f", search_ent AS (SELECT e.id, row_number() OVER (ORDER BY e.id) AS i FROM ({entities}) AS e"
+        f", search_ent AS MATERIALIZED (SELECT e.id, row_number() OVER (ORDER BY e.id) AS i FROM ({entities}) AS e"
         f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
-        f" search_hop AS (SELECT DISTINCT CASE WHEN r.subject_id IN (SELECT id FROM search_ent) THEN r.object_id"
-        f" ELSE r.subject_id END AS id FROM ({relations}) AS r WHERE (r.subject_id IN (SELECT id FROM search_ent)"
-        f" OR r.object_id IN (SELECT id FROM search_ent)) LIMIT {MAX_HOP_ENTITIES})"
+        " search_hop AS MATERIALIZED (SELECT DISTINCT CASE WHEN r.subject_id IN (SELECT id FROM search_ent)"
+        f" THEN r.object_id ELSE r.subject_id END AS id FROM ({relations}) AS r"
+        " WHERE (r.subject_id IN (SELECT id FROM search_ent)"
+        f" OR r.object_id IN (SELECT id FROM search_ent)) LIMIT {MAX_HOP_ENTITIES}),"
+        " search_ids AS MATERIALIZED (SELECT ARRAY(SELECT id FROM search_ent ORDER BY i) AS ent,"
+        " ARRAY(SELECT id FROM search_hop) AS hop)"
     )
     return sql, (*e_params, _KEYS_SENTINEL, *r_params)
 
@@ -591,7 +598,8 @@ def fact_search_users(
 
 
 # Columns of a candidate row (see _ROW_SQL).
-ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN, ENT_MASK, ENT_HOP = range(12)
+ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN, ENT = range(11)
+_NO_ENTITY = (0, 0, 0)
 
 
 def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tuple, dict]]:
@@ -640,7 +648,7 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
             # scoring.is_stale, on the SQL score.
             "stale": row[STATUS] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
         }
-        parts["relevance"] = ENTITY_WEIGHT * ent + sum(
+        parts["relevance"] = sum(
             weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency", "importance")
         )
         out.append((row, parts))
@@ -654,16 +662,21 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
 
 def _entity_scores(rows: list[tuple]) -> list[float]:
     """The entity component of each candidate (module docstring): IDF over the candidates of each named
-    entity a fact mentions, relative to the best; HOP_SHARE for a fact that mentions only a neighbour."""
+    entity a fact mentions (MENTION_SHARE of it unless as the fact's subject), relative to the best;
+    HOP_SHARE for a fact that mentions only a neighbour of them."""
+    ents = [r[ENT] or _NO_ENTITY for r in rows]
+    width = max(mask for mask, _, _ in ents).bit_length()
+    if not width and not any(hop for _, _, hop in ents):
+        return [0.0] * len(rows)
     n = len(rows)
-    width = max(r[ENT_MASK] for r in rows).bit_length()
-    if not width and not any(r[ENT_HOP] for r in rows):
-        return [0.0] * n
-    df = [sum(1 for r in rows if r[ENT_MASK] >> i & 1) for i in range(width)]
+    df = [sum(1 for mask, _, _ in ents if mask >> i & 1) for i in range(width)]
     idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
-    direct = [sum(w for i, w in enumerate(idf) if r[ENT_MASK] >> i & 1) for r in rows]
+    direct = [
+        sum(w * (1.0 if subject >> i & 1 else MENTION_SHARE) for i, w in enumerate(idf) if mask >> i & 1)
+        for mask, subject, _ in ents
+    ]
     best = max(direct, default=0.0) or 1.0
-    return [d / best if d else (HOP_SHARE if r[ENT_HOP] else 0.0) for r, d in zip(rows, direct, strict=True)]
+    return [d / best if d else (HOP_SHARE if e[2] else 0.0) for e, d in zip(ents, direct, strict=True)]
 
 
 def _support(out: list[tuple[tuple, dict]], n: int) -> None:
@@ -687,5 +700,9 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
         supported = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = (
-            supported * parts["length"] * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
+            supported
+            * (1.0 + ENTITY_WEIGHT * parts["entity"])
+            * parts["length"]
+            * parts["effective_confidence"]
+            * (STALE_WEIGHT if parts["stale"] else 1.0)
         )

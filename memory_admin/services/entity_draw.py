@@ -128,6 +128,12 @@ def _first_person(clause: str) -> str:
     return head + clause[m.end() :]
 
 
+def _opening_name(body: str, found: list[str]) -> str | None:
+    """The name the text opens with ("Dana Scully moved to Lisbon"), what the fact is about."""
+    start = body.lstrip()
+    return next((n for n in found if start.startswith(n) and start[len(n) : len(n) + 1] in (" ", "'", "’")), None)
+
+
 def _trim(value: str, found: list[str]) -> str:
     """A rule's captured value cut to the name it starts with ("Berlin and uses Neovim" → "Berlin")."""
     key = fold_name(value)
@@ -166,10 +172,12 @@ def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
         for relation in stated:
             subject = speaker if speaker and fold_name(relation.subject) == SELF_NAME else relation.subject
             relations.append(RelationDraft(subject, relation.type, _trim(relation.object, found)))
+    opening = _opening_name(body, found)
     for name in found:
         key = fold_name(name)
         shown.setdefault(key, name)
-        roles[key] = _merge_role(roles.get(key), FactEntity.Role.MENTIONED)
+        role = FactEntity.Role.SUBJECT if name == opening and not speaker else FactEntity.Role.MENTIONED
+        roles[key] = _merge_role(roles.get(key), role)
     keys = list(shown)[:MAX_MENTIONS]
     mentions = [EntityMention(shown[k], kinds.get(k, "other"), roles[k]) for k in keys]
     return mentions, relations
