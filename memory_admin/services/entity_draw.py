@@ -9,7 +9,9 @@ every door (POST /facts, /facts/batch, imports, and extraction when the model na
 - Everything resolves through services.entities (fact_entities_link): the same aliases, the same rules.
 
 The write path only notes the facts it stored (`draw_after_commit`); after its transaction commits, one
-task per transaction (`extraction.entities_draw`) draws them, so a write pays nothing for the graph.
+task per transaction (`extraction.entities_draw`) draws them, so a write pays nothing for the graph. A
+lost task (the broker down) is made good by the beat's `sweep`, which walks the facts written since its
+marker; `manage.py entities_backfill` walks the older ones the same way.
 `facts_draw` is idempotent: a fact that has mentions already (the extractor linked it, or an earlier
 run did) is skipped."""
 
@@ -18,12 +20,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from datetime import timedelta
 from uuid import UUID
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
 from memory_admin.errors import DomainError
-from memory_admin.models import Fact, FactEntity
+from memory_admin.models import EntityBackfill, Fact, FactEntity
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft, fact_entities_link
@@ -240,3 +245,49 @@ def draw_after_commit(fact: Fact | None) -> None:
         pending = connection._entity_draw_pending = set()
     pending.add(fact.pk)
     transaction.on_commit(_flush)
+
+
+# --- Walking the facts in order: the backfill command and the live sweep --------------------------------
+
+SWEEP_SCOPE = "live"
+SWEEP_GRACE_SECONDS = 5.0  # a fact this new is the after-commit task's, not the sweep's (yet)
+SWEEP_START_MINUTES = 10.0  # a first sweep starts this far back; older facts are the backfill's
+SWEEP_BATCH = 500
+
+
+def facts_after(marker: EntityBackfill, *, tenant_id: int | None = None):
+    """Active facts after the marker, in (created_at, id) order: where a walk continues."""
+    facts = Fact.objects.filter(status=Fact.Status.ACTIVE, tenant__isnull=False)
+    if tenant_id is not None:
+        facts = facts.filter(tenant_id=tenant_id)
+    if marker.last_created_at is not None:
+        facts = facts.filter(
+            Q(created_at__gt=marker.last_created_at) | Q(created_at=marker.last_created_at, pk__gt=marker.last_fact_id)
+        )
+    return facts.order_by("created_at", "pk")
+
+
+def walk_step(marker: EntityBackfill, facts: QuerySet[Fact], size: int) -> tuple[int, int]:
+    """Draw the next `size` facts of `facts` (facts_after's) and move the marker past them: (facts gone
+    through, entity links made). A crash between the two redoes the step, which changes nothing."""
+    rows = list(facts.values_list("pk", "created_at")[:size])
+    if not rows:
+        return 0, 0
+    linked = facts_draw([pk for pk, _ in rows])
+    marker.last_fact_id, marker.last_created_at = rows[-1]
+    marker.facts_done += len(rows)
+    marker.save(update_fields=["last_fact_id", "last_created_at", "facts_done", "updated_at"])
+    return len(rows), linked
+
+
+def sweep() -> int:
+    """The beat's catch-up: facts whose after-commit task was lost (the broker down, a worker killed) are
+    drawn here, walking forward from the live marker to SWEEP_GRACE_SECONDS ago. Returns facts gone through."""
+    now = timezone.now()
+    marker, created = EntityBackfill.objects.get_or_create(scope=SWEEP_SCOPE)
+    if created or marker.last_created_at is None:
+        marker.last_created_at = now - timedelta(minutes=SWEEP_START_MINUTES)
+        marker.last_fact_id = UUID(int=0)
+    facts = facts_after(marker).filter(created_at__lte=now - timedelta(seconds=SWEEP_GRACE_SECONDS))
+    done, _ = walk_step(marker, facts, SWEEP_BATCH)
+    return done

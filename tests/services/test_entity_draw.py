@@ -112,3 +112,20 @@ def test_the_name_a_fact_opens_with_is_its_subject_the_others_are_mentioned():
         ("Dana Scully", "mentioned"),
         ("Lisbon", "mentioned"),
     ]
+
+
+def test_the_sweep_draws_the_facts_whose_task_was_lost_once(api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memory_admin.models import Fact
+    from memory_admin.services.entity_draw import sweep
+
+    fact_id = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]["id"]  # its task never ran
+    Fact.objects.filter(pk=fact_id).update(created_at=timezone.now() - timedelta(minutes=1))
+    old = post_fact(api, "alice", "Kim Wexler left Globex.")["fact"]["id"]  # before the sweep's start
+    Fact.objects.filter(pk=old).update(created_at=timezone.now() - timedelta(hours=2))
+    assert sweep() == 1
+    assert set(FactEntity.objects.values_list("entity__name", flat=True)) == {"Dana Scully", "Lisbon"}
+    assert sweep() == 0  # it walks forward: nothing is gone through twice

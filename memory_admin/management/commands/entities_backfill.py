@@ -15,26 +15,13 @@ new. Facts written meanwhile are drawn by the live task anyway."""
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db.models import Q
 from django.utils import timezone
 from tqdm import tqdm
 
-from memory_admin.models import EntityBackfill, Fact, Tenant
-from memory_admin.services.entity_draw import facts_draw
+from memory_admin.models import EntityBackfill, Tenant
+from memory_admin.services.entity_draw import facts_after, walk_step
 
 BATCH = 500
-
-
-def _remaining(tenant: Tenant | None, marker: EntityBackfill):
-    facts = Fact.objects.filter(status=Fact.Status.ACTIVE, tenant__isnull=False)
-    if tenant is not None:
-        facts = facts.filter(tenant=tenant)
-    if marker.last_created_at is not None:
-        after = Q(created_at__gt=marker.last_created_at) | Q(
-            created_at=marker.last_created_at, pk__gt=marker.last_fact_id
-        )
-        facts = facts.filter(after)
-    return facts.order_by("created_at", "pk")
 
 
 class Command(BaseCommand):
@@ -59,22 +46,18 @@ class Command(BaseCommand):
             marker.save()
         elif marker.last_fact_id is not None:
             self.stdout.write(f"resuming after {marker.facts_done} facts gone through")
-        remaining = _remaining(owner, marker)
-        total = remaining.count()
+        tenant_id = owner.pk if owner else None
+        total = facts_after(marker, tenant_id=tenant_id).count()
         total = min(total, limit) if limit else total
         done = linked = 0
         with tqdm(total=total, desc="facts", unit="fact", disable=no_progress, file=self.stderr) as bar:
             while done < total:
-                rows = list(_remaining(owner, marker).values_list("pk", "created_at")[: min(batch_size, total - done)])
-                if not rows:
+                step, made = walk_step(marker, facts_after(marker, tenant_id=tenant_id), min(batch_size, total - done))
+                if not step:
                     break
-                linked += facts_draw([pk for pk, _ in rows])
-                marker.last_fact_id, marker.last_created_at = rows[-1]
-                marker.facts_done += len(rows)
-                marker.save(update_fields=["last_fact_id", "last_created_at", "facts_done", "updated_at"])
-                done += len(rows)
-                bar.update(len(rows))
-        if not _remaining(owner, marker).exists():
+                done, linked = done + step, linked + made
+                bar.update(step)
+        if not facts_after(marker, tenant_id=tenant_id).exists():
             marker.finished_at = timezone.now()
             marker.save(update_fields=["finished_at", "updated_at"])
         self.stdout.write(f"went through {done} facts; {linked} entity links made")
