@@ -243,6 +243,8 @@ def draw_after_commit(fact: Fact | None) -> None:
     pending = getattr(connection, "_entity_draw_pending", None)
     if pending is None:
         pending = connection._entity_draw_pending = set()
+    if not any(entry[1] is _flush for entry in connection.run_on_commit):
+        pending.clear()  # noted in a transaction that rolled back: those facts do not exist
     pending.add(fact.pk)
     transaction.on_commit(_flush)
 

@@ -129,3 +129,19 @@ def test_the_sweep_draws_the_facts_whose_task_was_lost_once(api):
     assert sweep() == 1
     assert set(FactEntity.objects.values_list("entity__name", flat=True)) == {"Dana Scully", "Lisbon"}
     assert sweep() == 0  # it walks forward: nothing is gone through twice
+
+
+def test_a_rolled_back_write_is_never_sent(api, tenant, dispatched, django_capture_on_commit_callbacks):
+    from django.db import transaction
+
+    from memory_admin.models import MemoryUser
+    from memory_admin.selectors.access import Principal
+    from memory_admin.services.facts import fact_write
+
+    user = MemoryUser.objects.create(tenant=tenant, external_id="alice")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        fact_write(principal=Principal.system(tenant.pk), memory_user=user, content="Kim Wexler left Globex.")
+        raise RuntimeError("rolled back")
+    with django_capture_on_commit_callbacks(execute=True):
+        fact = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]
+    assert dispatched == [(TASK, [fact["id"]])]
