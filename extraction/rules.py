@@ -289,6 +289,15 @@ def _entity_name(value: str) -> str | None:
     return name if 2 <= len(name) and len(name.split()) <= _MAX_NAME_WORDS else None
 
 
+def clause_graph(clause: str) -> tuple[tuple[EntityMention, ...], tuple[RelationDraft, ...]]:
+    """The entities and relations of one first-person clause by the rules above ("I work at Acme":
+    the user works_at Acme); nothing for a question, a hedge or a clause no rule matches."""
+    if clause.endswith("?") or _HEDGE.search(clause) or "[REDACTED:" in clause:
+        return (), ()
+    fact = _clause_fact(clause)
+    return fact[4] if fact is not None else ((), ())
+
+
 def _graph(template: str, values: list[str]) -> tuple[tuple[EntityMention, ...], tuple[RelationDraft, ...]]:
     if template == "The user's name is {0}.":
         return (EntityMention(values[0], "person", "subject", aliases=(SELF_NAME,)),), ()

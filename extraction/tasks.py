@@ -85,6 +85,20 @@ def run_batch(batch_id: int) -> str:
     return pipeline.run_batch(batch_id).status
 
 
+@shared_task(name="extraction.entities_draw", ignore_result=True)
+def entities_draw(fact_ids: list[str]) -> int:
+    from memory_admin.services.entity_draw import facts_draw
+
+    return facts_draw(fact_ids)
+
+
+@shared_task(name="extraction.entities_sweep", ignore_result=True)
+def entities_sweep() -> int:
+    from memory_admin.services.entity_draw import sweep
+
+    return sweep()
+
+
 @shared_task(name="extraction.close_thread", ignore_result=True)
 def close_thread(thread_id: int, outcome: str | None = None) -> str | None:
     episode = pipeline.close_thread(thread_id, outcome=outcome)

@@ -126,6 +126,12 @@ app.conf.beat_schedule = {
         "schedule": timedelta(seconds=_seconds("EPISODE_SWEEP_SECONDS", 30)),
         "options": {"expires": 120},
     },
+    # Entities of facts whose after-commit task was lost (services/entity_draw.py).
+    "entities-sweep": {
+        "task": "extraction.entities_sweep",
+        "schedule": timedelta(seconds=_seconds("ENTITY_SWEEP_SECONDS", 30)),
+        "options": {"expires": 120},
+    },
     "lifecycle-gc-daily": {
         "task": "extraction.lifecycle_gc_all",
         "schedule": crontab(hour=3, minute=17),

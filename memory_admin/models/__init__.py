@@ -1,4 +1,4 @@
-from memory_admin.models.entities import Entity, FactEntity, Relation
+from memory_admin.models.entities import Entity, EntityBackfill, FactEntity, Relation
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
@@ -40,6 +40,7 @@ __all__ = [
     "Contradiction",
     "Edge",
     "Entity",
+    "EntityBackfill",
     "EntityMerge",
     "EntityMergeReview",
     "Episode",

@@ -159,3 +159,18 @@ class Relation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subject_id} {self.type} {self.object_id}"
+
+
+class EntityBackfill(models.Model):
+    """Where `manage.py entities_backfill` got to: the last fact it went through, in (created_at, id)
+    order, per run scope (a tenant's slug, or "*" for every tenant). Ids only, no content."""
+
+    scope = models.CharField(primary_key=True, max_length=80)
+    last_created_at = models.DateTimeField(null=True, blank=True)
+    last_fact_id = models.UUIDField(null=True, blank=True)
+    facts_done = models.BigIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"entities backfill {self.scope}: {self.facts_done} facts"

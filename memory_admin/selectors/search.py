@@ -1,7 +1,8 @@
 """Ranked retrieval of facts (SPEC §6): vector, keyword, recency and importance fused into one list.
 
     relevance = w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance
-    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × length × effective confidence × (0.5 if stale)
+    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × (1 + ENTITY_WEIGHT·entity) × length
+            × effective confidence × (0.5 if stale)
 
 Weights come from TenantSettings.search_weights; effective confidence and staleness are the ones of
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
@@ -18,6 +19,10 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   of the best NEIGHBOUR_TOP of them, plus ADJACENT_SHARE × the best within ADJACENT_MINUTES (0..3): a
   fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
   than one next to a single match, and the turn right before or after a match more still.
+- entity: the entities the query names (an alias of an entity the user reads, matched exactly on the
+  query's word n-grams): a fact that mentions them scores the IDF-weighted sum of those it mentions
+  (MENTION_SHARE of an entity it names but is not about, i.e. not as its subject), relative to the best
+  such fact; a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -44,13 +49,13 @@ from weakref import WeakKeyDictionary
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin import metrics, scoring
 from memory_admin.embeddings import embed_query
-from memory_admin.models import Fact, MemoryUser
+from memory_admin.models import Entity, Fact, MemoryUser, Relation
 from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
 
@@ -76,6 +81,17 @@ ADJACENT_SHARE = 1.0
 # lift R@10 more but cost the context block, where a longer fact also costs more tokens).
 LENGTH_PRIOR = 0.05
 STALE_WEIGHT = 0.5
+# Entity-anchored search: the final score is multiplied by (1 + ENTITY_WEIGHT × entity); a fact that names
+# an entity of the query without being about it (not its subject) counts MENTION_SHARE of it, a fact one
+# relation away HOP_SHARE. Bounds on how many entities a query names and how many neighbours count.
+# (Tuned on the LoCoMo dev split, bench/README.md: a factor rather than a share of the relevance, so the
+# lift does not spread to the neighbours through their support.)
+ENTITY_WEIGHT = 0.6
+HOP_SHARE = 0.4
+MENTION_SHARE = 0.3
+MAX_QUERY_ENTITIES = 16
+MAX_HOP_ENTITIES = 64
+MAX_NAME_WORDS = 4
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
@@ -95,6 +111,7 @@ class Hit:
     importance: float
     relevance: float
     neighbour: float
+    entity: float
     length: float
     effective_confidence: float
     staleness: float
@@ -110,6 +127,7 @@ class Hit:
             "importance": round(self.importance, 4),
             "relevance": round(self.relevance, 6),
             "neighbour": round(self.neighbour, 6),
+            "entity": round(self.entity, 4),
             "length": round(self.length, 4),
             "effective_confidence": round(self.effective_confidence, 4),
             "staleness": round(self.staleness, 4),
@@ -137,6 +155,24 @@ def or_tsquery(text: str) -> str:
     words and drops stopwords. Only letters and digits get through, so the text cannot inject syntax."""
     words = list(dict.fromkeys(w.lower() for w in WORD.findall(text)))[:64]
     return " | ".join(words)
+
+
+def name_keys(text: str) -> list[str]:
+    """The query's word n-grams (1 to MAX_NAME_WORDS words) in an entity alias's folded form, the ones
+    that could name an entity: a single common word ("the", "what") does not."""
+    from memory_admin.services.entity_draw import COMMON
+
+    words = [w.casefold() for w in WORD.findall(text[:2000])][:64]
+    keys: dict[str, None] = {}
+    for size in range(1, MAX_NAME_WORDS + 1):
+        for start in range(len(words) - size + 1):
+            gram = words[start : start + size]
+            if gram[0] in COMMON and (size == 1 or gram[0] != "the"):
+                continue
+            if gram[-1] in COMMON and size > 1 and gram != ["the", "user"]:
+                continue
+            keys[" ".join(gram)] = None
+    return list(keys)[:256]
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -184,14 +220,14 @@ _ROW_SQL = (
     " {stale} AS stale_score, GREATEST(0, date_part('epoch', now() - c.valid_from) / 86400.0)::float8 AS age_days,"
     " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
     " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
-    " COALESCE(length(c.search_vector), 0) AS doc_len"
+    " COALESCE(length(c.search_vector), 0) AS doc_len, {entity_columns}"
     # Deduplicated first (a shared fact can be both near and a keyword match), then described.
     " FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id, u.src) AS c"
 )
 _STATEMENT = (
     "WITH search_qv AS (SELECT %s::vector AS v), {lexemes}, search_weights AS"
     " (SELECT search_weights::text AS w FROM memory_admin_tenantsettings WHERE tenant_id = %s)"
-    " SELECT (SELECT w FROM search_weights), r.* FROM (SELECT 1) AS one LEFT JOIN ({rows}) AS r ON true"
+    "{entities} SELECT (SELECT w FROM search_weights), r.* FROM (SELECT 1) AS one LEFT JOIN ({rows}) AS r ON true"
 )
 _vector_dumpers: WeakKeyDictionary = WeakKeyDictionary()
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
@@ -245,6 +281,7 @@ def _ef_default() -> int:
 # is `_USER_SENTINEL - i`.
 _USER_SENTINEL = -7_340_033
 _TSQ_SENTINEL = "\x00search-tsquery\x00"
+_KEYS_SENTINEL = "\x00search-entity-keys\x00"
 
 
 @dataclass(frozen=True)
@@ -257,6 +294,7 @@ class _Shape:
     has_text: bool
     n_shared: int  # rows of each shared branch; 0: none
     own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
+    entities: bool = False  # the query may name entities (one user only): the entity columns are computed
 
 
 def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
@@ -302,6 +340,42 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
     return branches
 
 
+# Per candidate, in one index probe of its mentions, and only when the query names an entity at all:
+# [which of the named entities it mentions (bit i: search_ent's i-th), which of them as its subject,
+# how many entities one relation away from them it mentions].
+_ENTITY_COLUMNS = (
+    "(SELECT ARRAY[COALESCE(bit_or(1::bigint << (x.p - 1)), 0),"
+    " COALESCE(bit_or(1::bigint << (x.p - 1)) FILTER (WHERE x.role = 'subject'), 0), count(*) FILTER (WHERE x.hop)]"
+    " FROM (SELECT array_position(ids.ent, fe.entity_id) AS p, fe.role, fe.entity_id = ANY(ids.hop) AS hop"
+    " FROM memory_admin_factentity fe, search_ids ids WHERE fe.fact_id = c.id) AS x"
+    " WHERE EXISTS (SELECT 1 FROM search_ent)) AS ent"
+)
+_NO_ENTITY_COLUMNS = "NULL::bigint[] AS ent"
+
+
+def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
+    """The entities the query names (`search_ent`: an alias among the query's keys, the user's own or the
+    tenant's, through `visible()`) and those one open relation away from them (`search_hop`)."""
+    owner = Q(memory_user_id=_USER_SENTINEL) | Q(memory_user__isnull=True)
+    entities, e_params = _compiled(
+        visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys")
+    )
+    relations, r_params = _compiled(
+        visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
+    )
+    sql = (
+        f", search_ent AS MATERIALIZED (SELECT e.id, row_number() OVER (ORDER BY e.id) AS i FROM ({entities}) AS e"
+        f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
+        " search_hop AS MATERIALIZED (SELECT DISTINCT CASE WHEN r.subject_id IN (SELECT id FROM search_ent)"
+        f" THEN r.object_id ELSE r.subject_id END AS id FROM ({relations}) AS r"
+        " WHERE (r.subject_id IN (SELECT id FROM search_ent)"
+        f" OR r.object_id IN (SELECT id FROM search_ent)) LIMIT {MAX_HOP_ENTITIES}),"
+        " search_ids AS MATERIALIZED (SELECT ARRAY(SELECT id FROM search_ent ORDER BY i) AS ent,"
+        " ARRAY(SELECT id FROM search_hop) AS hop)"
+    )
+    return sql, (*e_params, _KEYS_SENTINEL, *r_params)
+
+
 @functools.lru_cache(maxsize=256)
 def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     """The whole candidate statement and its parameters after the first three (vector, query text,
@@ -313,15 +387,21 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
         f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)" for i, (sql, _) in enumerate(branches)
     )
     rows_sql = _ROW_SQL.format(
-        eff_conf=scoring.effective_confidence_sql("c"), stale=scoring.staleness_sql("c"), union=union
+        eff_conf=scoring.effective_confidence_sql("c"),
+        stale=scoring.staleness_sql("c"),
+        union=union,
+        entity_columns=_ENTITY_COLUMNS if shape.entities else _NO_ENTITY_COLUMNS,
     )
-    return _STATEMENT.format(lexemes=_LEXEMES_CTE, rows=rows_sql), tuple(p for _, ps in branches for p in ps)
+    entities, e_params = _entity_ctes(principal) if shape.entities else ("", ())
+    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, entities=entities, rows=rows_sql)
+    return statement, (*e_params, *(p for _, ps in branches for p in ps))
 
 
-def _bind(params: tuple, user_ids: list[int], tsq: str) -> list[Any]:
-    """The cached parameters with the request's users and tsquery in place of the sentinels."""
+def _bind(params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None) -> list[Any]:
+    """The cached parameters with the request's users, tsquery and name keys in place of the sentinels."""
     values: dict[Any, Any] = {_USER_SENTINEL - i: user_id for i, user_id in enumerate(user_ids)}
     values[_TSQ_SENTINEL] = tsq
+    values[_KEYS_SENTINEL] = keys or []
     return [values.get(p, p) if isinstance(p, int | str) else p for p in params]
 
 
@@ -338,13 +418,14 @@ def _candidates(
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
     `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
     tsq = or_tsquery(query) if query else ""
-    shape = _Shape(statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword)
+    keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
+    shape = _Shape(statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, bool(keys))
     statement, cached = _statement(principal, shape)
     params: list[Any] = [
         Vector(vector) if vector is not None else None,
         query[:2000],
         principal.tenant_id,
-        *_bind(cached, [u.pk for u in memory_users], tsq),
+        *_bind(cached, [u.pk for u in memory_users], tsq, keys),
     ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
@@ -558,7 +639,8 @@ def fact_search_users(
 
 
 # Columns of a candidate row (see _ROW_SQL).
-ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN = range(10)
+ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN, ENT = range(11)
+_NO_ENTITY = (0, 0, 0)
 
 
 def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tuple, dict]]:
@@ -591,8 +673,9 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     cosines = [max(0.0, 1.0 - r[DISTANCE]) if r[DISTANCE] is not None else 0.0 for r in rows]
     lo, hi = min(cosines), max(cosines)
 
+    entity = _entity_scores(rows)
     out = []
-    for row, kw, cosine in zip(rows, bm25, cosines, strict=True):
+    for row, kw, cosine, ent in zip(rows, bm25, cosines, entity, strict=True):
         stale_score = float(row[STALE_SCORE])
         parts = {
             "vector": (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0),
@@ -600,6 +683,7 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
             "keyword": kw / best_keyword,
             "recency": math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS),
             "importance": float(row[IMPORTANCE]),
+            "entity": ent,
             "effective_confidence": float(row[EFF_CONF]),
             "staleness": stale_score,
             # scoring.is_stale, on the SQL score.
@@ -615,6 +699,25 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     # Ties by id: a UUID orders as its canonical text does (fixed-width lowercase hex), without the text.
     scored.sort(key=lambda item: (-item[0], -item[2]["vector"], item[1][ID]))
     return scored
+
+
+def _entity_scores(rows: list[tuple]) -> list[float]:
+    """The entity component of each candidate (module docstring): IDF over the candidates of each named
+    entity a fact mentions (MENTION_SHARE of it unless as the fact's subject), relative to the best;
+    HOP_SHARE for a fact that mentions only a neighbour of them."""
+    ents = [r[ENT] or _NO_ENTITY for r in rows]
+    width = max(mask for mask, _, _ in ents).bit_length()
+    if not width and not any(hop for _, _, hop in ents):
+        return [0.0] * len(rows)
+    n = len(rows)
+    df = [sum(1 for mask, _, _ in ents if mask >> i & 1) for i in range(width)]
+    idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
+    direct = [
+        sum(w * (1.0 if subject >> i & 1 else MENTION_SHARE) for i, w in enumerate(idf) if mask >> i & 1)
+        for mask, subject, _ in ents
+    ]
+    best = max(direct, default=0.0) or 1.0
+    return [d / best if d else (HOP_SHARE if e[2] else 0.0) for e, d in zip(ents, direct, strict=True)]
 
 
 def _support(out: list[tuple[tuple, dict]], n: int) -> None:
@@ -638,5 +741,9 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
         supported = parts["relevance"] + NEIGHBOUR_WEIGHT * support
         parts["final"] = (
-            supported * parts["length"] * parts["effective_confidence"] * (STALE_WEIGHT if parts["stale"] else 1.0)
+            supported
+            * (1.0 + ENTITY_WEIGHT * parts["entity"])
+            * parts["length"]
+            * parts["effective_confidence"]
+            * (STALE_WEIGHT if parts["stale"] else 1.0)
         )

@@ -112,6 +112,7 @@ _TITLES = {
     "notebook": "## Notebook (the user's own notes)\n",
     "tenant_notebook": "## Organisation notebook\n",
     "pinned": "## Pinned facts\n",
+    "entities": "## Entities the task names\n",
     "facts": "## Facts\n",
     "skills": "## Skills\n",
     "episodes": "## Recent episodes\n",
@@ -502,6 +503,68 @@ def _gather_episodes(rows: list[dict], section: _Section) -> None:
 _rank = metrics.observe_search(fact_ranking)
 
 
+# --- Entities the task names (issue 13 §3, issue 15 §4) -------------------------------------------------
+# The entities whose alias the task names (the search's name keys), each summarised on one line: its type,
+# how many facts mention it, other names, and a few open relations. At most ENTITY_LIMIT of them, within
+# ENTITY_SHARE of the budget (at most ENTITY_MAX_TOKENS): the facts themselves are in the facts section.
+ENTITY_LIMIT = 3
+ENTITY_RELATIONS = 3
+ENTITY_SHARE = 0.05
+ENTITY_MAX_TOKENS = 100
+
+
+def _gather_entities(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
+    from django.db.models import Count
+
+    from memory_admin.models import Entity, Relation
+    from memory_admin.selectors.search import name_keys
+
+    keys = name_keys(task) if task else []
+    if not keys:
+        return
+    owned = Q(memory_user=memory_user) | Q(memory_user__isnull=True)
+    entities = list(
+        visible(principal, Entity.objects.filter(owned, alias_keys__overlap=keys, merged_into__isnull=True))
+        .annotate(facts=Count("mentions__fact", distinct=True))
+        .order_by("-facts", "pk")[:ENTITY_LIMIT]
+    )
+    if not entities:
+        return
+    ids = [e.pk for e in entities]
+    relations = (
+        visible(principal, Relation.objects.filter(owned, valid_to__isnull=True))
+        .filter(Q(subject_id__in=ids) | Q(object_id__in=ids))
+        .select_related("subject", "object")
+        .order_by("-valid_from", "pk")[: ENTITY_RELATIONS * len(ids)]
+    )
+    said: dict[Any, list[str]] = {pk: [] for pk in ids}
+    for relation in relations:
+        for pk, line in (
+            (relation.subject_id, f"{relation.type.replace('_', ' ')} {relation.object.name}"),
+            (relation.object_id, f"{relation.subject.name} {relation.type.replace('_', ' ')} it"),
+        ):
+            if pk in said and len(said[pk]) < ENTITY_RELATIONS:
+                said[pk].append(line)
+    for entity in entities:
+        others = [a for a in entity.aliases if a != entity.name][:2]
+        text = entity.name + (f" (also: {', '.join(others)})" if others else "")
+        text += (": " + "; ".join(said[entity.pk])) if said[entity.pk] else ""
+        # The block's note first: nothing in a name can stand in for it.
+        line = f"- [{entity.type}, in {entity.facts} facts] {_one_line(text)}\n"
+        section.items.append(_Item(str(entity.pk), line))
+
+
+def _fit_entities(section: _Section, room: _Room, budget_tokens: int) -> None:
+    """Entity lines in order while they fit their share of the budget; the rest dropped (over_budget)."""
+    section.title_tokens = _tokens(_TITLES[section.name])
+    share = min(int(budget_tokens * ENTITY_SHARE), ENTITY_MAX_TOKENS)
+    for item in section.items:
+        item.tokens = item.tokens or _tokens(item.text)
+        if room.left > 0 and section.tokens() + section.cost(item) <= share and _admit(section, item, room):
+            continue
+        section.dropped.append({"id": item.id, "reason": "over_budget"})
+
+
 def _gather(
     principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
 ) -> tuple[list[_Section], Ranking]:
@@ -509,6 +572,7 @@ def _gather(
     whatever the budget)."""
     sections = {name: _Section(name) for name in SECTION_ORDER}
     pinned = _gather_side(principal, memory_user, task, sections)
+    _gather_entities(principal, memory_user, task, sections["entities"])
     ranking = _rank(
         principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
     )
@@ -700,8 +764,11 @@ def _fit(sections: list[_Section], ranking: Ranking, budget_tokens: int, warning
     by_name = {s.name: s for s in sections}
     for section in sections:
         if section.name == "pinned":
+            # The entity lines' small share first (it grows with the budget, never shrinks, so the facts'
+            # room does too and the fill stays monotone), then pinned and ranked facts as one prefix.
+            _fit_entities(by_name["entities"], room, budget_tokens)
             _fit_facts(section, by_name["facts"], room, ranking, budget_tokens)
-        elif section.name != "facts":
+        elif section.name not in ("facts", "entities"):
             _fit_section(section, room, budget_tokens, warnings)
     return room
 
@@ -810,7 +877,8 @@ def context_block(
         "text": text,
         "notebook_truncated": bool(notebook.truncated or notebook.dropped),
         "warnings": warnings,
-        "sections": [_section_out(s) for s in sections],
+        # The entities section is listed when the task names an entity.
+        "sections": [_section_out(s) for s in sections if s.name != "entities" or s.items],
         "timings": timings,
     }
 

@@ -107,3 +107,19 @@ def test_an_answer_without_entities_still_extracts_the_facts(api, fake_llm, disp
     close(api)
     assert fake_llm.count("extraction") == 1
     assert not Entity.objects.exists() and not Relation.objects.exists()
+
+
+def test_facts_the_model_named_no_entities_for_get_them_drawn_after_commit(
+    api, fake_llm, dispatched, django_capture_on_commit_callbacks
+):
+    from extraction.tasks import entities_draw
+
+    post(api, "alice", "t1", "I work with Dana Scully in Lisbon.")
+    with django_capture_on_commit_callbacks(execute=True):
+        close(api)
+    assert not Entity.objects.exists()  # the model named none
+    for task, *args in dispatched:
+        if task == "extraction.entities_draw":
+            entities_draw(*args)  # as the worker runs it
+    assert set(Entity.objects.values_list("name", flat=True)) == {"Dana Scully", "Lisbon"}
+    assert fake_llm.count("extraction") == 1  # drawn offline: no second call

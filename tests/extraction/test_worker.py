@@ -17,7 +17,16 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from memory_admin.models import Episode, ExtractionBatch, Fact, Heartbeat, LlmCall, Message, TenantSettings
+from memory_admin.models import (
+    Episode,
+    ExtractionBatch,
+    Fact,
+    FactEntity,
+    Heartbeat,
+    LlmCall,
+    Message,
+    TenantSettings,
+)
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -118,6 +127,7 @@ def processes(django_db_setup, django_db_blocker, fake, tmp_path_factory):
         "OPENAI_TIMEOUT_SECONDS": str(LLM_TIMEOUT),
         "EXTRACTION_SWEEP_SECONDS": "0.5",
         "EPISODE_SWEEP_SECONDS": "1",
+        "ENTITY_SWEEP_SECONDS": "1",
         "EXTRACTION_LEASE_MARGIN_SECONDS": "1",
         "EXTRACTION_BACKOFF_SECONDS": "0.5",
         "EXTRACTION_REDISPATCH_SECONDS": "3",
@@ -260,3 +270,20 @@ def test_rate_limited_then_success_through_the_sweeper(api, tenant, procs, fake)
         },
     )
     wait_for(lambda: ExtractionBatch.objects.filter(status="done").count() == 2, 30, procs, "the next batch")
+
+
+def test_a_fact_posted_through_the_api_gets_its_entities_from_the_worker(api, tenant, procs):
+    r = api.post("users/alice/facts", {"content": "Dana Scully works at Acme Robotics.", "source": "user_stated"})
+    assert r.status_code in (200, 201), r.content
+    fact_id = r.json()["fact"]["id"]
+    # The write committed without them. This process's after-commit send goes to the development
+    # broker, not the worker's: the beat's sweep makes good a lost task, and the worker runs it.
+    names = wait_for(
+        lambda: set(FactEntity.objects.filter(fact_id=fact_id).values_list("entity__name", flat=True)),
+        30,
+        procs,
+        "the entities of the posted fact",
+    )
+    assert names == {"Dana Scully", "Acme Robotics"}
+    found = api.get("entities", q="Acme Robotics", user_id="alice").json()["items"]
+    assert [e["name"] for e in found] == ["Acme Robotics"]

@@ -25,6 +25,7 @@ from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook,
 from memory_admin.models import WriteOutcome as Outcome
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
+from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
 from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
 from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner, notebook_overrule_record
@@ -228,6 +229,7 @@ def _prepare(
             after=fact_snapshot(result.fact) if result.fact else {"content": content, "confidence": fact.confidence},
             reason=result.reason,
         )
+        draw_after_commit(result.fact)  # the fact's entities, drawn by a task once this commits
         return result
 
     # 2. Poisoning guard: stored for review, never served.
