@@ -221,11 +221,13 @@ _ahead_lock = threading.Lock()
 
 
 def _ahead_executor() -> ThreadPoolExecutor:
-    """One helper thread per process (created after a fork, never inherited from the parent)."""
+    """The helper threads of this process (created after a fork, never inherited from the parent):
+    EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of the model is one thread)."""
     global _ahead_pool
     with _ahead_lock:
         if _ahead_pool is None or _ahead_pool[0] != os.getpid():
-            _ahead_pool = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="embed-ahead"))
+            workers = max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2")))
+            _ahead_pool = (os.getpid(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix="embed-ahead"))
         return _ahead_pool[1]
 
 

@@ -31,7 +31,7 @@ from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.facts.cap import enforce_cap
 from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
 from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner, notebook_overrule_record
-from memory_admin.services.facts.versions import continue_chain, link, lock_memory_user, refuse, replace
+from memory_admin.services.facts.versions import continue_chain, insert_fact, link, lock_memory_user, refuse, replace
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import Verdict, judge
 from memory_admin.services.pii import find as find_pii
@@ -409,7 +409,7 @@ def _store(
     fact, done = pending.fact, pending.done
     if pending.quarantined:
         fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
-        fact.save(force_insert=True)
+        insert_fact(fact)
         return done(WriteResult(Outcome.QUARANTINED, fact, reason=pending.quarantined))
     found = _Found.of(memory_user.pk, fact)
     verdicts: dict[Any, Verdict] = {}
@@ -489,7 +489,7 @@ def _overruled_by_notebook(
     fact.status = Fact.Status.SUPERSEDED
     fact.superseded_by_notebook_id = chunk.revision_id
     fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
-    fact.save(force_insert=True)
+    insert_fact(fact)
     notebook_overrule_record(principal, fact, revision_id=chunk.revision_id, excerpt=chunk.text[:500], verdict=verdict)
     return WriteResult(Outcome.OVERRULED, fact, reason="the notebook says otherwise; the notebook wins"), None
 
@@ -546,7 +546,7 @@ def _contradiction(
         outcome = Outcome.SUPERSEDED_EXISTING
     else:
         new.contested = True
-        new.save(force_insert=True)
+        insert_fact(new)
         Fact.objects.filter(pk=other.pk).update(contested=True)
         link(principal, Edge.Type.CONTRADICTS, new, other)
         outcome = Outcome.QUEUED_FOR_REVIEW
@@ -570,7 +570,7 @@ def _create(
     principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None, fact: Fact
 ) -> Step:
     """6. Store, then cap."""
-    fact.save(force_insert=True)
+    insert_fact(fact)
     if state is None:
         evicted = enforce_cap(principal, memory_user.pk, tenant.fact_cap)
     else:
