@@ -265,14 +265,35 @@ def fact_write(*, principal: Principal, memory_user: MemoryUser, route: str = "f
     recording the block) for secrets; every other outcome is returned, and audited."""
     principal.require(WRITE_MEMORY)
     tenant = tenant_settings(principal.tenant_id)
-    pending = _prepare(principal, memory_user, tenant, FactDraft(**fields), route)
+    draft = FactDraft(**fields)
+    ahead = _embed_while_screening(draft, tenant)
+    try:
+        pending = _prepare(principal, memory_user, tenant, draft, route)
+        if isinstance(pending, _Pending) and pending.fact.embedding is None:
+            same_text = ahead is not None and pending.fact.content == draft.content  # nothing was redacted
+            pending.fact.embedding = ahead.vector(0) if same_text else embed_one(pending.fact.content)
+    finally:
+        if ahead is not None:
+            ahead.cancel()  # a refused fact (or a redacted text) does not wait for the vector
     if isinstance(pending, WriteResult):
         return pending
-    if pending.fact.embedding is None:
-        pending.fact.embedding = embed_one(pending.fact.content)
     with transaction.atomic(), buffered_audits():  # the write's and its evictions' rows in one INSERT
         state = None if pending.quarantined else _locked_state(memory_user.pk)
         return _store(principal, memory_user, tenant, pending, state)
+
+
+def _embed_while_screening(draft: FactDraft, tenant: TenantSettings) -> EmbedAhead | None:
+    """The text of a fact that will want a vector (none given, not refused by the confidence gate),
+    embedded on a helper thread while the write is screened: the screened text is almost always the
+    text as given, and its vector is then ready when screening ends."""
+    if draft.embedding is not None:
+        return None
+    confidence = SOURCE_PRIOR.get(draft.source, 0.6) if draft.confidence is None else float(draft.confidence)
+    if confidence < tenant.confidence_threshold and draft.source != Fact.Source.EXTERNAL:
+        return None
+    ahead = EmbedAhead()
+    ahead.add(draft.content)
+    return ahead
 
 
 def _prepare_all(
@@ -306,8 +327,8 @@ def fact_write_many(
     Every fact gets its own outcome, as if written alone one after the other (a later fact dedups
     against an earlier one of the same batch). A blocked fact is reported as `blocked` with its block
     id and does not stop the others: screening runs before the transaction, so the block record is
-    committed whatever happens next. Each fact's writes run in a savepoint: a fact that fails midway
-    leaves nothing behind and is reported as `error`, the others are kept."""
+    committed whatever happens next. A fact that fails midway leaves nothing behind and is reported as
+    `error`, the others are kept (`_store_all`: the batch runs again with a savepoint per fact)."""
     principal.require(WRITE_MEMORY)
     tenant = tenant_settings(principal.tenant_id)
     drafts = [item if isinstance(item, FactDraft) else FactDraft(**item) for item in facts]
