@@ -37,7 +37,7 @@ from speed import drive, texts  # noqa: E402
 
 
 def _tree_cpu(pid: int) -> float:
-    """CPU seconds (user + system) used so far by a process and its descendants still alive."""
+    """CPU seconds (user + system) used so far by a process and its descendants, alive or reaped."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -52,7 +52,8 @@ def _tree_cpu(pid: int) -> float:
             fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        # utime, stime, and cutime, cstime: the exited children it reaped (a closed connection's backend)
+        total += sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
         todo.extend(children.get(p, []))
     return total
 
