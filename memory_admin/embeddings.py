@@ -242,12 +242,14 @@ class EmbedAhead:
     helper uses a second core while the caller's thread runs Python or waits for Postgres."""
 
     def __init__(self) -> None:
-        self._alone = getattr(get_embedder(), "runs_alone", False)
+        self._alone: bool | None = None  # known at the first text: no engine is loaded for none
         self._texts: list[str] = []
         self._futures: list[Future] = []
 
     def add(self, text: str) -> int:
         """Queue a text; returns its index for `vector`."""
+        if self._alone is None:
+            self._alone = getattr(get_embedder(), "runs_alone", False)
         self._texts.append(text)
         if self._alone:
             self._futures.append(_ahead_executor().submit(embed, [text]))
