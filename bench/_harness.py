@@ -79,7 +79,7 @@ def free_port() -> int:
 class Server:
     """gunicorn (gthread) on loopback, started and stopped by the benchmark itself."""
 
-    def __init__(self, url: str, *, workers: int = 2, threads: int = 8, **env: str):
+    def __init__(self, url: str, *, workers: int = 2, threads: int = 8, cwd: Path = ROOT, **env: str):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [
@@ -100,7 +100,7 @@ class Server:
                 "--log-level",
                 "warning",
             ],
-            cwd=ROOT,
+            cwd=cwd,
             env=django_env(url, **env),
             start_new_session=True,
         )

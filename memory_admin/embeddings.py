@@ -16,6 +16,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import lru_cache
 
 from django.conf import settings
@@ -62,6 +63,7 @@ class OnnxEmbedder:
     # cosine, and the same text must always get the same vector (dedup compares them). A short text costs
     # ~1.5 ms, so batching would save little; the micro-batcher is not used for this engine either.
     microbatch = False
+    runs_alone = True  # `EmbedAhead` hands each text its own call: vectors come back one by one
 
     def __init__(self, model_path=None) -> None:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one core per process; fork-safe
@@ -251,6 +253,62 @@ def embed_one(text: str) -> list[float]:
     if not getattr(embedder, "microbatch", False) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
         return embedder.embed([text])[0]
     return _batcher.submit(text, embedder.embed)
+
+
+_ahead_pool: tuple[int, ThreadPoolExecutor] | None = None
+_ahead_lock = threading.Lock()
+
+
+def _ahead_executor() -> ThreadPoolExecutor:
+    """The helper threads of this process (created after a fork, never inherited from the parent):
+    EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of the model is one thread)."""
+    global _ahead_pool
+    with _ahead_lock:
+        if _ahead_pool is None or _ahead_pool[0] != os.getpid():
+            workers = max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2")))
+            _ahead_pool = (os.getpid(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix="embed-ahead"))
+        return _ahead_pool[1]
+
+
+class EmbedAhead:
+    """Texts embedded on a helper thread while the caller gets on with other work (screening the next
+    facts, storing the previous ones): `add` queues a text, `vector(i)` waits for the i-th text's vector.
+
+    An engine that runs each text alone anyway (`runs_alone`: onnx) gets one `embed` call per text, in
+    the order added, so the first vectors are ready while later texts are still queued; the vectors are
+    those of `embed_one`. Any other engine (torch batches, OpenAI sends one request) gets a single
+    `embed` call for all the texts, made at `start`. onnxruntime releases the GIL while it runs, so the
+    helper uses a second core while the caller's thread runs Python or waits for Postgres."""
+
+    def __init__(self) -> None:
+        self._alone: bool | None = None  # known at the first text: no engine is loaded for none
+        self._texts: list[str] = []
+        self._futures: list[Future] = []
+
+    def add(self, text: str) -> int:
+        """Queue a text; returns its index for `vector`."""
+        if self._alone is None:
+            self._alone = getattr(get_embedder(), "runs_alone", False)
+        self._texts.append(text)
+        if self._alone:
+            self._futures.append(_ahead_executor().submit(embed, [text]))
+        return len(self._texts) - 1
+
+    def start(self) -> None:
+        """Every text is added: an engine that embeds them together starts now."""
+        if not self._alone and self._texts and not self._futures:
+            self._futures.append(_ahead_executor().submit(embed, list(self._texts)))
+
+    def vector(self, index: int) -> list[float]:
+        self.start()
+        if self._alone:
+            return self._futures[index].result()[0]
+        return self._futures[0].result()[index]
+
+    def cancel(self) -> None:
+        """Drop the texts not started yet (the caller gave up)."""
+        for future in self._futures:
+            future.cancel()
 
 
 class _QueryCache:

@@ -7,7 +7,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from django.db import connection
+from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
+from pgvector import Vector
 
 from memory_admin.models import Edge, Fact, MemoryUser
 from memory_admin.selectors.access import Principal
@@ -32,6 +35,41 @@ _INHERITED = (
     "metadata",
     "embedding",
 )
+
+
+_INSERTED = [f for f in Fact._meta.local_concrete_fields if not f.generated]
+
+
+def insert_fact(fact: Fact) -> None:
+    """`fact.save(force_insert=True)` in one hand-built INSERT: the vector sent in binary (not 384
+    floats as text, built in Python and parsed by the server) and only the database defaults read back
+    (not the generated tsvector). The same columns and values as the ORM's insert (each field's
+    `pre_save` and `get_db_prep_save`), and the instance is left saved as the ORM leaves it."""
+    from memory_admin.selectors.search import _vector_cursor  # binary vector parameters, one home
+
+    columns, values, params, defaults = [], [], [], []
+    for field in _INSERTED:
+        value = field.pre_save(fact, add=True)
+        columns.append(connection.ops.quote_name(field.column))
+        if isinstance(value, DatabaseDefault):
+            values.append("DEFAULT")
+            defaults.append(field)
+            continue
+        values.append("%s")
+        if field.attname == "embedding" and value is not None:
+            params.append(Vector(value))
+        else:
+            params.append(field.get_db_prep_save(value, connection))
+    table = connection.ops.quote_name(Fact._meta.db_table)
+    sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
+    if defaults:
+        sql += " RETURNING " + ", ".join(connection.ops.quote_name(f.column) for f in defaults)
+    with _vector_cursor() as cursor:
+        cursor.execute(sql, params)
+        returned = cursor.fetchone() if defaults else ()
+    for field, value in zip(defaults, returned, strict=True):
+        setattr(fact, field.attname, value)
+    fact._state.adding, fact._state.db = False, connection.alias
 
 
 def lock_memory_user(memory_user_id: int) -> None:
@@ -84,7 +122,7 @@ def supersede(old: Fact, *, by: Fact, reason: str) -> None:
 def replace(principal: Principal, old: Fact, *, by: Fact, reason: str) -> None:
     """Store the unsaved `by` as the version that supersedes `old`, with the edge that says so."""
     supersede(old, by=by, reason=reason)
-    by.save(force_insert=True)
+    insert_fact(by)
     link(principal, Edge.Type.SUPERSEDES, by, old)
 
 
@@ -92,5 +130,5 @@ def refuse(principal: Principal, new: Fact, *, by: Fact, reason: str) -> None:
     """Store the unsaved `new` as already superseded by the standing `by` it contradicts: kept for the
     record, never served."""
     new.status, new.superseded_by_id, new.status_reason = Fact.Status.SUPERSEDED, by.pk, reason[:300]
-    new.save(force_insert=True)
+    insert_fact(new)
     link(principal, Edge.Type.CONTRADICTS, new, by)

@@ -10,26 +10,29 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from copy import copy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
+from pgvector import Vector
 from pgvector.django import CosineDistance
 
-from memory_admin.embeddings import embed, embed_one
+from memory_admin.embeddings import EmbedAhead, embed_one
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.models import WriteOutcome as Outcome
-from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.selectors.access import WRITE_MEMORY, Principal, from_rows
+from memory_admin.selectors.search import _vector_cursor  # binary vector parameters, one home
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
 from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
 from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner, notebook_overrule_record
-from memory_admin.services.facts.versions import continue_chain, link, lock_memory_user, refuse, replace
+from memory_admin.services.facts.versions import continue_chain, insert_fact, link, lock_memory_user, refuse, replace
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import Verdict, judge
 from memory_admin.services.pii import find as find_pii
@@ -120,11 +123,10 @@ def _locked_state(memory_user_id: int) -> _UserState:
 
 # The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
 # never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
-_FACT_COLUMNS = ", ".join(
-    f"f.{f.column}"
-    for f in Fact._meta.concrete_fields
-    if f.attname not in ("embedding", "embedding_next", "search_vector")
-)
+_FACT_ATTNAMES = [
+    f.attname for f in Fact._meta.concrete_fields if f.attname not in ("embedding", "embedding_next", "search_vector")
+]
+_FACT_COLUMNS = ", ".join(f"f.{Fact._meta.get_field(name).column}" for name in _FACT_ATTNAMES)
 
 
 def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
@@ -132,10 +134,9 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
     task: the fact with the same key (the slot) and those with the same normalised content (branch 0),
     and the nearest ones (branch 1; one more than needed: the slot is not a neighbour of its own new
     value), each with its cosine distance to the new fact. Hand-written SQL (the ORM's union of two
-    annotated querysets cost more to compile than to run); the new vector is sent once."""
+    annotated querysets cost more to compile than to run); the new vector is sent once, in binary."""
     exact = "f.content_hash = %s OR f.key = %s" if fact.key else "f.content_hash = %s"
     exact_params = [fact.content_hash, fact.key] if fact.key else [fact.content_hash]
-    vector = Fact._meta.get_field("embedding").get_db_prep_value(fact.embedding, connection)
     table, active = Fact._meta.db_table, "f.memory_user_id = %s AND f.status = %s AND f.task_ref = %s"
     sql = (
         f"WITH q AS (SELECT %s::vector AS v) "
@@ -145,8 +146,14 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
         f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 1 AS branch FROM {table} f, q "
         f"WHERE {active} ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
     )
-    slot = [memory_user_id, Fact.Status.ACTIVE, fact.task_ref]
-    return list(Fact.objects.raw(sql, [vector, *slot, *exact_params, *slot]))
+    slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
+    with _vector_cursor() as cursor:
+        cursor.execute(sql, [Vector(fact.embedding), *slot, *exact_params, *slot])
+        rows = cursor.fetchall()
+    found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
+    for standing, row in zip(found, rows, strict=True):
+        standing.distance, standing.branch = row[-2], row[-1]
+    return found
 
 
 @dataclass
@@ -157,6 +164,7 @@ class _Pending:
     fact: Fact
     done: Callable[..., WriteResult]
     quarantined: str = ""  # the guard's reason, when the fact is to be stored for review only
+    ahead: int | None = None  # a batch's fact: the index of its text in the batch's `EmbedAhead`
 
 
 def _screened(
@@ -259,31 +267,55 @@ def fact_write(*, principal: Principal, memory_user: MemoryUser, route: str = "f
     recording the block) for secrets; every other outcome is returned, and audited."""
     principal.require(WRITE_MEMORY)
     tenant = tenant_settings(principal.tenant_id)
-    pending = _prepare(principal, memory_user, tenant, FactDraft(**fields), route)
+    draft = FactDraft(**fields)
+    ahead = _embed_while_screening(draft, tenant)
+    try:
+        pending = _prepare(principal, memory_user, tenant, draft, route)
+        if isinstance(pending, _Pending) and pending.fact.embedding is None:
+            same_text = ahead is not None and pending.fact.content == draft.content  # nothing was redacted
+            pending.fact.embedding = ahead.vector(0) if same_text else embed_one(pending.fact.content)
+    finally:
+        if ahead is not None:
+            ahead.cancel()  # a refused fact (or a redacted text) does not wait for the vector
     if isinstance(pending, WriteResult):
         return pending
-    if pending.fact.embedding is None:
-        pending.fact.embedding = embed_one(pending.fact.content)
     with transaction.atomic(), buffered_audits():  # the write's and its evictions' rows in one INSERT
         state = None if pending.quarantined else _locked_state(memory_user.pk)
         return _store(principal, memory_user, tenant, pending, state)
 
 
+def _embed_while_screening(draft: FactDraft, tenant: TenantSettings) -> EmbedAhead | None:
+    """The text of a fact that will want a vector (none given, not refused by the confidence gate),
+    embedded on a helper thread while the write is screened: the screened text is almost always the
+    text as given, and its vector is then ready when screening ends."""
+    if draft.embedding is not None:
+        return None
+    confidence = SOURCE_PRIOR.get(draft.source, 0.6) if draft.confidence is None else float(draft.confidence)
+    if confidence < tenant.confidence_threshold and draft.source != Fact.Source.EXTERNAL:
+        return None
+    ahead = EmbedAhead()
+    ahead.add(draft.content)
+    return ahead
+
+
 def _prepare_all(
     principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, drafts: list[FactDraft], route: str
-) -> list[WriteResult | _Pending]:
-    """Steps 1-3 for each fact of a batch, then one embedding call for those still to store."""
+) -> tuple[list[WriteResult | _Pending], EmbedAhead]:
+    """Steps 1-3 for each fact of a batch; the text of each fact still to store is handed to the
+    helper thread as soon as it passes, so its embedding runs while the next facts are screened and
+    the earlier ones stored."""
     prepared: list[WriteResult | _Pending] = []
+    ahead = EmbedAhead()
     for draft in drafts:
         try:
-            prepared.append(_prepare(principal, memory_user, tenant, draft, route))
+            item = _prepare(principal, memory_user, tenant, draft, route)
         except Blocked as exc:
-            prepared.append(WriteResult(Outcome.BLOCKED, None, reason=exc.detail, block_id=exc.extra.get("block_id")))
-    to_embed = [p for p in prepared if isinstance(p, _Pending) and p.fact.embedding is None]
-    vectors = embed([p.fact.content for p in to_embed]) if to_embed else []  # none when all were refused
-    for pending, vector in zip(to_embed, vectors, strict=True):
-        pending.fact.embedding = vector
-    return prepared
+            item = WriteResult(Outcome.BLOCKED, None, reason=exc.detail, block_id=exc.extra.get("block_id"))
+        if isinstance(item, _Pending) and item.fact.embedding is None:
+            item.ahead = ahead.add(item.fact.content)
+        prepared.append(item)
+    ahead.start()
+    return prepared, ahead
 
 
 @observe_writes
@@ -291,26 +323,67 @@ def fact_write_many(
     *, principal: Principal, memory_user: MemoryUser, facts: list[dict[str, Any] | FactDraft], route: str = "fact"
 ) -> list[WriteResult]:
     """Run several facts (each a `FactDraft`, or a dict of its fields) through the write path, in
-    order, with one embedding call for all of them and one transaction under one lock of the user.
+    order, in one transaction under one lock of the user; the texts are embedded on a helper thread
+    (`EmbedAhead`) while the facts before them are stored.
 
     Every fact gets its own outcome, as if written alone one after the other (a later fact dedups
     against an earlier one of the same batch). A blocked fact is reported as `blocked` with its block
     id and does not stop the others: screening runs before the transaction, so the block record is
-    committed whatever happens next. Each fact's writes run in a savepoint: a fact that fails midway
-    leaves nothing behind and is reported as `error`, the others are kept."""
+    committed whatever happens next. A fact that fails midway leaves nothing behind and is reported as
+    `error`, the others are kept (`_store_all`: the batch runs again with a savepoint per fact)."""
     principal.require(WRITE_MEMORY)
     tenant = tenant_settings(principal.tenant_id)
     drafts = [item if isinstance(item, FactDraft) else FactDraft(**item) for item in facts]
     for draft in drafts:
         check_fact_size(draft.content, draft.metadata)
-    prepared = _prepare_all(principal, memory_user, tenant, drafts, route)
+    prepared, ahead = _prepare_all(principal, memory_user, tenant, drafts, route)
+    try:
+        return _store_all(principal, memory_user, tenant, prepared, ahead)
+    finally:
+        ahead.cancel()  # nothing left to cancel unless the batch failed
+
+
+def _store_all(
+    principal: Principal,
+    memory_user: MemoryUser,
+    tenant: TenantSettings,
+    prepared: list[WriteResult | _Pending],
+    ahead: EmbedAhead,
+) -> list[WriteResult]:
+    """Steps 4-7 for the prepared facts of a batch, in order, in one transaction under one lock.
+
+    First without a savepoint per fact (two round trips each, for a failure that almost never comes);
+    if a fact fails, the whole attempt is rolled back and the batch runs again with a savepoint per
+    fact, so that the failing fact alone is reported as `error` and leaves nothing behind."""
+    try:
+        return _store_in_order(principal, memory_user, tenant, prepared, ahead, savepoints=False)
+    except (DatabaseError, DomainError):
+        return _store_in_order(principal, memory_user, tenant, prepared, ahead, savepoints=True)
+
+
+def _store_in_order(
+    principal: Principal,
+    memory_user: MemoryUser,
+    tenant: TenantSettings,
+    prepared: list[WriteResult | _Pending],
+    ahead: EmbedAhead,
+    *,
+    savepoints: bool,
+) -> list[WriteResult]:
     results: list[WriteResult] = []
     # The audit rows of the batch are inserted together at the end of its transaction, in order.
     with transaction.atomic(), buffered_audits() as audit_events:
         state = _locked_state(memory_user.pk) if any(isinstance(p, _Pending) for p in prepared) else None
-        for pending in prepared:
-            if isinstance(pending, WriteResult):
-                results.append(pending)
+        for item in prepared:
+            if isinstance(item, WriteResult):
+                results.append(item)
+                continue
+            if item.fact.embedding is None:  # an embedding that fails fails the batch, as before
+                item.fact.embedding = ahead.vector(item.ahead)
+            # The attempt works on a copy: a step changes its fact (status, version, saved) as it goes.
+            pending = _Pending(copy(item.fact), item.done, item.quarantined, item.ahead)
+            if not savepoints:
+                results.append(_store(principal, memory_user, tenant, pending, state))
                 continue
             kept_events, kept_state = len(audit_events), (state.active if state else 0)
             try:
@@ -359,7 +432,7 @@ def _store(
     fact, done = pending.fact, pending.done
     if pending.quarantined:
         fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
-        fact.save(force_insert=True)
+        insert_fact(fact)
         return done(WriteResult(Outcome.QUARANTINED, fact, reason=pending.quarantined))
     found = _Found.of(memory_user.pk, fact)
     verdicts: dict[Any, Verdict] = {}
@@ -439,7 +512,7 @@ def _overruled_by_notebook(
     fact.status = Fact.Status.SUPERSEDED
     fact.superseded_by_notebook_id = chunk.revision_id
     fact.status_reason = f"contradicts the notebook: {verdict.reason}"[:300]
-    fact.save(force_insert=True)
+    insert_fact(fact)
     notebook_overrule_record(principal, fact, revision_id=chunk.revision_id, excerpt=chunk.text[:500], verdict=verdict)
     return WriteResult(Outcome.OVERRULED, fact, reason="the notebook says otherwise; the notebook wins"), None
 
@@ -496,7 +569,7 @@ def _contradiction(
         outcome = Outcome.SUPERSEDED_EXISTING
     else:
         new.contested = True
-        new.save(force_insert=True)
+        insert_fact(new)
         Fact.objects.filter(pk=other.pk).update(contested=True)
         link(principal, Edge.Type.CONTRADICTS, new, other)
         outcome = Outcome.QUEUED_FOR_REVIEW
@@ -520,7 +593,7 @@ def _create(
     principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None, fact: Fact
 ) -> Step:
     """6. Store, then cap."""
-    fact.save(force_insert=True)
+    insert_fact(fact)
     if state is None:
         evicted = enforce_cap(principal, memory_user.pk, tenant.fact_cap)
     else:
