@@ -176,6 +176,9 @@ GUARD_JUDGE = os.environ.get("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules"
 # Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
 # per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.
 ACCESS_COUNT_FLUSH_SECONDS = float(os.environ.get("ACCESS_COUNT_FLUSH_SECONDS", "1.0"))
+# A write's entity-drawing task is sent by a background thread of the process (True: at commit, in the
+# request; the test suite).
+ENTITY_DRAW_SEND_IN_REQUEST = False
 
 # Celery. Default broker: Postgres itself through kombu's SQLAlchemy transport, so the embedded
 # setup needs no Redis or RabbitMQ. Production sets CELERY_BROKER_URL=redis://... or amqp://...

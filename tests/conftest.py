@@ -51,8 +51,10 @@ class Api:
 @pytest.fixture(autouse=True)
 def _access_counts_in_request(settings):
     """Reads write their access counts at once, inside the test's transaction (production defers them
-    to a background flush, which would not see the test's uncommitted rows)."""
+    to a background flush, which would not see the test's uncommitted rows); a write's entity-drawing
+    task is sent at commit, in the request, rather than by the process's sender thread."""
     settings.ACCESS_COUNT_FLUSH_SECONDS = 0
+    settings.ENTITY_DRAW_SEND_IN_REQUEST = True
 
 
 @pytest.fixture

@@ -8,8 +8,9 @@ every door (POST /facts, /facts/batch, imports, and extraction when the model na
   at Acme", "I live in Berlin"...), whose subject is the line's speaker when there is one, else the user.
 - Everything resolves through services.entities (fact_entities_link): the same aliases, the same rules.
 
-The write path only notes the facts it stored (`draw_after_commit`); after its transaction commits, one
-task per transaction (`extraction.entities_draw`) draws them, so a write pays nothing for the graph. A
+The write path only notes the facts it stored (`draw_after_commit`); after its transaction commits, a
+background thread of the process sends one task (`extraction.entities_draw`) for every id committed
+since its last send, so a write pays neither for the graph nor for the broker round trip. A
 lost task (the broker down) is made good by the beat's `sweep`, which walks the facts written since its
 marker; `manage.py entities_backfill` walks the older ones the same way.
 `facts_draw` is idempotent: a fact that has mentions already (the extractor linked it, or an earlier
@@ -18,11 +19,14 @@ run did) is skipped."""
 from __future__ import annotations
 
 import logging
+import os
 import re
+import threading
 from collections.abc import Iterable
 from datetime import timedelta
 from uuid import UUID
 
+from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -225,14 +229,57 @@ def facts_draw(fact_ids: Iterable[UUID | str]) -> int:
     return linked
 
 
-def _flush() -> None:
+# Sending a task is a broker round trip (about 4 ms on the default database broker): the request does
+# not wait for it. Committed ids go to a per-process outbox that a background thread sends, every id
+# waiting at that moment in one task. With ENTITY_DRAW_SEND_IN_REQUEST (the test suite) the send happens
+# at commit, in the request. Ids in the outbox of a process that dies are the beat's sweep's.
+_outbox: set[str] = set()
+_outbox_lock = threading.Lock()
+_outbox_ready = threading.Event()
+_sender: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
+
+
+def _send(ids: list[str]) -> None:
     from memory_admin.celery import dispatch
 
+    dispatch(TASK, ids)
+
+
+def _send_loop() -> None:
+    while True:
+        _outbox_ready.wait()
+        with _outbox_lock:
+            ids = sorted(_outbox)
+            _outbox.clear()
+            _outbox_ready.clear()
+        if ids:
+            _send(ids)
+
+
+def _ensure_sender() -> None:
+    global _sender
+    pid = os.getpid()
+    if _sender is None or _sender[0] != pid or not _sender[1].is_alive():
+        with _outbox_lock:
+            if _sender is None or _sender[0] != pid or not _sender[1].is_alive():
+                thread = threading.Thread(target=_send_loop, name="entity-draw-sender", daemon=True)
+                thread.start()
+                _sender = (pid, thread)
+
+
+def _flush() -> None:
     pending = getattr(connection, "_entity_draw_pending", None)
-    if pending:
-        ids = [str(i) for i in pending]
-        pending.clear()
-        dispatch(TASK, ids)
+    if not pending:
+        return
+    ids = [str(i) for i in pending]
+    pending.clear()
+    if getattr(settings, "ENTITY_DRAW_SEND_IN_REQUEST", False):
+        _send(ids)
+        return
+    with _outbox_lock:
+        _outbox.update(ids)
+        _outbox_ready.set()
+    _ensure_sender()
 
 
 def draw_after_commit(fact: Fact | None) -> None:

@@ -3,6 +3,8 @@ task per transaction draws them (run here as the worker runs it), resolved like 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from extraction.tasks import entities_draw
@@ -70,6 +72,25 @@ def test_a_fact_posted_through_the_api_gets_its_entities_after_commit(
         "Hank Scorpio",
     }
     assert Relation.objects.get().type == "works_at"
+
+
+def test_in_production_the_send_leaves_the_request_to_a_background_thread(
+    api, dispatched, django_capture_on_commit_callbacks, settings
+):
+    """The broker round trip (a few ms) is not paid by the writer: the commit only puts the ids in the
+    process's outbox, and the sender thread sends them, every id waiting in one task."""
+    settings.ENTITY_DRAW_SEND_IN_REQUEST = False
+    with django_capture_on_commit_callbacks(execute=True):
+        first = post_fact(api, "alice", "The user works at Globex.")["fact"]
+    with django_capture_on_commit_callbacks(execute=True):
+        second = post_fact(api, "alice", "The user lives in Springfield.")["fact"]
+    deadline = time.monotonic() + 10
+    while {i for _, ids in dispatched for i in ids} != {first["id"], second["id"]} and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert {i for _, ids in dispatched for i in ids} == {first["id"], second["id"]}
+    assert all(task == TASK for task, _ in dispatched) and 1 <= len(dispatched) <= 2
+    run_sent(dispatched)
+    assert {e["name"] for e in api.get("entities", user_id="alice").json()["items"]} >= {"Globex", "Springfield"}
 
 
 def test_a_batch_dispatches_one_task_for_all_its_facts(api, dispatched, django_capture_on_commit_callbacks):
