@@ -204,3 +204,13 @@ def test_task_facts_promote_to_the_user_and_then_the_org_scope(api, admin_api, t
     assert api.get(f"facts/{org.pk}").json()["scope"] == "org"
     history = api.get(f"facts/{org.pk}/history").json()
     assert [f["scope"] for f in history["chain"]] == ["task", "user", "org"]
+
+
+def test_a_standing_fact_without_a_vector_does_not_break_the_next_write(api):
+    """A fact stored without an embedding (an import or a re-embed in progress, say) is nobody's
+    neighbour; it used to make the next write to its user fail with a 500."""
+    standing = write(api, "Alice keeps bees on the roof", source="user_stated")["fact"]
+    Fact.objects.filter(pk=standing["id"]).update(embedding=None)
+    body = write(api, "Alice learns the cello on Sundays", source="user_stated")
+    assert body["outcome"] == "created", body
+    assert write(api, "Alice keeps bees on the roof", source="user_stated")["outcome"] == "deduplicated"

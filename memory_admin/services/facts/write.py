@@ -144,7 +144,7 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
         f"WHERE {active} AND ({exact})) "
         f"UNION ALL "
         f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 1 AS branch FROM {table} f, q "
-        f"WHERE {active} ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
+        f"WHERE {active} AND f.embedding IS NOT NULL ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
     with _vector_cursor() as cursor:
