@@ -778,6 +778,9 @@ class RelationOut(Schema):
     valid_to: datetime | None  # null: still holds
     source_fact_id: UUID
     invalidated_by_id: UUID | None  # the fact that closed it
+    # Why it closed ("" while open): superseded, forgotten, capped, a GC rule (hard_ttl,
+    # soft_ttl_unread, low_confidence), review_evicted, quarantined.
+    closed_reason: str
 
     @staticmethod
     def of(relation: Any) -> dict[str, Any]:
@@ -793,6 +796,7 @@ class RelationOut(Schema):
             "valid_to": relation.valid_to,
             "source_fact_id": relation.source_fact_id,
             "invalidated_by_id": relation.invalidated_by_id,
+            "closed_reason": relation.closed_reason,
         }
 
 

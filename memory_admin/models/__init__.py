@@ -1,4 +1,4 @@
-from memory_admin.models.entities import Entity, FactEntity, Relation
+from memory_admin.models.entities import Entity, FactEntity, Relation, RelationEnd
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
@@ -54,6 +54,7 @@ __all__ = [
     "NotebookRevision",
     "PiiBlock",
     "Relation",
+    "RelationEnd",
     "Skill",
     "SkillRevision",
     "Tenant",

@@ -13,7 +13,7 @@ later: every merge here is deterministic.)"""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -23,7 +23,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from memory_admin.models import Entity, Fact, FactEntity, Relation
-from memory_admin.models.entities import RELATION_TYPE_PATTERN, fold_name
+from memory_admin.models.entities import RELATION_TYPE_PATTERN, RelationEnd, fold_name
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.audit import audit
 from memory_admin.services.guard import verdict
@@ -278,7 +278,22 @@ def relations_close(*, old: Fact, by: Fact) -> int:
         )
         return 0
     return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
-        valid_to=Greatest(Value(timezone.now()), F("valid_from")), invalidated_by_id=by.pk
+        valid_to=Greatest(Value(timezone.now()), F("valid_from")),
+        invalidated_by_id=by.pk,
+        closed_reason=RelationEnd.SUPERSEDED,
+    )
+
+
+def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
+    """Facts stopped being true with no successor (forgotten, evicted by the cap, the GC, a reviewer):
+    the relations they stated end now, with the reason; never deleted, so the graph as of an earlier
+    date still shows them. Bringing a fact back (an undo) does not reopen them: the closed row stays
+    as history. Returns the relations closed (one statement)."""
+    ids = list(fact_ids)
+    if not ids:
+        return 0
+    return Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True).update(
+        valid_to=Greatest(Value(timezone.now()), F("valid_from")), closed_reason=reason
     )
 
 
