@@ -812,9 +812,35 @@ class MentionOut(Schema):
     valid_from: datetime
 
 
+class EntityThreadOut(Schema):
+    """A thread one of whose messages stated a fact that mentions the entity."""
+
+    thread_id: str
+    user_id: str
+    created_at: datetime
+    last_message_at: datetime | None
+    closed_at: datetime | None
+
+
+class EntityEpisodeOut(Schema):
+    """An episode that holds a fact mentioning the entity (or the message such a fact came from)."""
+
+    id: UUID
+    user_id: str
+    thread_id: str | None
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    summary: str
+
+
 class EntityDetailOut(EntityOut):
     facts: list[MentionOut]
     relations: list[RelationOut]  # over time: closed ones too, oldest first
+    threads: list[EntityThreadOut]  # most recent first, at most 20
+    thread_count: int  # all of them
+    episodes: list[EntityEpisodeOut]  # most recent first, at most 20
+    episode_count: int  # all of them
 
 
 class EntityGraphOut(Schema):

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from memory_admin.models import Entity, FactEntity, MemoryUser, Relation
+from memory_admin.models import Entity, Episode, Fact, FactEntity, MemoryUser, Relation, Thread
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, get_visible, visible
 
@@ -53,6 +53,37 @@ def entity_detail(principal: Principal, entity: Entity) -> EntityDetail:
         entity,
         list(mentions.order_by("-fact__valid_from", "pk")[:200]),
         list(relations.order_by("valid_from", "pk")[:200]),
+    )
+
+
+SOURCES_SHOWN = 20  # threads and episodes listed on an entity's page; the counts say how many in all
+
+
+@dataclass
+class EntitySources:
+    """Where an entity came up: the threads whose messages stated a fact mentioning it (the message a
+    fact came from, or its extraction batch), and the episodes that hold such a fact or such a message.
+    Most recent first, at most SOURCES_SHOWN of each, with the full counts."""
+
+    threads: list[Thread]
+    thread_count: int
+    episodes: list[Episode]
+    episode_count: int
+
+
+def entity_sources(principal: Principal, entity: Entity) -> EntitySources:
+    facts = visible(principal, Fact.objects.filter(mentions__entity=entity))
+    threads = visible(principal, Thread.objects.select_related("memory_user")).filter(
+        Exists(facts.filter(message__thread=OuterRef("pk"))) | Exists(facts.filter(batch__thread=OuterRef("pk")))
+    )
+    episodes = visible(principal, Episode.objects.select_related("memory_user", "thread")).filter(
+        Exists(facts.filter(episodes=OuterRef("pk"))) | Exists(facts.filter(message__episode=OuterRef("pk")))
+    )
+    return EntitySources(
+        list(threads.order_by("-last_message_at", "-pk")[:SOURCES_SHOWN]),
+        threads.count(),
+        list(episodes.order_by("-started_at", "pk")[:SOURCES_SHOWN]),
+        episodes.count(),
     )
 
 
