@@ -297,6 +297,12 @@ def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
     )
 
 
+def entity_name_fit(name: str) -> bool:
+    """A name fit to store as an entity's (the check linking applies): for names that come from
+    elsewhere, such as an imported export."""
+    return _safe_name(name)
+
+
 def entities_erase(*, memory_user_id: int) -> int:
     """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
     the one exception to "relations are only closed" (names are content). Returns the entities removed."""
