@@ -12,7 +12,7 @@ from memory_admin.errors import AlreadyResolved
 from memory_admin.models import Edge, Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit_fact, fact_snapshot
-from memory_admin.services.entities import relations_end
+from memory_admin.services.entities import relations_end, relations_reopen
 from memory_admin.services.facts import link, supersede
 from memory_admin.services.screening import screens
 
@@ -138,6 +138,8 @@ def queue_action_undo(*, principal: Principal, fact_id: UUID | str, action: str,
     fact.save(update_fields=["status", "status_reason", "updated_at"])
     if back == Fact.Status.QUARANTINED:  # relations drawn while it was served end with it
         relations_end(fact_ids=[fact.pk], reason=RelationEnd.QUARANTINED)
+    elif action == "evict":  # served again: what the eviction closed holds again (as new rows)
+        relations_reopen(fact_ids=[fact.pk], reason=RelationEnd.REVIEW_EVICTED)
     audit_fact(
         principal,
         f"{'quarantine' if action != 'evict' else 'fact'}.undo",

@@ -287,14 +287,49 @@ def relations_close(*, old: Fact, by: Fact) -> int:
 def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
     """Facts stopped being true with no successor (forgotten, evicted by the cap, the GC, a reviewer):
     the relations they stated end now, with the reason; never deleted, so the graph as of an earlier
-    date still shows them. Bringing a fact back (an undo) does not reopen them: the closed row stays
-    as history. Returns the relations closed (one statement)."""
+    date still shows them. An undo that serves the fact again calls `relations_reopen`. Returns the
+    relations closed (one statement)."""
     ids = list(fact_ids)
     if not ids:
         return 0
     return Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")), closed_reason=reason
     )
+
+
+def relations_reopen(*, fact_ids: Iterable, reason: RelationEnd, invalidated_by_id: object = None) -> int:
+    """An action that ended facts was undone (a reviewer's eviction, a contradiction's "keep"): the
+    relations it closed (`reason`, and `invalidated_by_id` when given) hold again, as new open rows from
+    now; the closed rows stay, so the graph as of the time between still shows the gap. An edge that
+    is open again already (another fact restated it) is left as it is. Returns the relations reopened."""
+    closed = Relation.objects.filter(source_fact_id__in=list(fact_ids), closed_reason=reason)
+    if invalidated_by_id is not None:
+        closed = closed.filter(invalidated_by_id=invalidated_by_id)
+    latest: dict[tuple, Relation] = {}
+    for relation in closed.order_by("valid_to", "pk"):
+        latest[(relation.subject_id, relation.type, relation.object_id)] = relation
+    if not latest:
+        return 0
+    open_now = Relation.objects.filter(
+        valid_to__isnull=True, subject_id__in={s for s, _, _ in latest}, object_id__in={o for _, _, o in latest}
+    ).values_list("subject_id", "type", "object_id")
+    todo = [r for edge, r in latest.items() if edge not in set(open_now)]
+    now = timezone.now()
+    Relation.objects.bulk_create(
+        [
+            Relation(
+                tenant_id=r.tenant_id,
+                memory_user_id=r.memory_user_id,
+                subject_id=r.subject_id,
+                object_id=r.object_id,
+                type=r.type,
+                source_fact_id=r.source_fact_id,
+                valid_from=now,
+            )
+            for r in todo
+        ]
+    )
+    return len(todo)
 
 
 def entity_name_fit(name: str) -> bool:

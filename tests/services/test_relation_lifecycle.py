@@ -1,7 +1,8 @@
 """Relations end when their source fact stops being true, whatever the door (SPEC §12): a correction,
 forget, the per-user cap, the daily GC's three rules, a reviewer's eviction, an undone release. Each
 closes the relation (valid_to, and what closed it), never deletes it: the graph as of a date before
-still shows it, the graph now does not."""
+still shows it, the graph now does not. Undoing the action (an eviction, a contradiction's "keep")
+reopens them as new rows, the closed ones kept as history."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from memory_admin.models import Fact, MemoryUser, Relation, RelationEnd
 from memory_admin.selectors.access import Principal
 from memory_admin.selectors.lifecycle import GC_RULES
 from memory_admin.services import lifecycle
+from memory_admin.services.contradictions import contradiction_reopen, contradiction_resolve
 from memory_admin.services.curation import eviction_evict, quarantine_release, queue_action_undo
 from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
 from memory_admin.services.facts import fact_write
@@ -140,10 +142,6 @@ def test_a_reviewer_confirming_an_eviction_closes(api, system, alice):
     fact = works_at(system, alice, "Acme Robotics")
     eviction_evict(principal=system, fact_id=fact.pk)
     assert_closed(api, fact, RelationEnd.REVIEW_EVICTED)
-    # Undoing the eviction serves the fact again; the closed relation stays as history, not reopened.
-    queue_action_undo(principal=system, fact_id=fact.pk, action="evict")
-    assert Fact.objects.get(pk=fact.pk).status == Fact.Status.ACTIVE
-    assert Relation.objects.filter(source_fact=fact).count() == 1
 
 
 def test_an_undone_release_sends_the_fact_back_to_quarantine_and_closes(api, system, alice):
@@ -169,3 +167,48 @@ def test_erase_removes_the_users_relations(admin_api, system, alice):
     works_at(system, alice, "Acme Robotics")
     assert admin_api.delete("users/alice").status_code in (200, 204)
     assert not Relation.objects.filter(memory_user=alice).exists()
+
+
+def link_prefers(system, fact_id, drink: str) -> None:
+    fact_entities_link(
+        principal=system,
+        fact=Fact.objects.get(pk=fact_id),
+        mentions=[EntityMention("Alice", "person", "subject"), EntityMention(drink, "other", "object")],
+        relations=[RelationDraft("Alice", "prefers", drink)],
+    )
+
+
+def test_reopening_a_kept_contradiction_reopens_what_the_keep_closed(api, system, tenant):
+    a = api.post("users/alice/facts", {"content": "Alice prefers tea in the morning", "confidence": 0.8}).json()
+    link_prefers(system, a["fact"]["id"], "tea")
+    b = api.post("users/alice/facts", {"content": "Alice prefers coffee in the morning", "confidence": 0.85}).json()
+    assert b["outcome"] == "queued_for_review"
+    link_prefers(system, b["fact"]["id"], "coffee")
+    operator = Principal(tenant_id=tenant.pk, role="operator", actor="staff:op", actor_type="staff")
+    contradiction_resolve(principal=operator, contradiction_id=b["contradiction_id"], action="keep_b")
+    tea = Relation.objects.get(object__name="tea")
+    assert tea.closed_reason == RelationEnd.SUPERSEDED and str(tea.invalidated_by_id) == b["fact"]["id"]
+    contradiction_reopen(principal=operator, contradiction_id=b["contradiction_id"])
+    rows = list(Relation.objects.filter(object__name="tea").order_by("pk"))
+    # The closed row stays (history); a new open row holds from the reopening on.
+    assert [(r.valid_to is None, r.closed_reason) for r in rows] == [(False, "superseded"), (True, "")]
+    assert rows[1].valid_from >= rows[0].valid_to
+
+
+def test_undoing_an_eviction_reopens_its_relations_as_new_rows(api, system, alice):
+    fact = works_at(system, alice, "Acme Robotics")
+    eviction_evict(principal=system, fact_id=fact.pk)
+    closed = relation_of_closed(fact)
+    queue_action_undo(principal=system, fact_id=fact.pk, action="evict")
+    reopened = Relation.objects.get(source_fact=fact, valid_to__isnull=True)
+    assert reopened.pk != closed.pk and reopened.valid_from >= closed.valid_to
+    assert "Acme Robotics" in graph_objects(api, reopened)
+    # Evicted and brought back again: still one open row per edge.
+    eviction_evict(principal=system, fact_id=fact.pk)
+    queue_action_undo(principal=system, fact_id=fact.pk, action="evict")
+    assert Relation.objects.filter(source_fact=fact, valid_to__isnull=True).count() == 1
+    assert Relation.objects.filter(source_fact=fact).count() == 3
+
+
+def relation_of_closed(fact: Fact) -> Relation:
+    return Relation.objects.get(source_fact=fact, valid_to__isnull=False)
