@@ -372,7 +372,16 @@ def add_graph(url: str, vocab: list[str]) -> None:
         print(f"  {n:,} mentions ({time.time() - t0:.0f} s)", flush=True)
         n = _copy_rows(conn, Relation, relations)
         print(f"  {n:,} relations ({time.time() - t0:.0f} s)", flush=True)
-        for table in ("memory_admin_entity", "memory_admin_factentity", "memory_admin_relation"):
+        if hasattr(Relation, "stated_by"):  # each relation is stated by its source fact
+            conn.execute(
+                f"INSERT INTO {Relation.stated_by.through._meta.db_table} (relation_id, fact_id) "
+                "SELECT id, source_fact_id FROM memory_admin_relation WHERE tenant_id = %s ON CONFLICT DO NOTHING",
+                [tenant.pk],
+            )
+        tables = ["memory_admin_entity", "memory_admin_factentity", "memory_admin_relation"]
+        if hasattr(Relation, "stated_by"):
+            tables.append(Relation.stated_by.through._meta.db_table)
+        for table in tables:
             conn.execute(f"VACUUM ANALYZE {table}")
     print(f"graph added in {time.time() - t0:.0f} s", flush=True)
 

@@ -733,6 +733,7 @@ class ExportedRelationIn(StrictIn):
     valid_to: Timestamp | None = None
     invalidated_by_id: UUID | None = None
     closed_reason: Literal[("", *RelationEnd.values)] = ""
+    stated_by: Annotated[list[UUID], Field(max_length=1000)] = []  # every fact that states it
 
 
 class ExportIn(StrictIn):

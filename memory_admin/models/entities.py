@@ -141,6 +141,9 @@ class Relation(models.Model):
     invalidated_by = models.ForeignKey(
         Fact, on_delete=models.PROTECT, null=True, blank=True, related_name="invalidated_relations"
     )
+    # Every fact that states it (`source_fact`, the first, included): while one of them is still
+    # true the relation holds, so ending one fact hands the relation to another instead of closing it.
+    stated_by = models.ManyToManyField(Fact, related_name="stated_relations", blank=True)
     # What closed it ("" while open, or when closed by hand); a superseding fact is also `invalidated_by`.
     closed_reason = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)

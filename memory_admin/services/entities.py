@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -214,6 +214,7 @@ def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation
             "valid_from": fact.valid_from,
         },
     )
+    relation.stated_by.add(fact)  # a second fact stating it keeps it open when the first ends
     return relation
 
 
@@ -269,19 +270,46 @@ def relations_close(*, old: Fact, by: Fact) -> int:
     promotion to a wider scope) states the same thing: the relations and mentions move to it instead.
     Returns the relations closed."""
     if by.content_hash and by.content_hash == old.content_hash:
-        Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
-            source_fact_id=by.pk, memory_user_id=by.memory_user_id
-        )
+        moved = Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True)
+        _stated_by(list(moved.values_list("pk", flat=True)), by.pk)
+        moved.update(source_fact_id=by.pk, memory_user_id=by.memory_user_id)
         mentions = FactEntity.objects.filter(fact_id=old.pk).values_list("entity_id", "role")
         FactEntity.objects.bulk_create(
             [FactEntity(fact_id=by.pk, entity_id=entity, role=role) for entity, role in mentions], ignore_conflicts=True
         )
         return 0
-    return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
+    ending = Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True)
+    kept = _hand_over(ending, [old.pk])
+    return ending.exclude(pk__in=kept).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")),
         invalidated_by_id=by.pk,
         closed_reason=RelationEnd.SUPERSEDED,
     )
+
+
+def _stated_by(relation_ids: Sequence[int], fact_id: object) -> None:
+    through = Relation.stated_by.through
+    through.objects.bulk_create(
+        [through(relation_id=pk, fact_id=fact_id) for pk in relation_ids], ignore_conflicts=True
+    )
+
+
+def _hand_over(ending: QuerySet[Relation], fact_ids: Sequence[object]) -> set[int]:
+    """Of the open relations whose source fact ends, those another still-active fact also states pass
+    to that fact (the oldest) and stay open: ending one statement of an edge does not end the edge.
+    Returns the ids of the relations handed over (one statement when there are none)."""
+    heirs: dict[int, tuple[object, int | None]] = {}
+    stating = (
+        Relation.stated_by.through.objects.filter(relation__in=ending, fact__status=Fact.Status.ACTIVE)
+        .exclude(fact_id__in=fact_ids)
+        .order_by("relation_id", "fact__valid_from", "fact_id")
+        .values_list("relation_id", "fact_id", "fact__memory_user_id")
+    )
+    for relation_id, fact_id, owner in stating:
+        heirs.setdefault(relation_id, (fact_id, owner))
+    for relation_id, (fact_id, owner) in heirs.items():
+        Relation.objects.filter(pk=relation_id).update(source_fact_id=fact_id, memory_user_id=owner)
+    return set(heirs)
 
 
 def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
@@ -292,7 +320,9 @@ def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
     ids = list(fact_ids)
     if not ids:
         return 0
-    return Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True).update(
+    ending = Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True)
+    kept = _hand_over(ending, ids)
+    return ending.exclude(pk__in=kept).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")), closed_reason=reason
     )
 
@@ -315,7 +345,7 @@ def relations_reopen(*, fact_ids: Iterable, reason: RelationEnd, invalidated_by_
     ).values_list("subject_id", "type", "object_id")
     todo = [r for edge, r in latest.items() if edge not in set(open_now)]
     now = timezone.now()
-    Relation.objects.bulk_create(
+    made = Relation.objects.bulk_create(
         [
             Relation(
                 tenant_id=r.tenant_id,
@@ -329,7 +359,9 @@ def relations_reopen(*, fact_ids: Iterable, reason: RelationEnd, invalidated_by_
             for r in todo
         ]
     )
-    return len(todo)
+    through = Relation.stated_by.through
+    through.objects.bulk_create([through(relation_id=r.pk, fact_id=r.source_fact_id) for r in made])
+    return len(made)
 
 
 def entity_name_fit(name: str) -> bool:

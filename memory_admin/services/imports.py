@@ -606,8 +606,8 @@ def _relation_for(replay: _Replay, item: dict[str, Any], ends: tuple[str, str], 
             subject_id=ends[0], type=item["type"], object_id=ends[1], valid_to__isnull=True
         ).first()
         if open_edge is not None:
-            return open_edge
-    return Relation.objects.create(
+            return _stated(replay, open_edge, item)
+    relation = Relation.objects.create(
         tenant_id=replay.principal.tenant_id,
         memory_user_id=fact.memory_user_id,
         subject_id=ends[0],
@@ -619,6 +619,15 @@ def _relation_for(replay: _Replay, item: dict[str, Any], ends: tuple[str, str], 
         invalidated_by_id=by if valid_to else None,
         closed_reason=reason if valid_to else "",
     )
+    return _stated(replay, relation, item)
+
+
+def _stated(replay: _Replay, relation: Relation, item: dict[str, Any]) -> Relation:
+    """The facts (here) that state the relation: its source fact and the export's others."""
+    facts = {str(relation.source_fact_id)}
+    facts |= {replay.fact_ids[str(f)] for f in item.get("stated_by", ()) if str(f) in replay.fact_ids}
+    relation.stated_by.add(*facts)
+    return relation
 
 
 def _replay_relations(replay: _Replay, entities: dict[str, str]) -> None:

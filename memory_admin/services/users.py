@@ -123,7 +123,9 @@ def _export_graph(memory_user: MemoryUser) -> dict[str, list[dict[str, Any]]]:
     mentions = list(
         FactEntity.objects.filter(fact__memory_user=memory_user).order_by("fact__created_at", "fact_id", "entity_id")
     )
-    relations = list(Relation.objects.filter(memory_user=memory_user).order_by("valid_from", "pk"))
+    relations = list(
+        Relation.objects.filter(memory_user=memory_user).prefetch_related("stated_by").order_by("valid_from", "pk")
+    )
     involved = {m.entity_id for m in mentions} | {r.subject_id for r in relations} | {r.object_id for r in relations}
     entities = Entity.objects.filter(Q(pk__in=involved) | Q(memory_user=memory_user)).order_by("first_seen", "pk")
     return {
@@ -152,6 +154,7 @@ def _export_graph(memory_user: MemoryUser) -> dict[str, list[dict[str, Any]]]:
                 "valid_to": _iso(r.valid_to),
                 "invalidated_by_id": str(r.invalidated_by_id) if r.invalidated_by_id else None,
                 "closed_reason": r.closed_reason,
+                "stated_by": sorted(str(f.pk) for f in r.stated_by.all()),
             }
             for r in relations
         ],

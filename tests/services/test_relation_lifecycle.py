@@ -35,12 +35,13 @@ def alice(tenant):
     return MemoryUser.objects.create(tenant=tenant, external_id="alice")
 
 
-def works_at(system, user, company: str, person: str = "Dana Scully", **fields) -> Fact:
-    """`<person> works at <company>`, linked as the pipeline links it: a works_at relation from PAST."""
+def works_at(system, user, company: str, person: str = "Dana Scully", text: str = "", **fields) -> Fact:
+    """`<person> works at <company>` (or `text` saying so), linked as the pipeline links it: a works_at
+    relation from PAST."""
     fact = fact_write(
         principal=system,
         memory_user=user,
-        content=f"{person} works at {company}.",
+        content=text or f"{person} works at {company}.",
         source="user_stated",
         observed_at=PAST,
         **fields,
@@ -212,3 +213,30 @@ def test_undoing_an_eviction_reopens_its_relations_as_new_rows(api, system, alic
 
 def relation_of_closed(fact: Fact) -> Relation:
     return Relation.objects.get(source_fact=fact, valid_to__isnull=False)
+
+
+def test_an_edge_two_facts_state_holds_until_the_last_of_them_ends(api, system, alice):
+    first = works_at(system, alice, "Acme Robotics")
+    second = works_at(system, alice, "Acme Robotics", text="Dana Scully has a job at Acme Robotics in Berlin.")
+    assert second.pk != first.pk
+    relation = relation_of(first)
+    assert set(relation.stated_by.values_list("pk", flat=True)) == {first.pk, second.pk}
+    assert Relation.objects.count() == 1  # one edge, stated twice
+
+    assert api.delete(f"facts/{first.pk}").status_code in (200, 204)
+    relation.refresh_from_db()
+    assert relation.valid_to is None and relation.source_fact_id == second.pk  # handed over, not closed
+    assert "Acme Robotics" in graph_objects(api, relation)
+
+    assert api.delete(f"facts/{second.pk}").status_code in (200, 204)
+    relation.refresh_from_db()
+    assert relation.valid_to is not None and relation.closed_reason == RelationEnd.FORGOTTEN
+
+
+def test_a_correction_of_one_statement_keeps_the_edge_another_fact_states(api, system, alice):
+    first = works_at(system, alice, "Acme Robotics")
+    second = works_at(system, alice, "Acme Robotics", text="Dana Scully has a job at Acme Robotics in Berlin.")
+    r = api.post(f"facts/{first.pk}/correct", {"content": "Dana Scully worked at Acme Robotics in 2024."})
+    assert r.status_code == 201, r.content
+    relation = Relation.objects.get()
+    assert relation.valid_to is None and relation.source_fact_id == second.pk
