@@ -364,10 +364,15 @@ def relations_reopen(*, fact_ids: Iterable, reason: RelationEnd, invalidated_by_
     return len(made)
 
 
-def entity_name_fit(name: str) -> bool:
-    """A name fit to store as an entity's (the check linking applies): for names that come from
+def entity_name_problem(name: str) -> str | None:
+    """Why a name is not fit to store as an entity's (the check linking applies), as an error code
+    (`invalid`, `blocked`, `instruction_like`); None when it is fit. For names that come from
     elsewhere, such as an imported export."""
-    return _safe_name(name)
+    if _safe_name(name):
+        return None
+    if not fold_name(name) or "[REDACTED:" in name:
+        return "invalid"
+    return "blocked" if find_pii(name) else "instruction_like"
 
 
 def entities_erase(*, memory_user_id: int) -> int:

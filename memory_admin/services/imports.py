@@ -57,7 +57,7 @@ from memory_admin.models import (
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
-from memory_admin.services.entities import entity_find, entity_name_fit
+from memory_admin.services.entities import entity_find, entity_name_problem
 from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
 from memory_admin.services.facts import (
     check_fact_size,
@@ -522,13 +522,11 @@ _ENDED_BY = {
 }
 
 
-def _entity_for(replay: _Replay, item: dict[str, Any]) -> Entity | None:
+def _entity_for(replay: _Replay, item: dict[str, Any]) -> Entity:
     """The entity an exported one becomes here: the one its names resolve to among the user's and the
-    tenant's (resolution as for a fact's mention), else a new entity of the user. None: its name is
-    not fit to store (a secret, contact PII, instructions)."""
-    if not entity_name_fit(item["name"]):
-        return None
-    aliases = [a for a in item["aliases"] if entity_name_fit(a)]
+    tenant's (resolution as for a fact's mention), else a new entity of the user. The caller checked
+    that its name is fit to store; unfit aliases are left out."""
+    aliases = [a for a in item["aliases"] if not entity_name_problem(a)]
     found = entity_find(
         replay.principal, memory_user_id=replay.user.pk, name=item["name"], type=item["type"], aliases=aliases
     )
@@ -564,11 +562,11 @@ def _replay_entities(replay: _Replay) -> dict[str, str]:
     for index, item in enumerate(replay.data.get("entities", [])):
         source = f"entity:{item['id']}"
         if not replay.seen("entities", source):
-            entity = _entity_for(replay, item)
-            if entity is None:
-                replay.refuse("entities", index, source, Invalid("", code="unsafe_name"))
+            problem = entity_name_problem(item["name"])  # a secret, contact PII, instructions
+            if problem:
+                replay.refuse("entities", index, source, Invalid("", code=problem))
             else:
-                replay.record("entities", source, str(entity.pk))
+                replay.record("entities", source, str(_entity_for(replay, item).pk))
         if replay.done[source]:
             mapped[str(item["id"])] = replay.done[source]
     return mapped
@@ -643,7 +641,8 @@ def _replay_relations(replay: _Replay, entities: dict[str, str]) -> None:
         ends = (entities.get(str(item["subject_id"])), entities.get(str(item["object_id"])))
         fact = facts.get(uuid.UUID(fact_id)) if fact_id else None
         if fact is None or None in ends or ends[0] == ends[1]:
-            replay.report.refused.append({"kind": "relations", "index": index, "code": "unlinked"})
+            # Its fact or one of its entities is not here (refused): nothing to attach it to.
+            replay.report.refused.append({"kind": "relations", "index": index, "code": "not_found"})
             replay.record("relations", source, "")
             continue
         replay.record("relations", source, str(_relation_for(replay, item, ends, fact).pk))
