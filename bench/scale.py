@@ -337,7 +337,7 @@ def add_graph(url: str, vocab: list[str]) -> None:
             pool = entities[user_id]
             if user_id is None and rng.random() < 0.5:
                 continue  # half the shared facts name no entity
-            # A few entities of each user are its hubs: Pareto-distributed picks, 1-3 per fact.
+            # A few entities of each user are its hubs: Pareto-distributed picks, 1-4 per fact.
             named = list(
                 dict.fromkeys(
                     pool[min(len(pool) - 1, int(rng.paretovariate(1.2)) - 1)] for _ in range(rng.randint(1, 4))
@@ -510,7 +510,8 @@ def main() -> int:
     parser.add_argument(
         "--phases",
         default="search,context,write,write_batch",
-        help="comma-separated subset of search,search_entity,entity_lookup,context,write,write_batch",
+        help="comma-separated subset of search,search_entity,entity_lookup,entity_detail,entity_graph,context,"
+        "write,write_batch",
     )
     args = parser.parse_args()
 
@@ -557,6 +558,21 @@ def main() -> int:
         name, _ = rng.choice(entity_names(index, vocab))
         return "GET", "/api/v1/entities", None, {"q": name, "user_id": f"user-{index}", "limit": 10}, (200,)
 
+    sample_entities: list[str] = []
+    if any(p.strip() in ("entity_detail", "entity_graph") for p in args.phases.split(",")):
+        from memory_admin.models import Entity
+
+        sample_entities = [
+            str(pk) for pk in Entity.objects.filter(tenant=tenant).order_by("?").values_list("pk", flat=True)[:400]
+        ]
+
+    def entity_detail_request(rng):
+        return "GET", f"/api/v1/entities/{rng.choice(sample_entities)}", None, None, (200,)
+
+    def entity_graph_request(rng):
+        params = {"depth": 2}
+        return "GET", f"/api/v1/entities/{rng.choice(sample_entities)}/graph", None, params, (200,)
+
     def context_request(rng):
         task = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5)))
         return (
@@ -589,6 +605,8 @@ def main() -> int:
         "search": search_request,
         "search_entity": search_entity_request,
         "entity_lookup": entity_lookup_request,
+        "entity_detail": entity_detail_request,
+        "entity_graph": entity_graph_request,
         "context": context_request,
         "write": write_request,
         "write_batch": write_batch_request,
