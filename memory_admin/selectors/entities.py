@@ -81,12 +81,16 @@ def entity_sources(principal: Principal, entity: Entity) -> EntitySources:
     episodes = visible(principal, Episode.objects.select_related("memory_user", "thread")).filter(
         Q(pk__in=facts.values("episodes__id")) | Q(pk__in=facts.values("message__episode_id"))
     )
+    shown_threads = list(threads.order_by("-last_message_at", "-pk")[:SOURCES_SHOWN])
+    shown_episodes = list(episodes.order_by("-started_at", "pk")[:SOURCES_SHOWN])
     return EntitySources(
-        list(threads.order_by("-last_message_at", "-pk")[:SOURCES_SHOWN]),
-        threads.count(),
-        list(episodes.order_by("-started_at", "pk")[:SOURCES_SHOWN]),
-        episodes.count(),
+        shown_threads, _total(shown_threads, threads), shown_episodes, _total(shown_episodes, episodes)
     )
+
+
+def _total(shown: list, rows: QuerySet) -> int:
+    """A list shorter than the page is the whole of it: counted without a second statement."""
+    return len(shown) if len(shown) < SOURCES_SHOWN else rows.count()
 
 
 @dataclass

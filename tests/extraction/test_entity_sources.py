@@ -107,3 +107,20 @@ def test_openapi_documents_the_threads_and_episodes(api):
     assert {"threads", "thread_count", "episodes", "episode_count"} <= set(detail_schema["properties"])
     assert {"thread_id", "last_message_at"} <= set(spec["components"]["schemas"]["EntityThreadOut"]["properties"])
     assert {"id", "started_at", "summary"} <= set(spec["components"]["schemas"]["EntityEpisodeOut"]["properties"])
+
+
+def test_the_detail_runs_a_fixed_number_of_statements(api, offline, dispatched):
+    """No N+1: the statements of GET /entities/{id} do not grow with its facts, threads or episodes."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    converse(api, "alice", "t-job", "I work at Acme Robotics.")
+    user = Entity.objects.get(name="the user")
+    with CaptureQueriesContext(connection) as few:
+        detail(api, user)
+    converse(api, "alice", "t-home", "I live in Berlin these days.")
+    converse(api, "alice", "t-project", "I manage Project Falcon.")
+    with CaptureQueriesContext(connection) as more:
+        body = detail(api, user)
+    assert body["thread_count"] == 3 and len(body["facts"]) == 3
+    assert len(more.captured_queries) == len(few.captured_queries)
