@@ -22,6 +22,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddConstraint(
             model_name='relation',
-            constraint=models.CheckConstraint(condition=models.Q(('closed_reason', ''), models.Q(('closed_reason__in', ['superseded', 'forgotten', 'capped', 'hard_ttl', 'soft_ttl_unread', 'low_confidence', 'review_evicted', 'quarantined']), ('valid_to__isnull', False)), _connector='OR'), name='relation_closed_reason_valid'),
+            constraint=models.CheckConstraint(condition=models.Q(('closed_reason', ''), ('closed_reason__in', ['superseded', 'forgotten', 'capped', 'hard_ttl', 'soft_ttl_unread', 'low_confidence', 'review_evicted', 'quarantined']), _connector='OR'), name='relation_closed_reason_valid'),
         ),
     ]

@@ -164,8 +164,9 @@ class Relation(models.Model):
                 condition=Q(invalidated_by__isnull=True) | Q(valid_to__isnull=False),
                 name="relation_invalidated_is_closed",
             ),
+            # Not tied to valid_to: a curator's reopen (services.entity_curation) must never fail on it.
             models.CheckConstraint(
-                condition=Q(closed_reason="") | (Q(closed_reason__in=RelationEnd.values) & Q(valid_to__isnull=False)),
+                condition=Q(closed_reason="") | Q(closed_reason__in=RelationEnd.values),
                 name="relation_closed_reason_valid",
             ),
             # One open relation per (subject, type, object): a repeat of the same statement is not a new edge.
