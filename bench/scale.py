@@ -10,6 +10,18 @@ recall@10 on the shared scope against exact search.
     .venv/bin/python bench/scale.py                       # 10,000 users × 100 facts + 100,000 shared
     .venv/bin/python bench/scale.py --users 500 --shared 5000 --requests 300   # a quick run
     .venv/bin/python bench/scale.py --reuse               # skip loading, reuse the last database
+
+With --entities, the knowledge graph is added to the database (once; a rerun finds it there): 10-30
+entities per user (plus a few hundred shared org entities), about two mentions per fact (1-4 picks, a
+few entities of a user mentioned far more than the rest, as in real memory), a relation for about a third of the
+facts that mention two entities (some of them closed), bulk-loaded with COPY. The `search_entity`
+phase then asks queries that name one of the user's entities, as an agent would ("what does <name>
+..."): with entity-anchored search those queries take the entity path. Use it on a COPY of the
+1.1M-fact database, never on the original:
+
+    createdb -T bench_scale bench_scale_entities     # in the cluster of MEMORY_ADMIN_DATA_DIR
+    .venv/bin/python bench/scale.py --db bench_scale_entities --reuse --migrate --entities \
+        --phases search,search_entity,entity_lookup --clients 1 --requests 200
 """
 
 from __future__ import annotations
@@ -232,6 +244,148 @@ def load(url: str, args, vocab: list[str]) -> None:
         conn.execute("VACUUM ANALYZE memory_admin_memoryuser")
 
 
+ENTITY_TYPES = ["person", "company", "project", "place", "tool", "other"]
+RELATION_TYPES = ["works_at", "works_on", "uses", "manages", "lives_in", "knows", "owns", "reports_to", "part_of"]
+ORG_ENTITIES = 300
+
+
+def entity_names(user_index: int, vocab: list[str]) -> list[tuple[str, str]]:
+    """The entities of user-<user_index> (name, type): the same on every run, so the benchmark's
+    queries can name them without asking the database."""
+    rng = random.Random(user_index * 7919 + 13)
+    names: dict[str, str] = {}
+    for _ in range(rng.randint(10, 30)):
+        names.setdefault(f"{rng.choice(vocab).capitalize()} {rng.choice(vocab).capitalize()}", rng.choice(ENTITY_TYPES))
+    return list(names.items())
+
+
+def _copy_rows(conn, model, rows) -> int:
+    """COPY rows (dicts of attnames) into the model's table; fields a row leaves out get the model's
+    default, so the loader keeps working when a later migration adds a column."""
+    from django.db import connection
+
+    serial = ("AutoField", "BigAutoField")  # the table's sequence numbers these
+    fields = [f for f in model._meta.concrete_fields if not (f.primary_key and f.get_internal_type() in serial)]
+    defaults = {
+        f.attname: None if f.null and not f.has_default() else f.get_db_prep_save(f.get_default(), connection)
+        for f in fields
+    }
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    written = 0
+    with conn.cursor().copy(f'COPY "{model._meta.db_table}" ({columns}) FROM STDIN') as copy:
+        for row in rows:
+            copy.write_row([row[f.attname] if f.attname in row else defaults[f.attname] for f in fields])
+            written += 1
+    return written
+
+
+def _entity_row(tenant_id: int, user_id: int | None, name: str, kind: str, now: datetime) -> dict:
+    first = name.split()[0]
+    return {
+        "id": uuid.uuid4(),
+        "tenant_id": tenant_id,
+        "memory_user_id": user_id,
+        "scope": "user" if user_id else "org",
+        "name": name,
+        "type": kind,
+        "aliases": [name, first],
+        "alias_keys": [name.lower(), first.lower()],
+        "summary": "",
+        "embedding": None,
+        "first_seen": now - timedelta(days=400),
+        "last_seen": now,
+        "created_at": now,
+    }
+
+
+def add_graph(url: str, vocab: list[str]) -> None:
+    """The knowledge graph of --entities (see the module docstring), unless the database has one."""
+    import psycopg
+
+    from memory_admin.models import Entity, FactEntity, MemoryUser, Relation, Tenant
+
+    tenant = Tenant.objects.get(slug="scale")
+    if Entity.objects.filter(tenant=tenant).exists():
+        print(f"graph already there: {Entity.objects.filter(tenant=tenant).count():,} entities", flush=True)
+        return
+    rng, now, t0 = random.Random(17), datetime.now(UTC), time.time()
+    users = {
+        int(ext.split("-")[1]): pk
+        for pk, ext in MemoryUser.objects.filter(tenant=tenant).values_list("pk", "external_id")
+    }
+    entities: dict[int | None, list[uuid.UUID]] = {}
+    rows = []
+    for index, user_id in users.items():
+        mine = [_entity_row(tenant.pk, user_id, name, kind, now) for name, kind in entity_names(index, vocab)]
+        entities[user_id] = [row["id"] for row in mine]
+        rows += mine
+    shared = [
+        _entity_row(tenant.pk, None, f"{rng.choice(vocab).capitalize()} Org{i}", "company", now)
+        for i in range(ORG_ENTITIES)
+    ]
+    entities[None] = [row["id"] for row in shared]
+    with psycopg.connect(url, autocommit=True) as conn:
+        n = _copy_rows(conn, Entity, rows + shared)
+        print(f"  {n:,} entities ({time.time() - t0:.0f} s)", flush=True)
+        facts = conn.execute(
+            "SELECT id, memory_user_id, valid_from FROM memory_admin_fact WHERE tenant_id = %s "
+            "ORDER BY memory_user_id, id",
+            [tenant.pk],
+        ).fetchall()
+        mentions, relations, open_edges = [], [], set()
+        for fact_id, user_id, valid_from in facts:
+            pool = entities[user_id]
+            if user_id is None and rng.random() < 0.5:
+                continue  # half the shared facts name no entity
+            # A few entities of each user are its hubs: Pareto-distributed picks, 1-4 per fact.
+            named = list(
+                dict.fromkeys(
+                    pool[min(len(pool) - 1, int(rng.paretovariate(1.2)) - 1)] for _ in range(rng.randint(1, 4))
+                )
+            )
+            for position, entity_id in enumerate(named):
+                role = "subject" if position == 0 and len(named) > 1 else "object" if position == 1 else "mentioned"
+                mentions.append({"fact_id": fact_id, "entity_id": entity_id, "role": role, "created_at": now})
+            if len(named) > 1 and user_id is not None and rng.random() < 0.33:
+                kind = rng.choice(RELATION_TYPES)
+                closed = rng.random() < 0.15
+                edge = (named[0], kind, named[1])
+                if not closed and edge in open_edges:
+                    continue
+                open_edges.update([] if closed else [edge])
+                relations.append(
+                    {
+                        "tenant_id": tenant.pk,
+                        "memory_user_id": user_id,
+                        "subject_id": named[0],
+                        "object_id": named[1],
+                        "type": kind,
+                        "source_fact_id": fact_id,
+                        "valid_from": valid_from,
+                        "valid_to": valid_from + timedelta(days=rng.uniform(1, 90)) if closed else None,
+                        "invalidated_by_id": None,
+                        "closed_reason": "forgotten" if closed else "",
+                        "created_at": now,
+                    }
+                )
+        n = _copy_rows(conn, FactEntity, mentions)
+        print(f"  {n:,} mentions ({time.time() - t0:.0f} s)", flush=True)
+        n = _copy_rows(conn, Relation, relations)
+        print(f"  {n:,} relations ({time.time() - t0:.0f} s)", flush=True)
+        if hasattr(Relation, "stated_by"):  # each relation is stated by its source fact
+            conn.execute(
+                f"INSERT INTO {Relation.stated_by.through._meta.db_table} (relation_id, fact_id) "
+                "SELECT id, source_fact_id FROM memory_admin_relation WHERE tenant_id = %s ON CONFLICT DO NOTHING",
+                [tenant.pk],
+            )
+        tables = ["memory_admin_entity", "memory_admin_factentity", "memory_admin_relation"]
+        if hasattr(Relation, "stated_by"):
+            tables.append(Relation.stated_by.through._meta.db_table)
+        for table in tables:
+            conn.execute(f"VACUUM ANALYZE {table}")
+    print(f"graph added in {time.time() - t0:.0f} s", flush=True)
+
+
 def hnsw_recall(url: str, queries: int, ef_search: int) -> tuple[float, float, float]:
     """recall@10 of the shared-scope HNSW index against exact search, for perturbed stored vectors."""
     import psycopg
@@ -351,19 +505,25 @@ def main() -> int:
     parser.add_argument("--db", default="bench_scale")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--batch-size", type=int, default=50, help="facts per POST /facts/batch")
+    parser.add_argument("--entities", action="store_true", help="add the knowledge graph (see above), once")
+    parser.add_argument("--migrate", action="store_true", help="with --reuse: migrate the reused database first")
     parser.add_argument(
         "--phases",
         default="search,context,write,write_batch",
-        help="comma-separated subset of search,context,write,write_batch",
+        help="comma-separated subset of search,search_entity,entity_lookup,entity_detail,entity_graph,context,"
+        "write,write_batch",
     )
     args = parser.parse_args()
 
     vocab = vocabulary(random.Random(3))
     url = database_url(args.db, fresh=not args.reuse)
-    if not args.reuse:
+    if not args.reuse or args.migrate:
         migrate(url)
+    if not args.reuse:
         load(url, args, vocab)
     setup_django(url)
+    if args.entities:
+        add_graph(url, vocab)
     from memory_admin.models import MemoryUser, Tenant
     from memory_admin.services.keys import api_key_create
 
@@ -385,6 +545,33 @@ def main() -> int:
     def search_request(rng):
         q = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5)))
         return "GET", f"/api/v1/users/user-{rng.randrange(users)}/search", None, {"q": q, "k": 10}, (200,)
+
+    def search_entity_request(rng):
+        # A question that names one of the user's entities, then a few words.
+        index = rng.randrange(users)
+        name, _ = rng.choice(entity_names(index, vocab))
+        q = f"{name} " + " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 3)))
+        return "GET", f"/api/v1/users/user-{index}/search", None, {"q": q, "k": 10}, (200,)
+
+    def entity_lookup_request(rng):
+        index = rng.randrange(users)
+        name, _ = rng.choice(entity_names(index, vocab))
+        return "GET", "/api/v1/entities", None, {"q": name, "user_id": f"user-{index}", "limit": 10}, (200,)
+
+    sample_entities: list[str] = []
+    if any(p.strip() in ("entity_detail", "entity_graph") for p in args.phases.split(",")):
+        from memory_admin.models import Entity
+
+        sample_entities = [
+            str(pk) for pk in Entity.objects.filter(tenant=tenant).order_by("?").values_list("pk", flat=True)[:400]
+        ]
+
+    def entity_detail_request(rng):
+        return "GET", f"/api/v1/entities/{rng.choice(sample_entities)}", None, None, (200,)
+
+    def entity_graph_request(rng):
+        params = {"depth": 2}
+        return "GET", f"/api/v1/entities/{rng.choice(sample_entities)}/graph", None, params, (200,)
 
     def context_request(rng):
         task = " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5)))
@@ -416,6 +603,10 @@ def main() -> int:
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     makers = {
         "search": search_request,
+        "search_entity": search_entity_request,
+        "entity_lookup": entity_lookup_request,
+        "entity_detail": entity_detail_request,
+        "entity_graph": entity_graph_request,
         "context": context_request,
         "write": write_request,
         "write_batch": write_batch_request,
@@ -455,7 +646,7 @@ def main() -> int:
                 for _, _, payload in stats["results"]:
                     outcomes[payload["outcome"]] = outcomes.get(payload["outcome"], 0) + 1
                 print(f"         write outcomes: {outcomes}", flush=True)
-            if name == "search":
+            if name in ("search", "search_entity"):
                 candidates = sorted(p["candidates"] for _, _, p in stats["results"])
                 print(f"         candidates scored per search: median {candidates[len(candidates) // 2]}")
     return 0

@@ -156,10 +156,16 @@ class FakeOpenAI:
                     else "extraction"
                 )
                 mode = fake._next_mode(prompt)
+                record = {
+                    "layer": layer,
+                    "mode": mode,
+                    "prompt": prompt,
+                    "system": system,
+                    "model": body.get("model"),
+                    "at": time.time(),
+                }
                 with fake._lock:
-                    fake.calls.append(
-                        {"layer": layer, "mode": mode, "prompt": prompt, "model": body.get("model"), "at": time.time()}
-                    )
+                    fake.calls.append(record)
                 if mode == "500":
                     self._send(500, {"error": {"message": "upstream exploded", "type": "server_error"}})
                     return
@@ -182,6 +188,7 @@ class FakeOpenAI:
                     else:
                         answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)
+                record["completion"] = content  # what the client receives (benchmarks count its tokens)
                 self._send(
                     200,
                     {

@@ -16,8 +16,15 @@ from memory_admin.api.schemas import (
     GraphFilters,
     RelationOut,
 )
+from memory_admin.models import Episode, Thread
 from memory_admin.selectors.access import memory_user_for
-from memory_admin.selectors.entities import entity_detail, entity_get_for, entity_graph, entity_list
+from memory_admin.selectors.entities import (
+    entity_detail,
+    entity_get_for,
+    entity_graph,
+    entity_list,
+    entity_sources,
+)
 
 router = Router(tags=["entities"])
 
@@ -32,8 +39,10 @@ def list_entities(request, filters: Query[EntityFilters]):
 
 @router.get("/entities/{entity_id}", response=EntityDetailOut)
 def get_entity(request, entity_id: UUID):
-    """The entity, the facts that mention it, and its relations over time (closed ones included)."""
+    """The entity, the facts that mention it, its relations over time (closed ones included), and the
+    threads and episodes it came up in (the 20 most recent of each, with the counts)."""
     detail = entity_detail(request.principal, entity_get_for(request.principal, entity_id))
+    sources = entity_sources(request.principal, detail.entity)
     facts = [
         {
             "fact_id": m.fact_id,
@@ -44,7 +53,37 @@ def get_entity(request, entity_id: UUID):
         }
         for m in detail.mentions
     ]
-    return {**EntityOut.of(detail.entity), "facts": facts, "relations": [RelationOut.of(r) for r in detail.relations]}
+    return {
+        **EntityOut.of(detail.entity),
+        "facts": facts,
+        "relations": [RelationOut.of(r) for r in detail.relations],
+        "threads": [_thread_out(t) for t in sources.threads],
+        "thread_count": sources.thread_count,
+        "episodes": [_episode_out(e) for e in sources.episodes],
+        "episode_count": sources.episode_count,
+    }
+
+
+def _thread_out(thread: Thread) -> dict:
+    return {
+        "thread_id": thread.external_id,
+        "user_id": thread.memory_user.external_id,
+        "created_at": thread.created_at,
+        "last_message_at": thread.last_message_at,
+        "closed_at": thread.closed_at,
+    }
+
+
+def _episode_out(episode: Episode) -> dict:
+    return {
+        "id": episode.pk,
+        "user_id": episode.memory_user.external_id,
+        "thread_id": episode.thread.external_id if episode.thread else None,
+        "started_at": episode.started_at,
+        "ended_at": episode.ended_at,
+        "outcome": episode.outcome,
+        "summary": episode.summary,
+    }
 
 
 @router.get("/entities/{entity_id}/graph", response=EntityGraphOut)

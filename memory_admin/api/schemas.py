@@ -25,7 +25,19 @@ from pydantic import (
 
 from memory_admin import scoring
 from memory_admin.inputs import INT4_MAX, implausible_time_reason
-from memory_admin.models import PII_ACTIONS, PII_KINDS, Fact, MemoryUser, Notebook, Skill, WriteOutcome
+from memory_admin.models import (
+    PII_ACTIONS,
+    PII_KINDS,
+    Entity,
+    Fact,
+    FactEntity,
+    MemoryUser,
+    Notebook,
+    RelationEnd,
+    Skill,
+    WriteOutcome,
+)
+from memory_admin.models.entities import RELATION_TYPE_PATTERN
 from memory_admin.selectors.search import Hit
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
@@ -694,6 +706,36 @@ class ExportedSkillIn(StrictIn):
     revisions: list[ExportedRevisionIn] = []
 
 
+class ExportedEntityIn(StrictIn):
+    id: UUID
+    name: text(min_length=1, max_length=200)
+    type: Literal[tuple(Entity.Type.values)] = "other"
+    scope: Literal[tuple(Entity.Scope.values)] = "user"  # informational: an import makes it the user's
+    aliases: Annotated[list[text(min_length=1, max_length=200)], Field(max_length=50)] = []
+    summary: text(max_length=2000) = ""
+    first_seen: Timestamp
+    last_seen: Timestamp
+
+
+class ExportedMentionIn(StrictIn):
+    fact_id: UUID
+    entity_id: UUID
+    role: Literal[tuple(FactEntity.Role.values)] = "mentioned"
+
+
+class ExportedRelationIn(StrictIn):
+    id: Annotated[StrictInt, Field(ge=1, le=2**63 - 1)]
+    subject_id: UUID
+    type: text(min_length=1, max_length=40, pattern=RELATION_TYPE_PATTERN)
+    object_id: UUID
+    source_fact_id: UUID
+    valid_from: Timestamp
+    valid_to: Timestamp | None = None
+    invalidated_by_id: UUID | None = None
+    closed_reason: Literal[("", *RelationEnd.values)] = ""
+    stated_by: Annotated[list[UUID], Field(max_length=1000)] = []  # every fact that states it
+
+
 class ExportIn(StrictIn):
     format: Literal["memory-admin/export-v1"]
     exported_at: Timestamp | None = None
@@ -703,6 +745,10 @@ class ExportIn(StrictIn):
     episodes: list[ExportedEpisodeIn] = []
     messages: list[ExportedMessageIn] = []
     skills: list[ExportedSkillIn] = []
+    # The knowledge graph (SPEC §12); exports made before entities existed have none.
+    entities: list[ExportedEntityIn] = []
+    mentions: list[ExportedMentionIn] = []
+    relations: list[ExportedRelationIn] = []
 
 
 class ImportOut(Schema):
@@ -778,6 +824,9 @@ class RelationOut(Schema):
     valid_to: datetime | None  # null: still holds
     source_fact_id: UUID
     invalidated_by_id: UUID | None  # the fact that closed it
+    # Why it closed ("" while open): superseded, forgotten, capped, a GC rule (hard_ttl,
+    # soft_ttl_unread, low_confidence), review_evicted, quarantined.
+    closed_reason: str
 
     @staticmethod
     def of(relation: Any) -> dict[str, Any]:
@@ -793,6 +842,7 @@ class RelationOut(Schema):
             "valid_to": relation.valid_to,
             "source_fact_id": relation.source_fact_id,
             "invalidated_by_id": relation.invalidated_by_id,
+            "closed_reason": relation.closed_reason,
         }
 
 
@@ -808,9 +858,35 @@ class MentionOut(Schema):
     valid_from: datetime
 
 
+class EntityThreadOut(Schema):
+    """A thread one of whose messages stated a fact that mentions the entity."""
+
+    thread_id: str
+    user_id: str
+    created_at: datetime
+    last_message_at: datetime | None
+    closed_at: datetime | None
+
+
+class EntityEpisodeOut(Schema):
+    """An episode that holds a fact mentioning the entity (or the message such a fact came from)."""
+
+    id: UUID
+    user_id: str
+    thread_id: str | None
+    started_at: datetime
+    ended_at: datetime
+    outcome: str
+    summary: str
+
+
 class EntityDetailOut(EntityOut):
     facts: list[MentionOut]
     relations: list[RelationOut]  # over time: closed ones too, oldest first
+    threads: list[EntityThreadOut]  # most recent first, at most 20
+    thread_count: int  # all of them
+    episodes: list[EntityEpisodeOut]  # most recent first, at most 20
+    episode_count: int  # all of them
 
 
 class EntityGraphOut(Schema):

@@ -114,6 +114,19 @@ class FactEntity(models.Model):
 RELATION_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 
 
+class RelationEnd(models.TextChoices):
+    """Why a relation was closed: its source fact stopped being true, by one of these doors."""
+
+    SUPERSEDED = "superseded"  # a newer version replaced the fact (`invalidated_by` names it)
+    FORGOTTEN = "forgotten"  # DELETE /facts/{id}
+    CAPPED = "capped"  # evicted by the per-user cap
+    HARD_TTL = "hard_ttl"  # the daily GC's rules (selectors.lifecycle.GC_RULES keys)
+    SOFT_TTL_UNREAD = "soft_ttl_unread"
+    LOW_CONFIDENCE = "low_confidence"
+    REVIEW_EVICTED = "review_evicted"  # a reviewer confirmed an eviction candidate
+    QUARANTINED = "quarantined"  # a release was undone: the fact is back in quarantine
+
+
 class Relation(models.Model):
     """subject -[type]-> object, drawn from `source_fact`, true from `valid_from` until closed."""
 
@@ -131,6 +144,11 @@ class Relation(models.Model):
     invalidated_by = models.ForeignKey(
         Fact, on_delete=models.PROTECT, null=True, blank=True, related_name="invalidated_relations"
     )
+    # Every fact that states it (`source_fact`, the first, included): while one of them is still
+    # true the relation holds, so ending one fact hands the relation to another instead of closing it.
+    stated_by = models.ManyToManyField(Fact, related_name="stated_relations", blank=True)
+    # What closed it ("" while open, or when closed by hand); a superseding fact is also `invalidated_by`.
+    closed_reason = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -148,6 +166,11 @@ class Relation(models.Model):
             models.CheckConstraint(
                 condition=Q(invalidated_by__isnull=True) | Q(valid_to__isnull=False),
                 name="relation_invalidated_is_closed",
+            ),
+            # Not tied to valid_to: a curator's reopen (services.entity_curation) must never fail on it.
+            models.CheckConstraint(
+                condition=Q(closed_reason="") | Q(closed_reason__in=RelationEnd.values),
+                name="relation_closed_reason_valid",
             ),
             # One open relation per (subject, type, object): a repeat of the same statement is not a new edge.
             models.UniqueConstraint(

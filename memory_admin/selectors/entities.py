@@ -11,7 +11,18 @@ from uuid import UUID
 from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
-from memory_admin.models import AuditEvent, Entity, EntityMerge, EntityMergeReview, FactEntity, MemoryUser, Relation
+from memory_admin.models import (
+    AuditEvent,
+    Entity,
+    EntityMerge,
+    EntityMergeReview,
+    Episode,
+    Fact,
+    FactEntity,
+    MemoryUser,
+    Relation,
+    Thread,
+)
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, get_visible, visible
 
@@ -53,6 +64,43 @@ def entity_detail(principal: Principal, entity: Entity) -> EntityDetail:
         list(mentions.order_by("-fact__valid_from", "pk")[:200]),
         list(relations.order_by("valid_from", "pk")[:200]),
     )
+
+
+SOURCES_SHOWN = 20  # threads and episodes listed on an entity's page; the counts say how many in all
+
+
+@dataclass
+class EntitySources:
+    """Where an entity came up: the threads whose messages stated a fact mentioning it (the message a
+    fact came from, or its extraction batch), and the episodes that hold such a fact or such a message.
+    Most recent first, at most SOURCES_SHOWN of each, with the full counts."""
+
+    threads: list[Thread]
+    thread_count: int
+    episodes: list[Episode]
+    episode_count: int
+
+
+def entity_sources(principal: Principal, entity: Entity) -> EntitySources:
+    # Uncorrelated IN (...) subqueries: Postgres reads the entity's facts once and hashes them, where
+    # an OR of correlated EXISTS would be run again for every thread or episode of the tenant.
+    facts = visible(principal, Fact.objects.filter(mentions__entity=entity))
+    threads = visible(principal, Thread.objects.select_related("memory_user")).filter(
+        Q(pk__in=facts.values("message__thread_id")) | Q(pk__in=facts.values("batch__thread_id"))
+    )
+    episodes = visible(principal, Episode.objects.select_related("memory_user", "thread")).filter(
+        Q(pk__in=facts.values("episodes__id")) | Q(pk__in=facts.values("message__episode_id"))
+    )
+    shown_threads = list(threads.order_by("-last_message_at", "-pk")[:SOURCES_SHOWN])
+    shown_episodes = list(episodes.order_by("-started_at", "pk")[:SOURCES_SHOWN])
+    return EntitySources(
+        shown_threads, _total(shown_threads, threads), shown_episodes, _total(shown_episodes, episodes)
+    )
+
+
+def _total(shown: list, rows: QuerySet) -> int:
+    """A list shorter than the page is the whole of it: counted without a second statement."""
+    return len(shown) if len(shown) < SOURCES_SHOWN else rows.count()
 
 
 @dataclass

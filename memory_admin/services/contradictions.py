@@ -14,9 +14,10 @@ from django.utils import timezone
 
 from memory_admin.embeddings import embed_one
 from memory_admin.errors import AlreadyResolved, Invalid
-from memory_admin.models import Contradiction, Edge, Fact
+from memory_admin.models import Contradiction, Edge, Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
+from memory_admin.services.entities import relations_reopen
 from memory_admin.services.facts import check_fact_size, link, refresh_contested, successor, supersede
 from memory_admin.services.screening import screen_text
 
@@ -157,6 +158,7 @@ def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: s
                 status_reason=f"reopened by {principal.actor}"[:300],
                 updated_at=timezone.now(),
             )
+            relations_reopen(fact_ids=[loser.pk], reason=RelationEnd.SUPERSEDED, invalidated_by_id=winner.pk)
     if item.resolution == "both_true" and b is not None and item.resolved_at is not None:
         edge = (
             Edge.objects.filter(

@@ -9,9 +9,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory_admin.errors import AlreadyResolved
-from memory_admin.models import Edge, Fact
+from memory_admin.models import Edge, Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit_fact, fact_snapshot
+from memory_admin.services.entities import relations_end, relations_reopen
 from memory_admin.services.facts import link, supersede
 from memory_admin.services.screening import screens
 
@@ -79,6 +80,7 @@ def eviction_evict(*, principal: Principal, fact_id: UUID | str, note: str = "")
     fact.status = Fact.Status.EVICTED
     fact.status_reason = "evicted by review: stale"
     fact.save(update_fields=["status", "status_reason", "updated_at"])
+    relations_end(fact_ids=[fact.pk], reason=RelationEnd.REVIEW_EVICTED)
     audit_fact(
         principal,
         "fact.evict",
@@ -134,6 +136,10 @@ def queue_action_undo(*, principal: Principal, fact_id: UUID | str, action: str,
     fact.status = back
     fact.status_reason = f"{action} undone by {principal.actor}"[:300]
     fact.save(update_fields=["status", "status_reason", "updated_at"])
+    if back == Fact.Status.QUARANTINED:  # relations drawn while it was served end with it
+        relations_end(fact_ids=[fact.pk], reason=RelationEnd.QUARANTINED)
+    elif action == "evict":  # served again: what the eviction closed holds again (as new rows)
+        relations_reopen(fact_ids=[fact.pk], reason=RelationEnd.REVIEW_EVICTED)
     audit_fact(
         principal,
         f"{'quarantine' if action != 'evict' else 'fact'}.undo",

@@ -15,17 +15,17 @@ Otherwise a new entity. Merged entities (`merged_into`) are never resolved to.""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import F, Q, Value
+from django.db.models import F, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from memory_admin.models import Entity, Fact, FactEntity, Relation
-from memory_admin.models.entities import RELATION_TYPE_PATTERN, fold_name
+from memory_admin.models.entities import RELATION_TYPE_PATTERN, RelationEnd, fold_name
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.audit import audit
 from memory_admin.services.guard import verdict
@@ -225,6 +225,7 @@ def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation
             "valid_from": fact.valid_from,
         },
     )
+    relation.stated_by.add(fact)  # a second fact stating it keeps it open when the first ends
     return relation
 
 
@@ -280,17 +281,109 @@ def relations_close(*, old: Fact, by: Fact) -> int:
     promotion to a wider scope) states the same thing: the relations and mentions move to it instead.
     Returns the relations closed."""
     if by.content_hash and by.content_hash == old.content_hash:
-        Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
-            source_fact_id=by.pk, memory_user_id=by.memory_user_id
-        )
+        moved = Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True)
+        _stated_by(list(moved.values_list("pk", flat=True)), by.pk)
+        moved.update(source_fact_id=by.pk, memory_user_id=by.memory_user_id)
         mentions = FactEntity.objects.filter(fact_id=old.pk).values_list("entity_id", "role")
         FactEntity.objects.bulk_create(
             [FactEntity(fact_id=by.pk, entity_id=entity, role=role) for entity, role in mentions], ignore_conflicts=True
         )
         return 0
-    return Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True).update(
-        valid_to=Greatest(Value(timezone.now()), F("valid_from")), invalidated_by_id=by.pk
+    ending = Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True)
+    kept = _hand_over(ending, [old.pk])
+    return ending.exclude(pk__in=kept).update(
+        valid_to=Greatest(Value(timezone.now()), F("valid_from")),
+        invalidated_by_id=by.pk,
+        closed_reason=RelationEnd.SUPERSEDED,
     )
+
+
+def _stated_by(relation_ids: Sequence[int], fact_id: object) -> None:
+    through = Relation.stated_by.through
+    through.objects.bulk_create(
+        [through(relation_id=pk, fact_id=fact_id) for pk in relation_ids], ignore_conflicts=True
+    )
+
+
+def _hand_over(ending: QuerySet[Relation], fact_ids: Sequence[object]) -> set[int]:
+    """Of the open relations whose source fact ends, those another still-active fact also states pass
+    to that fact (the oldest) and stay open: ending one statement of an edge does not end the edge.
+    Returns the ids of the relations handed over (one statement when there are none)."""
+    heirs: dict[int, tuple[object, int | None]] = {}
+    stating = (
+        Relation.stated_by.through.objects.filter(relation__in=ending, fact__status=Fact.Status.ACTIVE)
+        .exclude(fact_id__in=fact_ids)
+        .order_by("relation_id", "fact__valid_from", "fact_id")
+        .values_list("relation_id", "fact_id", "fact__memory_user_id")
+    )
+    for relation_id, fact_id, owner in stating:
+        heirs.setdefault(relation_id, (fact_id, owner))
+    for relation_id, (fact_id, owner) in heirs.items():
+        Relation.objects.filter(pk=relation_id).update(source_fact_id=fact_id, memory_user_id=owner)
+    return set(heirs)
+
+
+def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
+    """Facts stopped being true with no successor (forgotten, evicted by the cap, the GC, a reviewer):
+    the relations they stated end now, with the reason; never deleted, so the graph as of an earlier
+    date still shows them. An undo that serves the fact again calls `relations_reopen`. Returns the
+    relations closed (one statement)."""
+    ids = list(fact_ids)
+    if not ids:
+        return 0
+    ending = Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True)
+    kept = _hand_over(ending, ids)
+    return ending.exclude(pk__in=kept).update(
+        valid_to=Greatest(Value(timezone.now()), F("valid_from")), closed_reason=reason
+    )
+
+
+def relations_reopen(*, fact_ids: Iterable, reason: RelationEnd, invalidated_by_id: object = None) -> int:
+    """An action that ended facts was undone (a reviewer's eviction, a contradiction's "keep"): the
+    relations it closed (`reason`, and `invalidated_by_id` when given) hold again, as new open rows from
+    now; the closed rows stay, so the graph as of the time between still shows the gap. An edge that
+    is open again already (another fact restated it) is left as it is. Returns the relations reopened."""
+    closed = Relation.objects.filter(source_fact_id__in=list(fact_ids), closed_reason=reason)
+    if invalidated_by_id is not None:
+        closed = closed.filter(invalidated_by_id=invalidated_by_id)
+    latest: dict[tuple, Relation] = {}
+    for relation in closed.order_by("valid_to", "pk"):
+        latest[(relation.subject_id, relation.type, relation.object_id)] = relation
+    if not latest:
+        return 0
+    open_now = Relation.objects.filter(
+        valid_to__isnull=True, subject_id__in={s for s, _, _ in latest}, object_id__in={o for _, _, o in latest}
+    ).values_list("subject_id", "type", "object_id")
+    todo = [r for edge, r in latest.items() if edge not in set(open_now)]
+    now = timezone.now()
+    made = Relation.objects.bulk_create(
+        [
+            Relation(
+                tenant_id=r.tenant_id,
+                memory_user_id=r.memory_user_id,
+                subject_id=r.subject_id,
+                object_id=r.object_id,
+                type=r.type,
+                source_fact_id=r.source_fact_id,
+                valid_from=now,
+            )
+            for r in todo
+        ]
+    )
+    through = Relation.stated_by.through
+    through.objects.bulk_create([through(relation_id=r.pk, fact_id=r.source_fact_id) for r in made])
+    return len(made)
+
+
+def entity_name_problem(name: str) -> str | None:
+    """Why a name is not fit to store as an entity's (the check linking applies), as an error code
+    (`invalid`, `blocked`, `instruction_like`); None when it is fit. For names that come from
+    elsewhere, such as an imported export."""
+    if _safe_name(name):
+        return None
+    if not fold_name(name) or "[REDACTED:" in name:
+        return "invalid"
+    return "blocked" if find_pii(name) else "instruction_like"
 
 
 def entities_erase(*, memory_user_id: int) -> int:

@@ -375,6 +375,12 @@ def relation_reopen(*, principal: Principal, relation_id: int | str, note: str =
         raise AlreadyResolved("This relation is open.", code="already_resolved", status_now="open")
     if relation.invalidated_by_id is not None:
         raise Invalid("A correction closed this relation; correct the fact to change it.", code="relation_corrected")
+    if relation.closed_reason:
+        # Its fact stopped being true (forgotten, evicted, expired): bring the fact back to reopen it.
+        reason = relation.closed_reason.replace("_", " ")
+        raise Invalid(
+            f"This relation closed with its fact ({reason}); restore the fact to reopen it.", code="relation_corrected"
+        )
     twin = Q(subject_id=relation.subject_id, object_id=relation.object_id, type=relation.type, valid_to__isnull=True)
     if Relation.objects.filter(twin).exists():
         raise AlreadyResolved("Another relation already states this and is open.", status_now="closed")

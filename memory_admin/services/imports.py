@@ -41,9 +41,23 @@ from django.utils import timezone
 from memory_admin.embeddings import embed
 from memory_admin.errors import Blocked, Conflict, Invalid, TooLarge
 from memory_admin.inputs import check_size
-from memory_admin.models import Episode, Fact, ImportedItem, MemoryUser, Message, NotebookRevision, Thread
+from memory_admin.models import (
+    Entity,
+    Episode,
+    Fact,
+    FactEntity,
+    ImportedItem,
+    MemoryUser,
+    Message,
+    NotebookRevision,
+    Relation,
+    RelationEnd,
+    Thread,
+)
+from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
+from memory_admin.services.entities import entity_find, entity_name_problem
 from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
 from memory_admin.services.facts import (
     check_fact_size,
@@ -110,6 +124,9 @@ def _count_items(data: dict[str, Any]) -> int:
         + len(data["episodes"])
         + len(_notebook_revisions(data))
         + sum(1 + len(s["revisions"]) for s in data["skills"])
+        + len(data.get("entities", ()))
+        + len(data.get("mentions", ()))
+        + len(data.get("relations", ()))
     )
 
 
@@ -143,6 +160,38 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
         for revision in _skill_revisions(skill):
             check_size(revision["content"], limit=settings.MAX_SKILL_BYTES, what="A skill")
     _check_messages(data["messages"])
+    _check_graph(data)
+
+
+def _check_graph(data: dict[str, Any]) -> None:
+    """Entities once each; mentions and relations name entities of the export; a relation joins two
+    entities and ends after it starts; only a closed relation says what closed it."""
+    ids = Counter(str(e["id"]) for e in data.get("entities", ()))
+    twice = [entity_id for entity_id, n in ids.items() if n > 1]
+    if twice:
+        raise Invalid(f"entities.id: {twice[0]} appears {ids[twice[0]]} times.", field="entities.id")
+    for index, mention in enumerate(data.get("mentions", ())):
+        if str(mention["entity_id"]) not in ids:
+            raise Invalid(
+                f"mentions.{index}.entity_id: not an entity of this export.", field=f"mentions.{index}.entity_id"
+            )
+    for index, relation in enumerate(data.get("relations", ())):
+        problem = _relation_problem(relation, ids)
+        if problem:
+            raise Invalid(f"relations.{index}.{problem[0]}: {problem[1]}", field=f"relations.{index}.{problem[0]}")
+
+
+def _relation_problem(relation: dict[str, Any], ids: Counter) -> tuple[str, str] | None:
+    for end in ("subject_id", "object_id"):
+        if str(relation[end]) not in ids:
+            return end, "not an entity of this export."
+    if relation["subject_id"] == relation["object_id"]:
+        return "object_id", "a relation joins two different entities."
+    if relation["valid_to"] is not None and relation["valid_to"] < relation["valid_from"]:
+        return "valid_to", "a relation cannot end before it starts."
+    if relation["valid_to"] is None and (relation["closed_reason"] or relation["invalidated_by_id"]):
+        return "valid_to", "only a closed relation (with valid_to) says what closed it."
+    return None
 
 
 def _renumbered(exc: Invalid | TooLarge, offset: int) -> Invalid | TooLarge:
@@ -462,6 +511,149 @@ def _restore_history(replay: _Replay) -> None:
         _restore_status(replay, item, facts[uuid.UUID(fact_id)])
 
 
+# --- the knowledge graph (SPEC §12) -----------------------------------------------------------------
+
+# An open relation whose fact is not served here (refused, or restored as not active) ends at import.
+_ENDED_BY = {
+    Fact.Status.SUPERSEDED: RelationEnd.SUPERSEDED,
+    Fact.Status.EVICTED: RelationEnd.FORGOTTEN,
+    Fact.Status.STALE: RelationEnd.LOW_CONFIDENCE,
+    Fact.Status.QUARANTINED: RelationEnd.QUARANTINED,
+}
+
+
+def _entity_for(replay: _Replay, item: dict[str, Any]) -> Entity:
+    """The entity an exported one becomes here: the one its names resolve to among the user's and the
+    tenant's (resolution as for a fact's mention), else a new entity of the user. The caller checked
+    that its name is fit to store; unfit aliases are left out."""
+    aliases = [a for a in item["aliases"] if not entity_name_problem(a)]
+    found = entity_find(
+        replay.principal, memory_user_id=replay.user.pk, name=item["name"], type=item["type"], aliases=aliases
+    )
+    if found is not None:
+        return found
+    names = list(dict.fromkeys([item["name"], *aliases]))
+    return Entity.objects.create(
+        tenant_id=replay.principal.tenant_id,
+        memory_user=replay.user,
+        scope=Entity.Scope.USER,
+        name=item["name"],
+        type=item["type"],
+        aliases=names,
+        alias_keys=list(dict.fromkeys(k for k in map(fold_name, names) if k)),
+        summary=_entity_summary(replay, item["summary"]),
+        first_seen=item["first_seen"],
+        last_seen=max(item["first_seen"], item["last_seen"]),
+    )
+
+
+def _entity_summary(replay: _Replay, summary: str) -> str:
+    """The summary as the write path would keep it; dropped when it holds a secret or instructions."""
+    try:
+        kept = screen_text(replay.principal, summary, route="import", memory_user_id=replay.user.pk, what="summary")
+    except Blocked:
+        return ""
+    return "" if injection_reason(kept.content, tenant_id=replay.principal.tenant_id) else kept.content
+
+
+def _replay_entities(replay: _Replay) -> dict[str, str]:
+    """Exported entity id -> entity id here, for every entity this import (or an earlier one) mapped."""
+    mapped = {}
+    for index, item in enumerate(replay.data.get("entities", [])):
+        source = f"entity:{item['id']}"
+        if not replay.seen("entities", source):
+            problem = entity_name_problem(item["name"])  # a secret, contact PII, instructions
+            if problem:
+                replay.refuse("entities", index, source, Invalid("", code=problem))
+            else:
+                replay.record("entities", source, str(_entity_for(replay, item).pk))
+        if replay.done[source]:
+            mapped[str(item["id"])] = replay.done[source]
+    return mapped
+
+
+def _replay_mentions(replay: _Replay, entities: dict[str, str]) -> None:
+    """Mentions are unique per (fact, entity, role): a second import adds none (no ImportedItem needed)."""
+    rows = {
+        (replay.fact_ids[str(m["fact_id"])], entities[str(m["entity_id"])], m["role"])
+        for m in replay.data.get("mentions", [])
+        if str(m["fact_id"]) in replay.fact_ids and str(m["entity_id"]) in entities
+    }
+    facts = {fact_id for fact_id, _, _ in rows}
+    before = FactEntity.objects.filter(fact_id__in=facts).count()
+    FactEntity.objects.bulk_create(
+        [FactEntity(fact_id=f, entity_id=e, role=role) for f, e, role in rows], ignore_conflicts=True
+    )
+    added = FactEntity.objects.filter(fact_id__in=facts).count() - before
+    if added:
+        replay.report.imported["mentions"] += added
+    if len(rows) - added:
+        replay.report.already_imported["mentions"] += len(rows) - added
+
+
+def _relation_for(replay: _Replay, item: dict[str, Any], ends: tuple[str, str], fact: Fact) -> Relation:
+    """The relation here: as exported (times, what closed it); an open one joins the open edge already
+    here, or ends now when its fact is not served here."""
+    valid_to, reason = item["valid_to"], item["closed_reason"]
+    by = replay.fact_ids.get(str(item["invalidated_by_id"])) if item["invalidated_by_id"] else None
+    if valid_to is None and fact.status != Fact.Status.ACTIVE:
+        valid_to, reason = max(timezone.now(), item["valid_from"]), _ENDED_BY.get(fact.status, "")
+        by = fact.superseded_by_id if fact.status == Fact.Status.SUPERSEDED else None
+    elif valid_to is None:
+        open_edge = Relation.objects.filter(
+            subject_id=ends[0], type=item["type"], object_id=ends[1], valid_to__isnull=True
+        ).first()
+        if open_edge is not None:
+            return _stated(replay, open_edge, item)
+    relation = Relation.objects.create(
+        tenant_id=replay.principal.tenant_id,
+        memory_user_id=fact.memory_user_id,
+        subject_id=ends[0],
+        object_id=ends[1],
+        type=item["type"],
+        source_fact=fact,
+        valid_from=item["valid_from"],
+        valid_to=valid_to,
+        invalidated_by_id=by if valid_to else None,
+        closed_reason=reason if valid_to else "",
+    )
+    return _stated(replay, relation, item)
+
+
+def _stated(replay: _Replay, relation: Relation, item: dict[str, Any]) -> Relation:
+    """The facts (here) that state the relation: its source fact and the export's others."""
+    facts = {str(relation.source_fact_id)}
+    facts |= {replay.fact_ids[str(f)] for f in item.get("stated_by", ()) if str(f) in replay.fact_ids}
+    relation.stated_by.add(*facts)
+    return relation
+
+
+def _replay_relations(replay: _Replay, entities: dict[str, str]) -> None:
+    """Relations whose fact and two entities came through; the others are skipped (their fact was
+    refused here, or an entity's name was), recorded so a later import does not retry them."""
+    relations = replay.data.get("relations", [])
+    wanted = [replay.fact_ids.get(str(r["source_fact_id"])) for r in relations]
+    facts = Fact.objects.only("status", "memory_user_id", "superseded_by_id").in_bulk([f for f in wanted if f])
+    for index, (item, fact_id) in enumerate(zip(relations, wanted, strict=True)):
+        source = f"relation:{_digest(item['id'], item['subject_id'], item['type'], item['object_id'])}"
+        if replay.seen("relations", source):
+            continue
+        ends = (entities.get(str(item["subject_id"])), entities.get(str(item["object_id"])))
+        fact = facts.get(uuid.UUID(fact_id)) if fact_id else None
+        if fact is None or None in ends or ends[0] == ends[1]:
+            # Its fact or one of its entities is not here (refused): nothing to attach it to.
+            replay.report.refused.append({"kind": "relations", "index": index, "code": "not_found"})
+            replay.record("relations", source, "")
+            continue
+        replay.record("relations", source, str(_relation_for(replay, item, ends, fact).pk))
+
+
+def _replay_graph(replay: _Replay) -> None:
+    entities = _replay_entities(replay)
+    _replay_mentions(replay, entities)
+    _replay_relations(replay, entities)
+
+
 # --- skills, messages, episodes ---------------------------------------------------------------------
 
 
@@ -576,6 +768,7 @@ def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str
         _embed_facts(replay)
         _replay_timeline(replay)
         _restore_history(replay)
+        _replay_graph(replay)
         _replay_skills(replay)
         _replay_messages(replay)
         for index, item in enumerate(data["episodes"]):

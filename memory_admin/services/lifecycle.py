@@ -17,10 +17,11 @@ from django.db.models import Q
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory_admin.models import Contradiction, Edge, Fact, Tenant
+from memory_admin.models import Contradiction, Edge, Fact, RelationEnd, Tenant
 from memory_admin.selectors.access import ADMIN, CURATE, READ, Principal
 from memory_admin.selectors.lifecycle import GC_RULES, gc_report, gc_rule_querysets
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
+from memory_admin.services.entities import relations_end
 from memory_admin.services.facts import (
     close_contradictions_of,
     contradiction_record,
@@ -51,6 +52,8 @@ def lifecycle_gc(*, tenant_id: int, dry_run: bool) -> dict[str, Any]:
         for rule in GC_RULES:
             for fact in candidates[rule.key]:
                 _apply_rule(principal, fact, rule.new_status, rule.reason, now)
+            # The rule's key is the relation's closing reason (RelationEnd holds the same names).
+            relations_end(fact_ids=[f.pk for f in candidates[rule.key]], reason=RelationEnd(rule.key))
     return gc_report(tenant_id, now, dry_run=False, candidates=candidates)
 
 

@@ -17,9 +17,11 @@ from memory_admin.models import (
     AuditEvent,
     Contradiction,
     Edge,
+    Entity,
     Episode,
     ExtractionBatch,
     Fact,
+    FactEntity,
     ImportedItem,
     Membership,
     MemoryUser,
@@ -28,6 +30,7 @@ from memory_admin.models import (
     NotebookChunk,
     NotebookRevision,
     PiiBlock,
+    Relation,
     Skill,
     SkillRevision,
     Thread,
@@ -113,6 +116,51 @@ def _export_skill(s: Skill) -> dict[str, Any]:
     }
 
 
+def _export_graph(memory_user: MemoryUser) -> dict[str, list[dict[str, Any]]]:
+    """The user's part of the knowledge graph: the mentions its facts make, the relations its facts
+    state (open and closed), and the entities they involve (its own, and the tenant's shared ones its
+    facts name, marked `scope: org`)."""
+    mentions = list(
+        FactEntity.objects.filter(fact__memory_user=memory_user).order_by("fact__created_at", "fact_id", "entity_id")
+    )
+    relations = list(
+        Relation.objects.filter(memory_user=memory_user).prefetch_related("stated_by").order_by("valid_from", "pk")
+    )
+    involved = {m.entity_id for m in mentions} | {r.subject_id for r in relations} | {r.object_id for r in relations}
+    entities = Entity.objects.filter(Q(pk__in=involved) | Q(memory_user=memory_user)).order_by("first_seen", "pk")
+    return {
+        "entities": [
+            {
+                "id": str(e.pk),
+                "name": e.name,
+                "type": e.type,
+                "scope": e.scope,
+                "aliases": e.aliases,
+                "summary": e.summary,
+                "first_seen": e.first_seen.isoformat(),
+                "last_seen": e.last_seen.isoformat(),
+            }
+            for e in entities
+        ],
+        "mentions": [{"fact_id": str(m.fact_id), "entity_id": str(m.entity_id), "role": m.role} for m in mentions],
+        "relations": [
+            {
+                "id": r.pk,
+                "subject_id": str(r.subject_id),
+                "type": r.type,
+                "object_id": str(r.object_id),
+                "source_fact_id": str(r.source_fact_id),
+                "valid_from": r.valid_from.isoformat(),
+                "valid_to": _iso(r.valid_to),
+                "invalidated_by_id": str(r.invalidated_by_id) if r.invalidated_by_id else None,
+                "closed_reason": r.closed_reason,
+                "stated_by": sorted(str(f.pk) for f in r.stated_by.all()),
+            }
+            for r in relations
+        ],
+    }
+
+
 def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, Any]:
     """Everything about one memory user, history included (`services.imports` replays it)."""
     principal.require(ADMIN)
@@ -136,6 +184,7 @@ def user_export(*, principal: Principal, memory_user: MemoryUser) -> dict[str, A
             for m in Message.objects.filter(memory_user=memory_user).select_related("thread").order_by("id")
         ],
         "skills": [_export_skill(s) for s in Skill.objects.filter(memory_user=memory_user).order_by("path")],
+        **_export_graph(memory_user),
     }
     audit(principal, "user.export", outcome="exported", target=memory_user, memory_user_id=memory_user.pk)
     return data

@@ -8,10 +8,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from memory_admin.models import Fact
+from memory_admin.models import Fact, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit_fact, fact_snapshot
+from memory_admin.services.entities import relations_end
 
 # Eviction candidates read with the count: a write adds one fact, so one is usually evicted.
 CAP_PROBE = 4
@@ -57,6 +58,7 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
         status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now()
     )
+    relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED

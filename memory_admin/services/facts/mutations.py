@@ -9,9 +9,10 @@ from django.utils import timezone
 
 from memory_admin.embeddings import embed_one
 from memory_admin.errors import Conflict, Invalid
-from memory_admin.models import Fact
+from memory_admin.models import Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, writable_fact
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
+from memory_admin.services.entities import relations_end
 from memory_admin.services.facts.checks import check_fact_size
 from memory_admin.services.facts.conflicts import close_contradictions_of
 from memory_admin.services.facts.versions import lock_memory_user, replace, successor, supersede
@@ -77,6 +78,7 @@ def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact
         status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300], pinned=False, updated_at=timezone.now()
     )
     fact.refresh_from_db()
+    relations_end(fact_ids=[fact.pk], reason=RelationEnd.FORGOTTEN)
     close_contradictions_of(principal, fact, note="one side was forgotten")
     audit_fact(principal, "fact.forget", fact, outcome="evicted", before=before, reason=reason)
     return fact
