@@ -46,6 +46,20 @@ def test_a_key_past_its_limit_gets_429_and_writes_nothing(settings, tenant, make
     assert type(api)("mk_" + "x" * 40).get("users/alice/facts").status_code == 401
 
 
+def test_old_windows_are_swept_as_hits_arrive_and_the_current_one_stays(settings, tenant, make_api, monkeypatch):
+    """Housekeeping rides on a request (one in _SWEEP_ONE_IN; every one here): windows older than a day
+    go, the current window and its count stay."""
+    from memory_admin.services import throttle
+
+    monkeypatch.setattr(throttle, "_SWEEP_ONE_IN", 1)
+    old = int(time.time()) - 2 * 24 * 3600
+    ThrottleWindow.objects.create(bucket="key:gone", window_start=old, hits=7)
+    api = make_api(tenant)
+    assert api.get("users/nobody-yet/facts").status_code == 404  # any authenticated request counts
+    assert not ThrottleWindow.objects.filter(window_start__lt=int(time.time()) - 24 * 3600).exists()
+    assert ThrottleWindow.objects.filter(hits__gte=1).exists()
+
+
 def test_the_limit_lifts_when_the_window_ends(settings, tenant, make_api):
     settings.API_RATE_LIMIT, settings.API_RATE_WINDOW_SECONDS = 2, 2
     api = make_api(tenant)
