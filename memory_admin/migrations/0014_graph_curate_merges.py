@@ -184,4 +184,8 @@ class Migration(migrations.Migration):
                 name="entity_review_closed_has_time",
             ),
         ),
+        # A column added to a large table has no statistics until autovacuum analyzes it, and adding a
+        # NULL column changes no row, so that can take long: meanwhile the planner takes "merged_into IS
+        # NULL" for selective and walks its index over every entity (4 ms per search at 200k entities).
+        migrations.RunSQL("ANALYZE memory_admin_entity", migrations.RunSQL.noop),
     ]
