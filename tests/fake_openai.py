@@ -58,6 +58,7 @@ class FakeOpenAI:
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
         self.script: list[str] = []
+        self.layer_script: dict[str, list[str]] = {}
         self.extraction: Callable[[str], dict[str, Any]] = default_extraction
         self.summary: Callable[[str], dict[str, Any]] = default_summary
         self.judge: Callable[[str], dict[str, Any]] = default_judge
@@ -88,15 +89,18 @@ class FakeOpenAI:
         with self._lock:
             self.calls.clear()
             self.script.clear()
+            self.layer_script.clear()
             self.matching.clear()
         self.extraction = default_extraction
         self.summary = default_summary
         self.judge = default_judge
         self.guard = default_guard
 
-    def fail_next(self, *modes: str) -> None:
+    def fail_next(self, *modes: str, layer: str | None = None) -> None:
+        """The next calls fail with `modes` in turn; with `layer`, only the next calls of that layer
+        (extraction, judge, guard, summary), whatever other calls come first."""
         with self._lock:
-            self.script.extend(modes)
+            (self.layer_script.setdefault(layer, []) if layer else self.script).extend(modes)
 
     def fail_matching(self, substring: str, *modes: str) -> None:
         """Every call whose prompt contains `substring` fails with the given modes in turn (cycled)."""
@@ -109,13 +113,15 @@ class FakeOpenAI:
 
     # --- serving -------------------------------------------------------------------------------
 
-    def _next_mode(self, prompt: str) -> str:
+    def _next_mode(self, prompt: str, layer: str) -> str:
         with self._lock:
             for substring, modes in self.matching.items():
                 if substring in prompt:
                     mode = modes.pop(0)
                     modes.append(mode)
                     return mode
+            if self.layer_script.get(layer):
+                return self.layer_script[layer].pop(0)
             return self.script.pop(0) if self.script else "ok"
 
     def _handler(self):
@@ -155,7 +161,7 @@ class FakeOpenAI:
                     if system.startswith("You screen")
                     else "extraction"
                 )
-                mode = fake._next_mode(prompt)
+                mode = fake._next_mode(prompt, layer)
                 record = {
                     "layer": layer,
                     "mode": mode,

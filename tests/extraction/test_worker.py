@@ -219,7 +219,9 @@ def test_a_worker_killed_mid_extraction_loses_and_duplicates_nothing(api, tenant
         "users/alice/messages", {"thread_id": "conv", "messages": [{"role": "user", "content": s} for s in statements]}
     )
     assert r.status_code == 202
-    fake.fail_next(f"slow:{LLM_TIMEOUT - 1}")  # the first answer takes 3 s: long enough to die during it
+    # The first extraction answer takes 3 s: long enough to die during it (the close task's summary may
+    # reach the model first; it must not take the slow answer).
+    fake.fail_next(f"slow:{LLM_TIMEOUT - 1}", layer="extraction")
     assert api.post("users/alice/threads/conv/close", {"outcome": "success"}).status_code == 202
     wait_for(lambda: fake.count("extraction") >= 1, 20, procs, "the first LLM call")
     assert ExtractionBatch.objects.get().status == "running"
