@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +11,7 @@ import pytest
 
 from memory_admin import onnx_model
 from memory_admin.embeddings import LocalEmbedder, OnnxEmbedder
+from tests.offline_build import build_offline
 
 SENTENCES = [
     "Alice prefers tea in the morning",
@@ -52,34 +49,7 @@ def built_offline(tmp_path_factory) -> Path:
     """Build the model once for the session in a subprocess that cannot reach any network: every
     socket connect and name lookup raises, and the Hugging Face libraries are told to stay offline."""
     directory = tmp_path_factory.mktemp("embedder")
-    script = textwrap.dedent(f"""
-        import socket, sys
-        from pathlib import Path
-
-        def refuse(*args, **kwargs):
-            raise RuntimeError("network access attempted: %r" % (args,))
-
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-        socket.getaddrinfo = refuse
-
-        from memory_admin import onnx_model
-        path = onnx_model.ensure_model(Path({str(directory)!r}))
-        print("built", path)
-        print("torch loaded:", "torch" in sys.modules)
-    """)
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "NO_PROXY": "*",
-        "HTTP_PROXY": "http://127.0.0.1:9",
-        "HTTPS_PROXY": "http://127.0.0.1:9",
-    }
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "torch loaded: False" in done.stdout  # the build needs neither torch nor an exporter
+    build_offline("onnx_model", "ensure_model", directory, timeout=300)
     return directory
 
 

@@ -4,11 +4,7 @@ against the ONNX engine's vectors on a fixed set of sentences."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +12,7 @@ import pytest
 
 from memory_admin import static_model
 from memory_admin.embeddings import OnnxEmbedder, StaticEmbedder, make_embedder
+from tests.offline_build import build_offline
 from tests.test_embedder_onnx import SENTENCES
 
 
@@ -23,27 +20,7 @@ from tests.test_embedder_onnx import SENTENCES
 def static_offline(tmp_path_factory) -> Path:
     """Distil the table once for the session in a subprocess that cannot reach any network."""
     directory = tmp_path_factory.mktemp("static-embedder")
-    script = textwrap.dedent(f"""
-        import socket, sys
-        from pathlib import Path
-
-        def refuse(*args, **kwargs):
-            raise RuntimeError("network access attempted: %r" % (args,))
-
-        socket.socket.connect = refuse
-        socket.socket.connect_ex = refuse
-        socket.create_connection = refuse
-        socket.getaddrinfo = refuse
-
-        from memory_admin import static_model
-        path = static_model.ensure_table(Path({str(directory)!r}))
-        print("built", path)
-        print("torch loaded:", "torch" in sys.modules)
-    """)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HTTPS_PROXY": "http://127.0.0.1:9"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "torch loaded: False" in done.stdout
+    build_offline("static_model", "ensure_table", directory, timeout=600)
     return directory
 
 
