@@ -43,7 +43,8 @@ BUCKETS = [
     ("screening: size, key, metadata checks", ["memory_admin/services/facts/checks.py"]),
     ("poisoning guard", ["memory_admin/services/guard.py"]),
     ("judge (contradictions)", ["memory_admin/services/judge.py"]),
-    ("cap", ["memory_admin/services/facts/cap.py"]),
+    ("cap: eviction query, UPDATE, audit", ["memory_admin/services/facts/cap.py"]),
+    ("cap: ending the evicted facts' relations", ["memory_admin/services/entities.py"]),
     ("write path: INSERT building, chains", ["memory_admin/services/facts/versions.py"]),
     (
         "write path: lookup, steps, new Fact",
@@ -60,19 +61,33 @@ BUCKETS = [
 ]
 
 
-def _forms(needle: str) -> tuple[str, ...]:
-    # py-spy prints some files by their base name only: "injection_reason (guard.py:981)"
-    return (needle, f"({needle.rsplit('/', 1)[-1]}:") if needle.endswith(".py") else (needle,)
+def _hit(frame: str, needle: str) -> bool:
+    """A frame "function (path:line)" is in a needle: a file (py-spy prints some paths shortened to
+    their last parts, "facts/write.py") or a substring (a package, "psycopg/")."""
+    if not needle.endswith(".py"):
+        return needle in frame
+    path = frame[frame.rfind("(") + 1 : frame.rfind(":")]
+    return path == needle or needle.endswith("/" + path) or path.endswith("/" + needle)
 
 
-_NEEDLES = [(name, [form for n in needles for form in _forms(n)]) for name, needles in BUCKETS]
+_SQL = ("SQL: psycopg (send, wait, parse rows)", "SQL: Django ORM (compile, models)")
+
+
+def _match(frame: str) -> str | None:
+    return next((name for name, needles in BUCKETS if any(_hit(frame, n) for n in needles)), None)
 
 
 def bucket(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        for name, needles in _NEEDLES:
-            if any(n in frame for n in needles):
-                return name
+    """The innermost frame's bucket; SQL is charged to the write path's step that ran it ("step › SQL")."""
+    for depth in range(len(frames) - 1, -1, -1):
+        name = _match(frames[depth])
+        if name is None:
+            continue
+        if name in _SQL:
+            caller = next((m for f in reversed(frames[:depth]) if (m := _match(f)) and m not in _SQL), None)
+            if caller and not caller.startswith(("Django", "gunicorn", "request parsing", "middleware")):
+                return f"{caller} › SQL"
+        return name
     return "other (interpreter, threading)"
 
 
@@ -165,9 +180,9 @@ def report(title: str, counts: collections.Counter, cpu: Cpu, roles: dict[str, f
         print(f"{name:<56}{seconds * 1000 / n:>10.2f}")
     request_ms = roles.get("request threads (gthread pool)", 0.0) * 1000 / n
     total = sum(counts.values())
-    print(f"{'Python holding the GIL (all threads), by bucket':<48}{'share':>8}{'~ms/fact':>10}")
+    print(f"{'Python holding the GIL (all threads), by bucket':<60}{'share':>8}{'~ms/fact':>10}")
     for name, c in counts.most_common():
-        print(f"{name:<48}{c / total:>8.1%}{c / total * request_ms:>10.2f}")
+        print(f"{name:<60}{c / total:>8.1%}{c / total * request_ms:>10.2f}")
 
 
 def main() -> int:
@@ -175,6 +190,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--singles", type=int, default=200)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--cap", action="store_true", help="then both again with every user at the cap")
     parser.add_argument("--out", default="/tmp/write_profile", help="where py-spy's raw files go")
     args = parser.parse_args()
     url = database_url("bench_write_profile", fresh=True)
@@ -185,6 +201,7 @@ def main() -> int:
 
     tenant = tenant_create(slug=f"profile-{time.time_ns()}")
     _, key = api_key_create(tenant_id=tenant.pk, agent_name="bench")
+    _, admin = api_key_create(tenant_id=tenant.pk, agent_name="bench-admin", is_admin=True)
     facts, _ = texts()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     with Server(url, EMBEDDER="onnx", EMBED_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parent.parent)) as s:
@@ -212,6 +229,32 @@ def main() -> int:
         ]
         counts, cpu, roles = profiled(s, Path(args.out) / "single.txt", args.rate, lambda: drive(s.port, key, calls, 4))
         report("single writes (4 clients)", counts, cpu, roles, len(single_texts))
+        if args.cap:  # every batch user holds 50 facts: with a cap of 50 each stored fact evicts one
+            drive(s.port, admin, [("PATCH", "/api/v1/settings", {"fact_cap": 50}, None)])
+            start = len(batch_texts) + len(single_texts)
+            cap_texts = facts[start : start + args.batches * 50]
+            calls = [
+                (
+                    "POST",
+                    f"/api/v1/users/b{b}/facts/batch",
+                    {"facts": [{"content": t, "source": "user_stated"} for t in cap_texts[b * 50 : b * 50 + 50]]},
+                    None,
+                )
+                for b in range(args.batches)
+            ]
+            counts, cpu, roles = profiled(
+                s, Path(args.out) / "batch_cap.txt", args.rate, lambda: drive(s.port, key, calls)
+            )
+            report("batch route at the cap (each fact evicts one)", counts, cpu, roles, len(cap_texts))
+            start += len(cap_texts)
+            calls = [
+                ("POST", f"/api/v1/users/b{i % 4}/facts", {"content": t, "source": "user_stated"}, None)
+                for i, t in enumerate(facts[start : start + args.singles])
+            ]
+            counts, cpu, roles = profiled(
+                s, Path(args.out) / "single_cap.txt", args.rate, lambda: drive(s.port, key, calls, 4)
+            )
+            report("single writes at the cap (4 clients)", counts, cpu, roles, args.singles)
     print(f"\nload average (1 min): {os.getloadavg()[0]:.1f}")
     return 0
 

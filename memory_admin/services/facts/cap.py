@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from memory_admin.models import Fact, RelationEnd
+from memory_admin.models import Fact, Relation, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit_fact, fact_snapshot
@@ -29,8 +29,14 @@ def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -
         if f.attname not in ("embedding", "embedding_next", "search_vector")
     )
     young = f"{table}.created_at >= %s"
+    # Whether the fact is the source of an open relation (an indexed probe): if no victim is, ending
+    # their relations would close nothing, and its two ORM statements are skipped.
+    states = (
+        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r "
+        f"WHERE r.source_fact_id = {table}.id AND r.valid_to IS NULL) AS states_relation"
+    )
     sql = (
-        f"SELECT {columns}, total FROM {table}, "
+        f"SELECT {columns}, {states}, total FROM {table}, "
         f"(SELECT count(*) AS total FROM {table} WHERE memory_user_id = %s AND status = %s) AS counted "
         f"WHERE {table}.memory_user_id = %s AND {table}.status = %s AND NOT {table}.pinned AND total > %s "
         f"ORDER BY (CASE WHEN {young} THEN 1 ELSE 0 END), "
@@ -58,7 +64,8 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
         status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now()
     )
-    relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
+    if any(v.states_relation for v in victims):
+        relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
