@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from memory_admin.models import Fact, Relation, RelationEnd
@@ -61,9 +62,12 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     if excess > CAP_PROBE:  # the cap was lowered: many at once
         victims = _weakest(memory_user_id, cap, grace_start, excess)
     victims = victims[:excess]
-    Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
-        status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now()
-    )
+    # By hand: the ORM's UPDATE compiled on every write at the cap (the same statement).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Fact._meta.db_table} SET status = %s, status_reason = %s, updated_at = %s WHERE id = ANY(%s)",
+            [Fact.Status.EVICTED.value, "per-user cap", timezone.now(), [v.pk for v in victims]],
+        )
     if any(v.states_relation for v in victims):
         relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:
