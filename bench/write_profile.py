@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import PYTHON, Server, database_url, migrate, setup_django  # noqa: E402
+from _harness import PYTHON, ROOT, Server, database_url, migrate, setup_django  # noqa: E402
 from speed import drive, texts  # noqa: E402
 from write_throughput import Cpu  # noqa: E402
 
@@ -190,6 +190,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--singles", type=int, default=200)
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
+    parser.add_argument("--tree", default=str(ROOT), help="the code tree the server runs (default: this one)")
     parser.add_argument("--cap", action="store_true", help="then both again with every user at the cap")
     parser.add_argument("--out", default="/tmp/write_profile", help="where py-spy's raw files go")
     args = parser.parse_args()
@@ -204,7 +205,8 @@ def main() -> int:
     _, admin = api_key_create(tenant_id=tenant.pk, agent_name="bench-admin", is_admin=True)
     facts, _ = texts()
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    with Server(url, EMBEDDER="onnx", EMBED_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parent.parent)) as s:
+    tree = Path(args.tree).resolve()
+    with Server(url, cwd=tree, EMBEDDER="onnx", EMBED_THREADS="1", PYTHONPATH=str(tree)) as s:
         warm = [
             ("POST", f"/api/v1/users/warm{i % 4}/facts", {"content": f"warm up {i}", "source": "user_stated"}, None)
             for i in range(16)
