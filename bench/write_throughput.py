@@ -4,7 +4,7 @@
     python bench/write_throughput.py --trees /tmp/base,. --rounds 3   # alternate two code trees
 
 One database (`bench_write`, migrated once), a fresh tenant per run (so fresh users), gunicorn
-(2 workers × 8 threads, EMBEDDER=onnx) started from each tree in turn (its own code on PYTHONPATH),
+(2 workers × 8 threads, EMBEDDER=onnx, or --engine) started from each tree in turn (its own code on PYTHONPATH),
 LoCoMo dev turns as facts (the same texts for every tree), every gate on. Per run:
 
 - add one fact: 100 × POST /facts over 5 users, one keep-alive client, p50;
@@ -104,14 +104,14 @@ PHASES = [
 ]
 
 
-def one_run(tree: Path, url: str, label: str, facts: list[str]) -> dict:
+def one_run(tree: Path, url: str, label: str, facts: list[str], engine: str = "onnx") -> dict:
     from memory_admin.services.keys import api_key_create
     from memory_admin.services.tenants import tenant_create
 
     tenant = tenant_create(slug=f"w{label}-{time.time_ns()}")
     _, key = api_key_create(tenant_id=tenant.pk, agent_name="bench")
     _, admin = api_key_create(tenant_id=tenant.pk, agent_name="bench-admin", is_admin=True)
-    env = {"EMBEDDER": "onnx", "EMBED_THREADS": "1", "PYTHONPATH": str(tree)}
+    env = {"EMBEDDER": engine, "EMBED_THREADS": "1", "PYTHONPATH": str(tree)}
     out: dict = {}
     with Server(url, cwd=tree, **env) as server:
         # warm both workers (engine loaded, connections open)
@@ -176,6 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", default=str(ROOT), help="comma-separated code trees, alternated")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--engine", default="onnx", help="EMBEDDER of the servers (onnx, static)")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",") if t.strip()]
     url = database_url("bench_write", fresh=True)
@@ -185,7 +186,7 @@ def main() -> int:
     runs: dict[Path, list[dict]] = {t: [] for t in trees}
     for rnd in range(args.rounds):
         for i, tree in enumerate(trees):
-            out = one_run(tree, url, f"{rnd}{i}", facts)
+            out = one_run(tree, url, f"{rnd}{i}", facts, args.engine)
             runs[tree].append(out)
             print(f"round {rnd} tree {tree}: " + ", ".join(f"{k} {v:.1f}" for k, v in out.items()), flush=True)
     print()

@@ -317,3 +317,24 @@ def test_statements_of_a_batch(api):
     # 2 per fact (4 before: a savepoint and its release around each) + the key, the user, the settings,
     # the lock, the state, the audit rows, and the savepoint pair standing for BEGIN/COMMIT here.
     assert len(sql) == 2 * n + 8, sql
+
+
+def test_statements_of_a_batch_at_the_cap(api, admin_api):
+    """At the cap each stored fact evicts one: per fact the lookup, the INSERT, the cap's query and the
+    eviction's UPDATE. Ending the evicted facts' relations costs nothing when they state none (the cap's
+    query says so); a victim that states one is covered by test_relation_lifecycle."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    assert admin_api.patch("settings", {"fact_cap": 3}).status_code == 200
+    first = ["Ivy keeps bees on her roof", "Ivy plays the cello", "Ivy is allergic to peanuts"]
+    batch(api, [{"content": t, "source": "user_stated"} for t in first], user="ivy")
+    texts = ["Ivy ran the Berlin marathon in 2019", "Ivy drives an old green Volvo", "Ivy learned to sail"]
+    with CaptureQueriesContext(connection) as queries:
+        body = batch(api, [{"content": t, "source": "user_stated"} for t in texts], user="ivy").json()
+    assert outcomes(body) == ["created"] * 3
+    assert all(len(r["evicted_ids"]) == 1 for r in body["results"])
+    assert Fact.objects.filter(memory_user__external_id="ivy", status=Fact.Status.ACTIVE).count() == 3
+    sql = [q["sql"] for q in queries.captured_queries]
+    touching_relations = [s for s in sql if "memory_admin_relation" in s]
+    assert len(touching_relations) == 3 and all("states_relation" in s for s in touching_relations), sql

@@ -93,6 +93,26 @@ def test_in_production_the_send_leaves_the_request_to_a_background_thread(
     assert {e["name"] for e in api.get("entities", user_id="alice").json()["items"]} >= {"Globex", "Springfield"}
 
 
+def test_writes_committed_close_together_ride_in_one_task(
+    api, dispatched, django_capture_on_commit_callbacks, settings
+):
+    """Single writes from several clients do not each pay a broker send: the sender waits
+    ENTITY_DRAW_SEND_EVERY after the first id and sends every id committed by then in one task."""
+    settings.ENTITY_DRAW_SEND_IN_REQUEST = False
+    settings.ENTITY_DRAW_SEND_EVERY = 2.0
+    ids = []
+    for text in ("The user works at Globex.", "The user lives in Springfield.", "Dana Scully moved to Lisbon."):
+        with django_capture_on_commit_callbacks(execute=True):
+            ids.append(post_fact(api, "alice", text)["fact"]["id"])
+    deadline = time.monotonic() + 10
+    while not dispatched and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # a second task, if any, would be sent right behind the first
+    assert dispatched == [(TASK, sorted(ids))]
+    run_sent(dispatched)
+    assert {e["name"] for e in api.get("entities", user_id="alice").json()["items"]} >= {"Globex", "Dana Scully"}
+
+
 def test_a_batch_dispatches_one_task_for_all_its_facts(api, dispatched, django_capture_on_commit_callbacks):
     facts = [
         {"content": "Dana Scully leads Project Falcon.", "source": "user_stated"},

@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
-from memory_admin.models import Fact, RelationEnd
+from memory_admin.models import Fact, Relation, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit_fact, fact_snapshot
@@ -29,8 +30,14 @@ def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -
         if f.attname not in ("embedding", "embedding_next", "search_vector")
     )
     young = f"{table}.created_at >= %s"
+    # Whether the fact is the source of an open relation (an indexed probe): if no victim is, ending
+    # their relations would close nothing, and its two ORM statements are skipped.
+    states = (
+        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r "
+        f"WHERE r.source_fact_id = {table}.id AND r.valid_to IS NULL) AS states_relation"
+    )
     sql = (
-        f"SELECT {columns}, total FROM {table}, "
+        f"SELECT {columns}, {states}, total FROM {table}, "
         f"(SELECT count(*) AS total FROM {table} WHERE memory_user_id = %s AND status = %s) AS counted "
         f"WHERE {table}.memory_user_id = %s AND {table}.status = %s AND NOT {table}.pinned AND total > %s "
         f"ORDER BY (CASE WHEN {young} THEN 1 ELSE 0 END), "
@@ -55,10 +62,14 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     if excess > CAP_PROBE:  # the cap was lowered: many at once
         victims = _weakest(memory_user_id, cap, grace_start, excess)
     victims = victims[:excess]
-    Fact.objects.filter(pk__in=[v.pk for v in victims]).update(
-        status=Fact.Status.EVICTED, status_reason="per-user cap", updated_at=timezone.now()
-    )
-    relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
+    # By hand: the ORM's UPDATE compiled on every write at the cap (the same statement).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {Fact._meta.db_table} SET status = %s, status_reason = %s, updated_at = %s WHERE id = ANY(%s)",
+            [Fact.Status.EVICTED.value, "per-user cap", timezone.now(), [v.pk for v in victims]],
+        )
+    if any(v.states_relation for v in victims):
+        relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
