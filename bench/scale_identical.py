@@ -92,7 +92,8 @@ def describe(x, y) -> str:
         for key in a:
             if a[key] != b.get(key):
                 return f"section {a['name']} {key}: {str(a[key])[:300]} / {str(b.get(key))[:300]}"
-    return f"tokens {x[1]}/{y[1]}, warnings {x[3]}/{y[3]}, sections {[a['name'] for a in x[2]]}/{[b['name'] for b in y[2]]}"
+    names = [a["name"] for a in x[2]], [b["name"] for b in y[2]]
+    return f"tokens {x[1]}/{y[1]}, warnings {x[3]}/{y[3]}, sections {names[0]}/{names[1]}"
 
 
 def same_search(a, b) -> str | None:

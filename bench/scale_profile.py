@@ -133,7 +133,8 @@ def main() -> int:
             cpus.append((time.process_time() - c0) * 1000)
             counts.append(len(rec.statements))
         print(
-            f"{kind:14s} n={len(items)}  wall p50 {statistics.median(walls):6.2f} ms  CPU p50 {statistics.median(cpus):6.2f} ms"
+            f"{kind:14s} n={len(items)}  wall p50 {statistics.median(walls):6.2f} ms"
+            f"  CPU p50 {statistics.median(cpus):6.2f} ms"
             f" (this process: Python + client)  statements {statistics.median(counts):.0f}",
             flush=True,
         )
@@ -147,7 +148,7 @@ def main() -> int:
             with connection.execute_wrapper(rec):
                 run(kind, principal, by_ext[f"user-{index}"], text, vectors[text])
             for i, (sql, params) in enumerate(
-                s for s in rec.statements if s[0].lstrip().upper().startswith(("WITH", "SELECT"))
+                s for s in rec.statements if s[0].lstrip().upper().startswith(("WITH", "SELECT", "("))
             ):
                 planning, execution, plan = explain(sql, params)
                 per_statement.setdefault(i, []).append((planning, execution))
@@ -158,11 +159,12 @@ def main() -> int:
                 f"  {kind:14s} #{i}  planning {statistics.median(v[0] for v in values):6.2f}"
                 f"  execution {statistics.median(v[1] for v in values):6.2f}   {' '.join(sql.split())[:90]}"
             )
-            for total, depth, node_type, name, node in sorted(heavy_nodes(plan, []), key=lambda x: -x[0])[:6]:
+            for total, _depth, node_type, name, node in sorted(heavy_nodes(plan, []), key=lambda x: -x[0])[:6]:
                 rows = node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
                 hit = node.get("Shared Hit Blocks", 0)
                 print(
-                    f"      {total:7.2f} ms  {node_type} {name}  rows {rows:.0f}  loops {node.get('Actual Loops', 1)}  buffers {hit}"
+                    f"      {total:7.2f} ms  {node_type} {name}  rows {rows:.0f}"
+                    f"  loops {node.get('Actual Loops', 1)}  buffers {hit}"
                 )
 
     if args.profile:
