@@ -163,12 +163,14 @@ def main() -> int:
             else:
                 problem = same_search(answers["before"], answers["after"])
             counts[kind] += 1
+            if kind == "context" and any(x["name"] == "entities" for x in answers["after"][-1][2]):
+                counts["with_entities"] = counts.get("with_entities", 0) + 1
             if problem:
                 differences.append((kind, index, text, problem))
         transaction.set_rollback(True)
     print(
         f"{counts['search']} searches, {counts['search_entity']} searches naming an entity, {counts['context']} tasks"
-        f" x budgets {BUDGETS}; before {args.before_ref} vs this tree, one transaction"
+        f" x budgets {BUDGETS} ({counts.get('with_entities', 0)} naming an entity); before {args.before_ref} vs this tree, one transaction"
     )
     print(f"time in the selectors: before {seconds['before']:.2f} s, after {seconds['after']:.2f} s")
     for kind, index, text, problem in differences[:20]:

@@ -513,45 +513,88 @@ ENTITY_SHARE = 0.05
 ENTITY_MAX_TOKENS = 100
 
 
-def _gather_entities(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
-    from django.db.models import Count
+# The statements of the entity section, compiled once per principal (built by the ORM from `visible()`,
+# the memory user and the name keys as sentinels). The mention count is a subquery per matched entity:
+# the ORM's Count over a join grouped every column of the entity (its 384-float vector included) and
+# sorted a hub's mentions with them (17 ms for an org entity of 2,500 mentions at 1.1M facts).
+_ENTITY_KEYS = "\x00context-entity-keys\x00"
 
-    from memory_admin.models import Entity, Relation
+
+@functools.lru_cache(maxsize=256)
+def _entity_statements(principal: Principal) -> tuple[tuple[str, tuple], tuple[str, tuple]]:
+    from memory_admin.models import Entity, FactEntity, Relation
+
+    owned = Q(memory_user_id=_USER) | Q(memory_user__isnull=True)
+    mentions = RawSQL(  # noqa: S611 - constant SQL
+        f"SELECT count(DISTINCT fe.fact_id) FROM {FactEntity._meta.db_table} fe"
+        f' WHERE fe.entity_id = "{Entity._meta.db_table}"."id"',
+        (),
+    )
+    keys = RawSQL("%s::varchar(200)[]", (_ENTITY_KEYS,))  # noqa: S611 - a bound parameter
+    entities = (
+        visible(principal, Entity.objects.filter(owned, alias_keys__overlap=keys, merged_into__isnull=True))
+        .annotate(facts=mentions)
+        .order_by("-facts", "pk")
+        .values_list("id", "name", "aliases", "type", "facts")[:ENTITY_LIMIT]
+    )
+    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS,))  # noqa: S611 - a bound parameter
+    relations = (
+        visible(principal, Relation.objects.filter(owned, valid_to__isnull=True))
+        .filter(Q(subject_id__in=ids) | Q(object_id__in=ids))
+        .order_by("-valid_from", "pk")
+        .values_list("subject_id", "object_id", "type", "subject__name", "object__name")
+    )
+    return _compiled(entities), _compiled(relations)
+
+
+def _bound(params: tuple, user: MemoryUser) -> list:
+    return [user.pk if isinstance(p, int) and p == _USER else p for p in params]
+
+
+def _named_entities(principal: Principal, memory_user: MemoryUser, keys: list[str]) -> list[tuple]:
+    """(id, name, aliases, type, facts) of the entities the name keys name, most mentioned first."""
+    (sql, params), _ = _entity_statements(principal)
+    params = tuple(keys if p == _ENTITY_KEYS else p for p in params)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _bound(params, memory_user))
+        return cursor.fetchall()
+
+
+def _open_relations(principal: Principal, memory_user: MemoryUser, ids: list) -> list[tuple]:
+    """(subject id, object id, type, subject name, object name) of the open relations of `ids`, newest
+    first, at most ENTITY_RELATIONS a named entity."""
+    _, (sql, params) = _entity_statements(principal)
+    params = tuple(ids if p is _IDS else p for p in params)
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} LIMIT {ENTITY_RELATIONS * len(ids)}", _bound(params, memory_user))
+        return cursor.fetchall()
+
+
+def _gather_entities(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
     from memory_admin.selectors.search import name_keys
 
     keys = name_keys(task) if task else []
     if not keys:
         return
-    owned = Q(memory_user=memory_user) | Q(memory_user__isnull=True)
-    entities = list(
-        visible(principal, Entity.objects.filter(owned, alias_keys__overlap=keys, merged_into__isnull=True))
-        .annotate(facts=Count("mentions__fact", distinct=True))
-        .order_by("-facts", "pk")[:ENTITY_LIMIT]
-    )
+    entities = _named_entities(principal, memory_user, keys)
     if not entities:
         return
-    ids = [e.pk for e in entities]
-    relations = (
-        visible(principal, Relation.objects.filter(owned, valid_to__isnull=True))
-        .filter(Q(subject_id__in=ids) | Q(object_id__in=ids))
-        .select_related("subject", "object")
-        .order_by("-valid_from", "pk")[: ENTITY_RELATIONS * len(ids)]
-    )
+    ids = [e[0] for e in entities]
     said: dict[Any, list[str]] = {pk: [] for pk in ids}
-    for relation in relations:
+    for subject_id, object_id, kind, subject, obj in _open_relations(principal, memory_user, ids):
         for pk, line in (
-            (relation.subject_id, f"{relation.type.replace('_', ' ')} {relation.object.name}"),
-            (relation.object_id, f"{relation.subject.name} {relation.type.replace('_', ' ')} it"),
+            (subject_id, f"{kind.replace('_', ' ')} {obj}"),
+            (object_id, f"{subject} {kind.replace('_', ' ')} it"),
         ):
             if pk in said and len(said[pk]) < ENTITY_RELATIONS:
                 said[pk].append(line)
-    for entity in entities:
-        others = [a for a in entity.aliases if a != entity.name][:2]
-        text = entity.name + (f" (also: {', '.join(others)})" if others else "")
-        text += (": " + "; ".join(said[entity.pk])) if said[entity.pk] else ""
+    for pk, name, aliases, kind, facts in entities:
+        others = [a for a in aliases if a != name][:2]
+        text = name + (f" (also: {', '.join(others)})" if others else "")
+        text += (": " + "; ".join(said[pk])) if said[pk] else ""
         # The block's note first: nothing in a name can stand in for it.
-        line = f"- [{entity.type}, in {entity.facts} facts] {_one_line(text)}\n"
-        section.items.append(_Item(str(entity.pk), line))
+        line = f"- [{kind}, in {facts} facts] {_one_line(text)}\n"
+        section.items.append(_Item(str(pk), line))
 
 
 def _fit_entities(section: _Section, room: _Room, budget_tokens: int) -> None:
