@@ -170,7 +170,8 @@ def main() -> int:
         transaction.set_rollback(True)
     print(
         f"{counts['search']} searches, {counts['search_entity']} searches naming an entity, {counts['context']} tasks"
-        f" x budgets {BUDGETS} ({counts.get('with_entities', 0)} naming an entity); before {args.before_ref} vs this tree, one transaction"
+        f" x budgets {BUDGETS} ({counts.get('with_entities', 0)} naming an entity);"
+        f" before {args.before_ref} vs this tree, one transaction"
     )
     print(f"time in the selectors: before {seconds['before']:.2f} s, after {seconds['after']:.2f} s")
     for kind, index, text, problem in differences[:20]:

@@ -10,7 +10,8 @@ matches (the facts observed next to them: same thread, same episode, or within N
 most RELATED_MAX_TOKENS) after the RELATED_AFTER best, form one order that does not depend on the
 budget. A block is the longest prefix of that order that fits, and the next fact cut to fill what is
 left (marked, and listed in the section's `truncated`): a larger budget only adds. Ranked facts are
-read as the fill reaches them. Tokens go to content: facts are listed under one dated line per day, in
+rendered as the fill reaches them, from the columns the ranking statement carries. Tokens go to
+content: facts are listed under one dated line per day, in
 the order they were observed (a conversation reads in order); a fact carries a note only when it says
 something (confidence below CONFIDENCE_NOTE_BELOW, contested, stale); a fact whose words another listed
 fact already holds is collapsed into that line.
@@ -63,10 +64,10 @@ from memory_admin.tokens import count_tokens, truncate_to_tokens
 
 MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
-# Ranked facts are read in chunks as the fill reaches them: first as many as the budget could hold if
-# a line cost LINE_TOKENS_PER_LEXEME tokens per lexeme of the fact (the ranking knows how many each has;
-# an underestimate, so that one read usually suffices), plus MIN_FACT_CANDIDATES; each next chunk twice
-# the last. The ranked facts a block does not hold are listed as dropped up to the first chunk's size.
+# How far into the ranking a block could reach: as many facts as the budget could hold if a line cost
+# LINE_TOKENS_PER_LEXEME tokens per lexeme of the fact (the ranking knows how many each has; an
+# underestimate), plus MIN_FACT_CANDIDATES. The ranked facts a block does not hold are listed as dropped
+# up to there.
 LINE_TOKENS_PER_LEXEME = 2
 MIN_FACT_CANDIDATES = 30
 # Shared (org/global) candidates of each kind (nearest, full text). The same at every budget: the ranking
@@ -376,45 +377,25 @@ class _Row:
     message_id: Any
 
 
-_ROW_FIELDS = ("id", "content", "valid_from", "contested", "memory_user_id", "message_id")
-_IDS = object()
+# The columns a ranked fact's line and related memory need (`_Row` after its id), carried by the ranking
+# statement itself at the end of every candidate row: the candidate branches visit each fact's row
+# anyway, so the block reads no ranked fact a second time.
+_CARRY = ("content", "valid_from", "contested", "memory_user", "message")
 
 
-@functools.lru_cache(maxsize=256)
-def _rows_statement(principal: Principal) -> tuple[str, tuple]:
-    """The SQL reading ranked facts by id through `visible()`, compiled once per principal; the ids are
-    one array parameter (in place of `_IDS`)."""
-    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS,))  # noqa: S611 - a bound parameter
-    sql, params = visible(principal, Fact.objects.filter(pk__in=ids)).values_list(*_ROW_FIELDS).query.sql_with_params()
-    return sql, tuple(params)
+def _ranked_items(ranking: Ranking) -> Iterator[_Item]:
+    """The ranked facts in rank order, each built from its candidate row as the fill reaches it."""
+    width = len(_CARRY)
+    for _, row, parts in ranking.scored:
+        fact = _Row(row[0], *row[-width:])
+        yield _fact_item(fact, effective=parts["effective_confidence"], stale=parts["stale"])
 
 
-def _read_rows(principal: Principal, ids: list) -> dict[Any, _Row]:
-    sql, params = _rows_statement(principal)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [ids if p is _IDS else p for p in params])
-        return {row[0]: _Row(*row) for row in cursor.fetchall()}
-
-
-def _ranked_items(principal: Principal, ranking: Ranking, first: int) -> Iterator[_Item]:
-    """The ranked facts in rank order, read in chunks (`first`, then twice the last) as they are reached."""
-    scored, start, size = ranking.scored, 0, first
-    while start < len(scored):
-        chunk = scored[start : start + size]
-        rows = _read_rows(principal, [row[0] for _, row, _ in chunk])
-        for _, row, parts in chunk:
-            if row[0] in rows:
-                yield _fact_item(rows[row[0]], effective=parts["effective_confidence"], stale=parts["stale"])
-        start, size = start + size, size * 2
-
-
-def _fact_sequence(
-    principal: Principal, memory_user: MemoryUser, ranking: Ranking, first: int, pinned: set
-) -> Iterator[_Item]:
+def _fact_sequence(principal: Principal, memory_user: MemoryUser, ranking: Ranking, pinned: set) -> Iterator[_Item]:
     """The order facts are offered to the block, the same at every budget (so a larger budget only
     adds): the RELATED_AFTER best ranked, then the related memory of the strongest (at most
     RELATED_MAX_TOKENS), then the rest of the ranking."""
-    ranked = _ranked_items(principal, ranking, first)
+    ranked = _ranked_items(ranking)
     head = list(itertools.islice(ranked, RELATED_AFTER))
     yield from head
     anchors = [i.fact for i in head[:RELATED_ANCHORS] if i.fact.memory_user_id == memory_user.pk]
@@ -518,6 +499,7 @@ ENTITY_MAX_TOKENS = 100
 # the ORM's Count over a join grouped every column of the entity (its 384-float vector included) and
 # sorted a hub's mentions with them (17 ms for an org entity of 2,500 mentions at 1.1M facts).
 _ENTITY_KEYS = "\x00context-entity-keys\x00"
+_IDS = object()
 
 
 @functools.lru_cache(maxsize=256)
@@ -617,11 +599,14 @@ def _gather(
     pinned = _gather_side(principal, memory_user, task, sections)
     _gather_entities(principal, memory_user, task, sections["entities"])
     ranking = _rank(
-        principal=principal, memory_user=memory_user, query=task, exclude_ids=pinned, n_shared=SHARED_CANDIDATES
+        principal=principal,
+        memory_user=memory_user,
+        query=task,
+        exclude_ids=pinned,
+        n_shared=SHARED_CANDIDATES,
+        carry=_CARRY,
     )
-    sections["facts"].sequence = _fact_sequence(
-        principal, memory_user, ranking, _fact_candidates(ranking, budget_tokens), pinned
-    )
+    sections["facts"].sequence = _fact_sequence(principal, memory_user, ranking, pinned)
     return [sections[name] for name in SECTION_ORDER], ranking
 
 
