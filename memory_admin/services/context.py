@@ -838,14 +838,18 @@ def _tokens(text: str) -> int:
 
 
 def _final_text(sections: list[_Section], budget_tokens: int) -> tuple[str, int]:
-    """The block and its count. The per-piece counts add up (every piece ends in a newline and starts a
-    new pre-token), and the fence's nonce is drawn to fit its reserve; the loop only guards the promise
-    should that ever not hold."""
+    """The block and its count. The per-piece counts add up: every piece (the fence with its preamble,
+    a title, a line) ends in a newline and the next starts with a character that is not whitespace, and
+    no pre-token of cl100k_base's split pattern runs across such a newline, so the block is never
+    counted again as a whole (that cost as much as counting its lines). The fence's nonce is drawn to fit
+    its reserve; the loop only guards the promise should that ever not hold."""
     while True:
-        text = _render(sections, _marker(sections)) if any(s.included for s in sections) else ""
-        tokens = count_tokens(text) if text else 0
+        if not any(s.included for s in sections):
+            return "", 0
+        marker, fence = _marker(sections)
+        tokens = fence + sum(s.tokens() for s in sections)
         if tokens <= budget_tokens:
-            return text, tokens
+            return _render(sections, marker), tokens
         last = next(s for s in reversed(sections) if s.included)
         item = last.included.pop()
         last.dropped.append({"id": item.id, "reason": "over_budget"})
@@ -911,13 +915,13 @@ def context_block(
     }
 
 
-def _marker(sections: list[_Section]) -> str:
-    """A nonce drawn for this response, whose fence fits the reserve: memory, stored before it was
-    drawn, cannot hold it (checked all the same, as a forged fence would be useless only if it cannot
-    name the nonce)."""
+def _marker(sections: list[_Section]) -> tuple[str, int]:
+    """A nonce drawn for this response, whose fence fits the reserve, and the fence's tokens: memory,
+    stored before it was drawn, cannot hold it (checked all the same, as a forged fence would be useless
+    only if it cannot name the nonce)."""
     body = "".join(i.text for s in sections for i in s.included)
     reserve = _fence_tokens()
     while True:
         marker = secrets.token_hex(8)
-        if marker not in body and count_tokens(_render([], marker)) <= reserve:
-            return marker
+        if marker not in body and (tokens := count_tokens(_render([], marker))) <= reserve:
+            return marker, tokens
