@@ -12,6 +12,10 @@ after request by request. Compared:
 - context: byte-identical blocks (both versions draw the same fence nonces) and identical
   section lists (tokens, included, related, truncated, dropped with reasons).
 
+Also prints, per version and kind, the wall time p50, the Python CPU time (this thread) and the
+Postgres backend's CPU time (from /proc, same machine) per request: load-independent figures, taken
+alternately in one process on one connection.
+
 Nothing is written (reads are not recorded; the transaction is rolled back). Exits 1 on any difference.
 """
 
@@ -19,8 +23,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import random
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -64,6 +70,12 @@ def asked(n: int, users: int, seed: int) -> list[tuple[str, int, str]]:
         out.append(("search_entity", index, f"{name} " + " ".join(rng.choice(vocab) for _ in range(rng.randint(1, 3)))))
         out.append(("context", rng.randrange(users), " ".join(rng.choice(vocab) for _ in range(rng.randint(2, 5)))))
     return out
+
+
+def backend_cpu(pid: int) -> float:
+    """CPU seconds (user + system) the Postgres backend `pid` has used (same machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def search_answer(module, principal, user, text, vector):
@@ -139,8 +151,13 @@ def main() -> int:
     vectors = {text: embed_query(text) for _, _, text in requests}
     counts = {"search": 0, "search_entity": 0, "context": 0}
     differences = []
-    seconds = {"before": 0.0, "after": 0.0}
+    spent: dict[tuple[str, str], list[tuple[float, float, float]]] = {}  # (version, kind): (wall, python, backend)
+    from django.db import connection
+
     with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
         for n, (kind, index, text) in enumerate(requests):
             user = users[f"user-{index}"]
             # Alternate which version goes first, so that neither always meets the warmer cache.
@@ -148,12 +165,14 @@ def main() -> int:
             order = order if n % 2 == 0 else order[::-1]
             answers = {}
             for label, search_module, context_module in order:
-                t0 = time.perf_counter()
+                t0, c0, b0 = time.perf_counter(), time.thread_time(), backend_cpu(pid)
                 if kind == "context":
                     answers[label] = [context_answer(context_module, principal, user, text, b) for b in BUDGETS]
                 else:
                     answers[label] = search_answer(search_module, principal, user, text, vectors[text])
-                seconds[label] += time.perf_counter() - t0
+                spent.setdefault((label, kind), []).append(
+                    (time.perf_counter() - t0, time.thread_time() - c0, backend_cpu(pid) - b0)
+                )
             if kind == "context":
                 problem = None
                 for budget, x, y in zip(BUDGETS, answers["before"], answers["after"], strict=True):
@@ -173,7 +192,18 @@ def main() -> int:
         f" x budgets {BUDGETS} ({counts.get('with_entities', 0)} naming an entity);"
         f" before {args.before_ref} vs this tree, one transaction"
     )
-    print(f"time in the selectors: before {seconds['before']:.2f} s, after {seconds['after']:.2f} s")
+    print(
+        "per request, ms (context: the three budgets together): wall p50 / Python CPU mean / Postgres backend CPU mean"
+    )
+    for kind in ("search", "search_entity", "context"):
+        cells = []
+        for label in ("before", "after"):
+            rows = spent[(label, kind)]
+            wall = statistics.median(r[0] for r in rows) * 1000
+            python = statistics.fmean(r[1] for r in rows) * 1000
+            backend = statistics.fmean(r[2] for r in rows) * 1000
+            cells.append(f"{label} {wall:6.2f} / {python:5.2f} / {backend:5.2f}")
+        print(f"  {kind:14s} " + "   ".join(cells))
     for kind, index, text, problem in differences[:20]:
         print(f"DIFFERENT {kind} user-{index} {text!r}: {problem}")
     print("identical" if not differences else f"{len(differences)} different")
