@@ -45,7 +45,8 @@ import time
 import unicodedata
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -334,15 +335,43 @@ def _compiled(qs: Any) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _gather_side(principal: Principal, memory_user: MemoryUser, task: str, sections: dict[str, _Section]) -> set:
-    """Notebooks, pinned facts, skills and episodes (one statement; the content of the chosen skills in
-    a second one). Returns the ids of the pinned facts."""
+def _send_side(principal: Principal, memory_user: MemoryUser) -> Callable[[], list[tuple]]:
     sql, params = _side_statement(principal)
+    return _sent(sql, [memory_user.pk if p == _USER else p for p in params])
+
+
+def _sent(sql: str, params: list) -> Callable[[], list[tuple]]:
+    """Execute a statement now and read its rows later: inside `_pipeline()` it is sent without waiting
+    for its result, so Postgres runs it while Python goes on."""
+    cursor = connection.cursor()
+    cursor.execute(sql, params)
+
+    def rows() -> list[tuple]:
+        try:
+            return cursor.fetchall()
+        finally:
+            cursor.close()
+
+    return rows
+
+
+@contextmanager
+def _pipeline() -> Iterator[None]:
+    """psycopg's pipeline mode on Django's connection (statements are sent without waiting for their
+    results; leaving it waits for them all)."""
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        yield
+
+
+def _gather_side(
+    principal: Principal, memory_user: MemoryUser, task: str, sections: dict[str, _Section], rows: list[tuple]
+) -> set:
+    """Notebooks, pinned facts, skills and episodes from the side statement's rows (the content of the
+    chosen skills in a second statement). Returns the ids of the pinned facts."""
     parts: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [memory_user.pk if p == _USER else p for p in params])
-        for part, row in cursor.fetchall():
-            parts[part].append(json.loads(row))
+    for part, row in rows:
+        parts[part].append(json.loads(row))
     _gather_notebooks(memory_user, parts[0], sections)
     pinned = _gather_pinned(memory_user, parts[1], sections["pinned"])
     _gather_skills(principal, task, parts[2], sections["skills"])
@@ -533,13 +562,11 @@ def _bound(params: tuple, user: MemoryUser) -> list:
     return [user.pk if isinstance(p, int) and p == _USER else p for p in params]
 
 
-def _named_entities(principal: Principal, memory_user: MemoryUser, keys: list[str]) -> list[tuple]:
+def _send_named_entities(principal: Principal, memory_user: MemoryUser, keys: list[str]) -> Callable[[], list[tuple]]:
     """(id, name, aliases, type, facts) of the entities the name keys name, most mentioned first."""
     (sql, params), _ = _entity_statements(principal)
     params = tuple(keys if p == _ENTITY_KEYS else p for p in params)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, _bound(params, memory_user))
-        return cursor.fetchall()
+    return _sent(sql, _bound(params, memory_user))
 
 
 def _open_relations(principal: Principal, memory_user: MemoryUser, ids: list) -> list[tuple]:
@@ -552,13 +579,8 @@ def _open_relations(principal: Principal, memory_user: MemoryUser, ids: list) ->
         return cursor.fetchall()
 
 
-def _gather_entities(principal: Principal, memory_user: MemoryUser, task: str, section: _Section) -> None:
-    from memory_admin.selectors.search import name_keys
-
-    keys = name_keys(task) if task else []
-    if not keys:
-        return
-    entities = _named_entities(principal, memory_user, keys)
+def _gather_entities(principal: Principal, memory_user: MemoryUser, entities: list[tuple], section: _Section) -> None:
+    """The lines of the entities the task names (`_send_named_entities`' rows)."""
     if not entities:
         return
     ids = [e[0] for e in entities]
@@ -595,17 +617,34 @@ def _gather(
 ) -> tuple[list[_Section], Ranking]:
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
+    from memory_admin.embeddings import embed_query
+    from memory_admin.selectors.search import name_keys
+
     sections = {name: _Section(name) for name in SECTION_ORDER}
-    pinned = _gather_side(principal, memory_user, task, sections)
-    _gather_entities(principal, memory_user, task, sections["entities"])
+    query = (task or "").strip()
+    keys = name_keys(task) if task else []
+    vector, embed_ms = None, None
+    with _pipeline():
+        side = _send_side(principal, memory_user)
+        named = _send_named_entities(principal, memory_user, keys) if keys else list
+        if query:
+            # The task's embedding is computed while Postgres runs the two statements above.
+            started = time.perf_counter()
+            vector = embed_query(query)
+            embed_ms = (time.perf_counter() - started) * 1000
+    pinned = _gather_side(principal, memory_user, task, sections, side())
+    _gather_entities(principal, memory_user, named(), sections["entities"])
     ranking = _rank(
         principal=principal,
         memory_user=memory_user,
         query=task,
+        query_vector=vector,
         exclude_ids=pinned,
         n_shared=SHARED_CANDIDATES,
         carry=_CARRY,
     )
+    if embed_ms is not None:
+        ranking.timings = {"embed_ms": embed_ms, **ranking.timings}
     sections["facts"].sequence = _fact_sequence(principal, memory_user, ranking, pinned)
     return [sections[name] for name in SECTION_ORDER], ranking
 
