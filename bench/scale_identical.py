@@ -86,12 +86,21 @@ def search_answer(module, principal, user, text, vector):
     return result.candidates, [(str(h.fact.pk), {f: getattr(h, f) for f in fields}) for h in result.hits]
 
 
-def context_answer(module, principal, user, text, budget):
+SERVER_MS: dict[str, list[float]] = {"before": [], "after": []}
+
+
+def context_answer(module, principal, user, text, budget, label="", fresh=False):
     # The fence's nonce is random, and the block's token count depends on how it tokenises: both versions
     # draw the same sequence of nonces.
     draws = random.Random(f"{user.pk}:{text}:{budget}")
     secrets.token_hex = lambda n=32: draws.getrandbits(8 * n).to_bytes(n, "big").hex()
+    if fresh:
+        from memory_admin.embeddings import query_cache
+
+        query_cache.clear()  # the block embeds its task, as a new task over HTTP does
     block = module.context_block(principal=principal, memory_user=user, task=text, budget_tokens=budget, record=False)
+    if label:
+        SERVER_MS[label].append(block["timings"]["server_ms_excluding_embed"])
     return block["text"], block["tokens"], block["sections"], block["warnings"], block["notebook_truncated"]
 
 
@@ -130,6 +139,11 @@ def main() -> int:
     parser.add_argument("--before-ref", default="6cec884")
     parser.add_argument("--queries", type=int, default=100, help="of each kind")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--fresh-embedding",
+        action="store_true",
+        help="clear the query-embedding LRU before each block, so that every block embeds its task",
+    )
     args = parser.parse_args()
     setup_django(database_url(args.db, fresh=False))
     from django.db import transaction
@@ -167,7 +181,10 @@ def main() -> int:
             for label, search_module, context_module in order:
                 t0, c0, b0 = time.perf_counter(), time.thread_time(), backend_cpu(pid)
                 if kind == "context":
-                    answers[label] = [context_answer(context_module, principal, user, text, b) for b in BUDGETS]
+                    answers[label] = [
+                        context_answer(context_module, principal, user, text, b, label, args.fresh_embedding)
+                        for b in BUDGETS
+                    ]
                 else:
                     answers[label] = search_answer(search_module, principal, user, text, vectors[text])
                 spent.setdefault((label, kind), []).append(
@@ -204,6 +221,10 @@ def main() -> int:
             backend = statistics.fmean(r[2] for r in rows) * 1000
             cells.append(f"{label} {wall:6.2f} / {python:5.2f} / {backend:5.2f}")
         print(f"  {kind:14s} " + "   ".join(cells))
+    print(
+        "context block, its own server_ms_excluding_embed p50 (one block): "
+        + ", ".join(f"{label} {statistics.median(values):.2f} ms" for label, values in SERVER_MS.items())
+    )
     for kind, index, text, problem in differences[:20]:
         print(f"DIFFERENT {kind} user-{index} {text!r}: {problem}")
     print("identical" if not differences else f"{len(differences)} different")
