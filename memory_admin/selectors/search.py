@@ -238,12 +238,15 @@ def _compiled(qs: QuerySet) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _vector_cursor():
+def _vector_cursor(*, binary_results: bool = False):
     """A server-binding cursor that sends pgvector values in binary (1.5 kB, instead of 4 kB of text
     inlined into the SQL), wrapped like Django's own cursors (so query logging and counting see it).
-    The dumper is registered on this cursor only: Django's VectorField reads and writes as before."""
+    The dumper is registered on this cursor only: Django's VectorField reads and writes as before.
+    `binary_results`: rows come back in binary (the candidate rows: numbers, uuids, arrays, text; no
+    type without a binary loader), which psycopg loads in a third of the time it parses their text."""
     from django.db.backends.postgresql.base import ServerBindingCursor
     from pgvector.psycopg.vector import VectorBinaryDumper, VectorDumper
+    from psycopg.pq import Format
     from psycopg.types import TypeInfo
 
     connection.ensure_connection()
@@ -257,6 +260,8 @@ def _vector_cursor():
             type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}),
         )
     raw = ServerBindingCursor(raw_connection)
+    if binary_results:
+        raw.format = Format.BINARY
     for dumper in dumpers:
         raw.adapters.register_dumper(Vector, dumper)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
@@ -445,7 +450,7 @@ def _candidates(
     # when the session's value is lower.
     ef = hnsw_ef_search(n_shared)
     raise_ef = vector is not None and n_shared > 0 and ef > _ef_default()
-    with transaction.atomic() if raise_ef else nullcontext(), _vector_cursor() as cursor:
+    with transaction.atomic() if raise_ef else nullcontext(), _vector_cursor(binary_results=True) as cursor:
         if raise_ef:
             cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
         cursor.execute(statement, params)
