@@ -202,13 +202,13 @@ class _Section:
         if not self.included:
             return 0
         days = {i.day for i in self.included if i.day}
-        return self.title_tokens + sum(i.tokens for i in self.included) + sum(_tokens(_day_line(day)) for day in days)
+        return self.title_tokens + sum(i.tokens for i in self.included) + sum(_day_tokens(day) for day in days)
 
     def cost(self, item: _Item) -> int:
         """What including `item` adds: its line, the title for a first item, the date for a new day."""
         cost = item.tokens + (0 if self.included else self.title_tokens)
         if item.day and item.day not in self.days:
-            cost += _tokens(_day_line(item.day))
+            cost += _day_tokens(item.day)
         return cost
 
 
@@ -262,6 +262,12 @@ class _Room:
 
 def _day_line(day: str) -> str:
     return f"- [{day}]\n"
+
+
+@functools.lru_cache(maxsize=4096)
+def _day_tokens(day: str) -> int:
+    """The tokens of a day's line (a date, not memory: cached by its text, without a digest)."""
+    return count_tokens(_day_line(day))
 
 
 def _task_words(task: str) -> set[str]:
@@ -721,7 +727,7 @@ def _absorb(section: _Section, item: _Item, room: _Room) -> None:
         room.left += other.tokens
         if other.day and all(i.day != other.day for i in section.included):
             section.days.discard(other.day)
-            room.left += _tokens(_day_line(other.day))
+            room.left += _day_tokens(other.day)
         section.dropped.append({"id": other.id, "reason": "duplicate", "of": item.id})
 
 
