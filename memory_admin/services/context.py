@@ -46,7 +46,7 @@ import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -364,9 +364,11 @@ def _sent(sql: str, params: list) -> Callable[[], list[tuple]]:
 @contextmanager
 def _pipeline() -> Iterator[None]:
     """psycopg's pipeline mode on Django's connection (statements are sent without waiting for their
-    results; leaving it waits for them all)."""
+    results; leaving it waits for them all). Without it (libpq older than 14) statements simply run."""
+    import psycopg
+
     connection.ensure_connection()
-    with connection.connection.pipeline():
+    with connection.connection.pipeline() if psycopg.Pipeline.is_supported() else nullcontext():
         yield
 
 
