@@ -113,3 +113,28 @@ def test_cached_statements_bind_each_requests_user_and_key(tenant, make_api):
     r = restricted.get("users/vic/search", q="who grows tomatoes")
     assert r.status_code == 404 and r.json()["code"] == "not_found"
     assert hits(full, "una") == {una, shared}
+
+
+def test_the_ranking_carries_the_columns_asked_for_the_same_ranking_without_them(api, tenant):
+    """`fact_ranking(carry=...)` (what the context block renders from): the same scored order and scores
+    as without, and the carried values are the facts' own, for the user's facts and the shared ones."""
+    from memory_admin.models import MemoryUser
+    from memory_admin.selectors.access import Principal
+    from memory_admin.selectors.search import fact_ranking
+
+    write(api, "cara", "Cara keeps bees in the garden")
+    write(api, "cara", "Cara's sister lives in Lyon, near the garden of the museum")
+    org_fact(tenant, "The office has a rooftop garden")
+    user = MemoryUser.objects.get(tenant=tenant, external_id="cara")
+    staff = Principal(tenant_id=tenant.pk, role="operator", actor="op@example.com", actor_type="staff")
+    carry = ("content", "valid_from", "contested", "memory_user", "message")
+    plain = fact_ranking(principal=staff, memory_user=user, query="garden bees")
+    carried = fact_ranking(principal=staff, memory_user=user, query="garden bees", carry=carry)
+    assert [(final, row[0]) for final, row, _ in plain.scored] == [(final, row[0]) for final, row, _ in carried.scored]
+    assert [parts for _, _, parts in plain.scored] == [parts for _, _, parts in carried.scored]
+    facts = {f.pk: f for f in Fact.objects.filter(pk__in=[row[0] for _, row, _ in carried.scored])}
+    assert len(facts) == 3
+    for _, row, _ in carried.scored:
+        fact = facts[row[0]]
+        expected = (fact.content, fact.valid_from, fact.contested, fact.memory_user_id, fact.message_id)
+        assert tuple(row[-len(carry) :]) == expected
