@@ -113,3 +113,26 @@ def test_cached_statements_bind_each_requests_user_and_key(tenant, make_api):
     r = restricted.get("users/vic/search", q="who grows tomatoes")
     assert r.status_code == 404 and r.json()["code"] == "not_found"
     assert hits(full, "una") == {una, shared}
+
+
+def test_facts_built_from_rows_are_the_orms_instances(api):
+    """The search builds its facts and its memory user from raw rows (`from_rows`) without Model.__init__:
+    the same values, deferred columns and state as the ORM's own instances, and they save as updates."""
+    from memory_admin.selectors.access import from_rows
+
+    fact_id = write(api, "lea", "Lea grows tomatoes on her balcony")
+    qs = Fact.objects.filter(pk=fact_id).defer("embedding", "embedding_next", "search_vector")
+    sql, params = qs.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        built = from_rows(Fact, names, cursor.fetchall())[0]
+    orm = qs.get()
+    assert built.get_deferred_fields() == orm.get_deferred_fields() == {"embedding", "embedding_next", "search_vector"}
+    assert {n: getattr(built, n) for n in names} == {n: getattr(orm, n) for n in names}
+    assert isinstance(built.metadata, dict) and (built._state.adding, built._state.db) == (False, "default")
+    assert built.memory_user.external_id == "lea"  # relations load as usual
+    assert len(built.embedding) == 384  # a deferred column loads on access
+    built.importance = 0.9
+    built.save(update_fields=["importance"])
+    assert Fact.objects.get(pk=fact_id).importance == 0.9 and Fact.objects.count() == 1
