@@ -136,3 +136,20 @@ def test_facts_built_from_rows_are_the_orms_instances(api):
     built.importance = 0.9
     built.save(update_fields=["importance"])
     assert Fact.objects.get(pk=fact_id).importance == 0.9 and Fact.objects.count() == 1
+
+
+def test_facts_in_the_body_are_spelled_as_the_renderer_spells_them(api):
+    """The route writes the facts' ids and times as strings before rendering: the same text as the API's
+    renderer gives the model's values (sub-millisecond times and missing times included)."""
+    from memory_admin.api.schemas import FactOut
+
+    fact_id = write(api, "max", "Max restores old bicycles on weekends")
+    Fact.objects.filter(pk=fact_id).update(soft_expires_at=None, valid_from=timezone.now().replace(microsecond=123456))
+    hit = search(api, "max", "bicycles").json()["hits"][0]["fact"]
+    fact = Fact.objects.select_related("memory_user").get(pk=fact_id)
+    expected = json.loads(json.dumps(FactOut.of(fact), cls=NinjaJSONEncoder))
+    changed_by_the_read = ("access_count", "last_accessed_at", "effective_confidence", "staleness", "stale")
+    assert {k: v for k, v in hit.items() if k not in changed_by_the_read} == {
+        k: v for k, v in expected.items() if k not in changed_by_the_read
+    }
+    assert hit["valid_from"].endswith(".123Z") and hit["soft_expires_at"] is None and hit["id"] == fact_id
