@@ -153,3 +153,26 @@ def test_facts_in_the_body_are_spelled_as_the_renderer_spells_them(api):
         k: v for k, v in expected.items() if k not in changed_by_the_read
     }
     assert hit["valid_from"].endswith(".123Z") and hit["soft_expires_at"] is None and hit["id"] == fact_id
+
+
+def test_from_rows_runs_init_signals_when_a_receiver_listens(api):
+    """A receiver of a model's pre_init/post_init (a library tracking loaded values) still sees every
+    instance: from_rows then builds them through Model.__init__."""
+    from django.db.models.signals import post_init
+
+    from memory_admin.selectors.access import from_rows
+
+    fact_id = write(api, "ned", "Ned bakes sourdough bread")
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.content)
+
+    post_init.connect(receiver, sender=Fact)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, content FROM memory_admin_fact WHERE id = %s", [fact_id])
+            built = from_rows(Fact, ["id", "content"], cursor.fetchall())
+    finally:
+        post_init.disconnect(receiver, sender=Fact)
+    assert seen == ["Ned bakes sourdough bread"] and str(built[0].pk) == fact_id

@@ -205,10 +205,10 @@ def from_rows(model: type[M], names: list[str], rows: list[tuple]) -> list[M]:
 
 @functools.cache
 def _plain_init(model: type[models.Model]) -> bool:
-    """Whether Model.__init__ would only store each field's value in the instance's __dict__: Django's
-    own __init__, and no field whose class attribute does more when set than a foreign key id's (which
+    """Whether Model.from_db would only store each field's value in the instance's __dict__: Django's
+    own from_db and __init__, and no field whose class attribute does more when set than a foreign key id's (which
     only forgets a cached related object, and a new instance has none)."""
-    if model.__init__ is not models.Model.__init__:
+    if model.__init__ is not models.Model.__init__ or model.from_db.__func__ is not models.Model.from_db.__func__:
         return False
     for model_field in model._meta.concrete_fields:
         attribute = inspect.getattr_static(model, model_field.attname, None)
