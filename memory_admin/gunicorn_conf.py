@@ -2,6 +2,8 @@
 
 import os
 
+from gunicorn.glogging import Logger as _GunicornLogger
+
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_WORKERS", "2"))
 threads = int(os.environ.get("WEB_THREADS", "4"))
@@ -24,6 +26,20 @@ if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
         },
     }
 wsgi_app = "memory_admin.wsgi:application"
+
+
+class Logger(_GunicornLogger):
+    """gunicorn's logger, whose access line is written only when ACCESS_LOG asks for one. gunicorn
+    turns its access log on whenever `logconfig_dict` is set (above, for JSON), which wrote one more line
+    per request at every LOG_LEVEL and cost ~0.3-0.5 ms of CPU per request to format; the application's
+    own request line (`memory_admin.request`, LOG_LEVEL=INFO) already names each request, with its id."""
+
+    def access(self, resp, req, environ, request_time) -> None:
+        if self.cfg.accesslog:
+            super().access(resp, req, environ, request_time)
+
+
+logger_class = Logger
 
 
 def post_worker_init(worker):

@@ -25,6 +25,7 @@ from contextvars import ContextVar, Token
 
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
+from memory_admin import tracing
 from memory_admin.logsafe import chain_record_factory
 
 HEADER = "X-Request-ID"
@@ -108,25 +109,30 @@ class RequestIdMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        request_id = accept(request.headers.get(HEADER))
+        request_id = accept(request.META.get(_META_KEY))  # not request.headers: built from all of META
         request.request_id = request_id
         token = _current.set(request_id)
-        _tag_span(request_id)
+        if tracing.enabled_here():
+            _tag_span(request_id)
         started = time.monotonic()
         try:
             response = self.get_response(request)
             response[HEADER] = request_id
-            took_ms = round(1000 * (time.monotonic() - started), 1)
-            log.info(
-                "%s %s %s",
-                request.method,
-                _route(request),
-                response.status_code,
-                extra={"status": response.status_code, "duration_ms": took_ms},
-            )
+            if log.isEnabledFor(logging.INFO):  # LOG_LEVEL=INFO; the line's parts cost nothing otherwise
+                took_ms = round(1000 * (time.monotonic() - started), 1)
+                log.info(
+                    "%s %s %s",
+                    request.method,
+                    _route(request),
+                    response.status_code,
+                    extra={"status": response.status_code, "duration_ms": took_ms},
+                )
             return response
         finally:
             _current.reset(token)
+
+
+_META_KEY = "HTTP_" + HEADER.upper().replace("-", "_")
 
 
 def _tag_span(request_id: str) -> None:

@@ -44,6 +44,11 @@ def enabled() -> bool:
     return bool(exporter_names())
 
 
+def enabled_here() -> bool:
+    """Whether this process set tracing up (`init`): a request's span exists only then."""
+    return _initialised
+
+
 def init(role: str) -> bool:
     """Set up tracing in this process (once) if the environment asks for it. Returns whether it is on."""
     global _initialised

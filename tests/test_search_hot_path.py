@@ -138,3 +138,66 @@ def test_the_ranking_carries_the_columns_asked_for_the_same_ranking_without_them
         fact = facts[row[0]]
         expected = (fact.content, fact.valid_from, fact.contested, fact.memory_user_id, fact.message_id)
         assert tuple(row[-len(carry) :]) == expected
+
+
+def test_facts_built_from_rows_are_the_orms_instances(api):
+    """The search builds its facts and its memory user from raw rows (`from_rows`) without Model.__init__:
+    the same values, deferred columns and state as the ORM's own instances, and they save as updates."""
+    from memory_admin.selectors.access import from_rows
+
+    fact_id = write(api, "lea", "Lea grows tomatoes on her balcony")
+    qs = Fact.objects.filter(pk=fact_id).defer("embedding", "embedding_next", "search_vector")
+    sql, params = qs.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        names = [column.name for column in cursor.description]
+        built = from_rows(Fact, names, cursor.fetchall())[0]
+    orm = qs.get()
+    assert built.get_deferred_fields() == orm.get_deferred_fields() == {"embedding", "embedding_next", "search_vector"}
+    assert {n: getattr(built, n) for n in names} == {n: getattr(orm, n) for n in names}
+    assert isinstance(built.metadata, dict) and (built._state.adding, built._state.db) == (False, "default")
+    assert built.memory_user.external_id == "lea"  # relations load as usual
+    assert len(built.embedding) == 384  # a deferred column loads on access
+    built.importance = 0.9
+    built.save(update_fields=["importance"])
+    assert Fact.objects.get(pk=fact_id).importance == 0.9 and Fact.objects.count() == 1
+
+
+def test_facts_in_the_body_are_spelled_as_the_renderer_spells_them(api):
+    """The route writes the facts' ids and times as strings before rendering: the same text as the API's
+    renderer gives the model's values (sub-millisecond times and missing times included)."""
+    from memory_admin.api.schemas import FactOut
+
+    fact_id = write(api, "max", "Max restores old bicycles on weekends")
+    Fact.objects.filter(pk=fact_id).update(soft_expires_at=None, valid_from=timezone.now().replace(microsecond=123456))
+    hit = search(api, "max", "bicycles").json()["hits"][0]["fact"]
+    fact = Fact.objects.select_related("memory_user").get(pk=fact_id)
+    expected = json.loads(json.dumps(FactOut.of(fact), cls=NinjaJSONEncoder))
+    changed_by_the_read = ("access_count", "last_accessed_at", "effective_confidence", "staleness", "stale")
+    assert {k: v for k, v in hit.items() if k not in changed_by_the_read} == {
+        k: v for k, v in expected.items() if k not in changed_by_the_read
+    }
+    assert hit["valid_from"].endswith(".123Z") and hit["soft_expires_at"] is None and hit["id"] == fact_id
+
+
+def test_from_rows_runs_init_signals_when_a_receiver_listens(api):
+    """A receiver of a model's pre_init/post_init (a library tracking loaded values) still sees every
+    instance: from_rows then builds them through Model.__init__."""
+    from django.db.models.signals import post_init
+
+    from memory_admin.selectors.access import from_rows
+
+    fact_id = write(api, "ned", "Ned bakes sourdough bread")
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance.content)
+
+    post_init.connect(receiver, sender=Fact)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id, content FROM memory_admin_fact WHERE id = %s", [fact_id])
+            built = from_rows(Fact, ["id", "content"], cursor.fetchall())
+    finally:
+        post_init.disconnect(receiver, sender=Fact)
+    assert seen == ["Ned bakes sourdough bread"] and str(built[0].pk) == fact_id

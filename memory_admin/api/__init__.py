@@ -95,6 +95,12 @@ def _query_names(api: NinjaAPI) -> dict[tuple[str, str], frozenset[str]]:
     }
 
 
+@functools.lru_cache(maxsize=1024)
+def _known_names(api: NinjaAPI, route: str, method: str) -> frozenset[str] | None:
+    """The documented query parameters of a Django route pattern and method (None: not an operation)."""
+    return _query_names(api).get(("/" + _ROUTE_PARAM.sub(r"{\1}", route), method))
+
+
 def _known_query_only(api: NinjaAPI, view):
     """Refuse query parameters an operation does not document, as bodies refuse unknown fields: a
     misspelt filter (`?stauts=stale`) must not silently answer the unfiltered list."""
@@ -102,7 +108,7 @@ def _known_query_only(api: NinjaAPI, view):
     @functools.wraps(view)
     def wrapper(request, *args, **kwargs):
         route = request.resolver_match.route if request.resolver_match else ""
-        known = _query_names(api).get(("/" + _ROUTE_PARAM.sub(r"{\1}", route), request.method))
+        known = _known_names(api, route, request.method)
         unknown = [name for name in request.GET if known is not None and name not in known]
         if unknown:
             field = unknown[0][:100] or "query"

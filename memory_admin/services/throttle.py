@@ -45,7 +45,11 @@ def _count_sql(rows: str) -> str:
 
 def _sweep(cursor: CursorWrapper) -> None:
     if random.randrange(_SWEEP_ONE_IN) == 0:
-        cursor.execute(f"DELETE FROM {_TABLE} WHERE window_start < %s", [int(time.time()) - _KEEP_SECONDS])
+        _delete_old_windows(cursor)
+
+
+def _delete_old_windows(cursor: CursorWrapper) -> None:
+    cursor.execute(f"DELETE FROM {_TABLE} WHERE window_start < %s", [int(time.time()) - _KEEP_SECONDS])
 
 
 def _hit(bucket: str, seconds: int) -> tuple[int, int]:
@@ -78,8 +82,9 @@ def api_key_count_sql(key_id_sql: str) -> tuple[str, list, int] | None:
     if settings.API_RATE_LIMIT <= 0:
         return None
     start, retry_after = _window(settings.API_RATE_WINDOW_SECONDS)
-    with connection.cursor() as cursor:
-        _sweep(cursor)
+    if random.randrange(_SWEEP_ONE_IN) == 0:  # a cursor only for the one request in _SWEEP_ONE_IN that sweeps
+        with connection.cursor() as cursor:
+            _delete_old_windows(cursor)
     return _count_sql(f"SELECT 'api:' || {key_id_sql}, %s::int8, 1 FROM k"), [start], retry_after
 
 
