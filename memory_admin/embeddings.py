@@ -274,9 +274,9 @@ class EmbedAhead:
     """Texts embedded on a helper thread while the caller gets on with other work (screening the next
     facts, storing the previous ones): `add` queues a text, `vector(i)` waits for the i-th text's vector.
 
-    An engine that runs each text alone anyway (`runs_alone`: onnx) gets one `embed` call per text, in
-    the order added, so the first vectors are ready while later texts are still queued; the vectors are
-    those of `embed_one`. Any other engine (torch batches, OpenAI sends one request) gets a single
+    An engine that runs each text alone anyway (`runs_alone`: onnx) gets one `embed_one` call per text
+    (timed as one, like a single write's), in the order added, so the first vectors are ready while
+    later texts are still queued. Any other engine (torch batches, OpenAI sends one request) gets a single
     `embed` call for all the texts, made at `start`. onnxruntime releases the GIL while it runs, so the
     helper uses a second core while the caller's thread runs Python or waits for Postgres."""
 
@@ -291,7 +291,7 @@ class EmbedAhead:
             self._alone = getattr(get_embedder(), "runs_alone", False)
         self._texts.append(text)
         if self._alone:
-            self._futures.append(_ahead_executor().submit(embed, [text]))
+            self._futures.append(_ahead_executor().submit(embed_one, text))
         return len(self._texts) - 1
 
     def start(self) -> None:
@@ -302,7 +302,7 @@ class EmbedAhead:
     def vector(self, index: int) -> list[float]:
         self.start()
         if self._alone:
-            return self._futures[index].result()[0]
+            return self._futures[index].result()
         return self._futures[0].result()[index]
 
     def cancel(self) -> None:
