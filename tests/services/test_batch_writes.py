@@ -123,13 +123,14 @@ def test_embeds_each_text_once_ahead_of_the_store(api, monkeypatch):
     from memory_admin import embeddings
 
     calls = []
-    real = embeddings.embed
-    monkeypatch.setattr(embeddings, "embed", lambda texts: calls.append(list(texts)) or real(texts))
+    real, real_one = embeddings.embed, embeddings.embed_one
+    monkeypatch.setattr(embeddings, "embed", lambda texts: pytest.fail("embedded as a batch"))
+    monkeypatch.setattr(embeddings, "embed_one", lambda text: calls.append(text) or real_one(text))
     monkeypatch.setattr(fact_services, "embed_one", lambda text: pytest.fail("embedded on the request thread"))
     texts = ("Eli collects vintage maps", "Eli's sister lives in Oslo")
     body = batch(api, [{"content": t, "source": "user_stated"} for t in texts], user="eli").json()
     assert outcomes(body) == ["created", "created"]
-    assert sorted(t for c in calls for t in c) == sorted(texts)
+    assert sorted(calls) == sorted(texts)
     for text in texts:
         stored = Fact.objects.get(memory_user__external_id="eli", content=text).embedding
         assert np.array_equal(np.float32(stored), np.float32(real([text])[0]))  # the same float4 values
