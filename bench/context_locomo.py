@@ -85,7 +85,11 @@ def evaluate(
             dips += share < previous
             previous = share
             now = held(body)
-            lost += not before <= now
+            if not before <= now:
+                lost += 1
+                print(
+                    f"containment lost: {q['sample_id']} question {q['qa_index']} at {budget} tokens", file=sys.stderr
+                )
             before = now
     return recall, tokens, build, build_excl, dips, lost
 

@@ -66,11 +66,23 @@ def test_the_entity_a_task_names_is_summarised_with_its_relations(api, dana):
 
 
 def test_the_entity_lines_keep_to_their_share_and_say_what_was_dropped(api, dana):
-    body = context(api, "alice", "Dana Scully", budget=120)  # 5 % of 120: no room for a line
+    body = context(api, "alice", "Dana Scully", budget=120)  # 2.5 % of 120: no room for a line
     entities = section(body, "entities")
     assert entities["included"] == []
     assert [(d["id"], d["reason"]) for d in entities["dropped"]] == [(str(dana.pk), "over_budget")]
     assert body["tokens"] <= 120
+
+
+def test_a_small_budget_gives_the_entity_line_s_room_to_facts(api, dana):
+    """At 500 tokens the entity line (about 20 tokens) is over its share: the block lists it as dropped
+    and spends the room on facts; at 2,000 tokens the agent reads it."""
+    small = context(api, "alice", "Dana Scully", budget=500)
+    assert "## Entities" not in small["text"]
+    assert [d["reason"] for d in section(small, "entities")["dropped"]] == ["over_budget"]
+    assert section(small, "facts")["included"]
+    large = context(api, "alice", "Dana Scully", budget=2000)
+    assert section(large, "entities")["included"] == [str(dana.pk)]
+    assert "- [person, in 2 facts] Dana Scully" in large["text"]
 
 
 def test_an_entity_name_cannot_break_the_fence(api, tenant):

@@ -13,6 +13,7 @@ import pytest
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser, Message, Thread
+from memory_admin.services import context as context_service
 from memory_admin.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db
@@ -183,6 +184,30 @@ def test_related_memory_follows_the_thread(api, tenant):
     facts = facts_section(context(api, user, task="kitchen renovation", budget=300))
     assert str(match.pk) in facts["included"]
     assert str(later.pk) in facts["related"]
+
+
+def test_related_memory_is_read_nearest_first_in_a_long_thread(api, tenant):
+    """A thread longer than what the block reads for related memory: the turn right after the match is
+    read first, not the thread's earliest turns."""
+    user = new_user(tenant)
+    now = timezone.now()
+    thread = Thread.objects.create(tenant=tenant, memory_user=user, external_id="long")
+    said = Message.objects.create(
+        tenant=tenant, memory_user=user, thread=thread, role="user", content="m", created_at=now
+    )
+    start = now - timedelta(days=120)
+    # The thread's earlier turns, hours apart (outside the search's neighbour window), none about the task.
+    for i in range(context_service.RELATED_LIMIT + 20):
+        fact_row(
+            user, f"Log {i}: the {WORDS[i % 20]} shelf was dusted", at=start + timedelta(hours=6 * i), message=said
+        )
+    for i in range(60):
+        fact_row(user, f"Status update {i}: the {WORDS[i % 20]} report is filed", at=now - timedelta(hours=2 * i))
+    match = fact_row(user, "Ana is renovating the kitchen", at=now - timedelta(days=60), message=said)
+    later = fact_row(user, "The new worktop will be oak", at=now - timedelta(days=59), message=said)
+    facts = facts_section(context(api, user, task="kitchen renovation", budget=600))
+    assert str(match.pk) in facts["included"]
+    assert str(later.pk) in facts["related"], facts
 
 
 HOSTILE = [

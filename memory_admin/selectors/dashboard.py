@@ -1005,6 +1005,7 @@ SECTION_LABELS = {
     "notebook": "User notebook",
     "tenant_notebook": "Team notebook",
     "pinned": "Pinned facts",
+    "entities": "Entities the task names",
     "facts": "Facts",
     "skills": "Skills",
     "episodes": "Recent episodes",
@@ -1021,13 +1022,15 @@ def _as_uuid(value: Any) -> Any:
 
 
 def _dropped_texts(principal: Principal, block: dict[str, Any]) -> tuple[dict[Any, str], dict[Any, str]]:
-    """The text of the dropped facts and the summaries of the dropped episodes (a query each)."""
+    """The text of the dropped facts, and the summaries of the dropped episodes with the names of the
+    dropped entities (a query each)."""
     from memory_admin.models import Episode
 
-    wanted: dict[str, list[Any]] = {"facts": [], "episodes": []}
+    wanted: dict[str, list[Any]] = {"facts": [], "episodes": [], "entities": []}
     for section in block["sections"]:
         ids = [_as_uuid(item["id"]) for item in section["dropped"]]
-        wanted["episodes" if section["name"] == "episodes" else "facts"] += [i for i in ids if i]
+        kind = section["name"] if section["name"] in ("episodes", "entities") else "facts"
+        wanted[kind] += [i for i in ids if i]
     facts = (
         dict(visible(principal, Fact.objects.filter(pk__in=wanted["facts"])).values_list("pk", "content"))
         if wanted["facts"]
@@ -1043,12 +1046,19 @@ def _dropped_texts(principal: Principal, block: dict[str, Any]) -> tuple[dict[An
         if wanted["episodes"]
         else {}
     )
-    return facts, episodes
+    return facts, {**episodes, **_entity_names(principal, wanted["entities"])}
+
+
+def _entity_names(principal: Principal, ids: list[Any]) -> dict[Any, str]:
+    """The names of the dropped entity lines (the preview names the entity, not its id)."""
+    from memory_admin.models import Entity
+
+    return dict(visible(principal, Entity.objects.filter(pk__in=ids)).values_list("pk", "name")) if ids else {}
 
 
 def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
     """A dropped item that is not a fact, in words: the notebook and its version, the skill's path,
-    the episode's day and summary."""
+    the episode's day and summary, the entity's name (`episodes` holds those of episodes and entities)."""
     if section in ("notebook", "tenant_notebook"):
         version = item_id.rsplit(":v", 1)[-1] if ":v" in item_id else ""
         return f"the whole notebook{f' (version {version})' if version.isdigit() else ''}"
@@ -1056,6 +1066,8 @@ def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
         return f"skill {item_id}"
     if section == "episodes":
         return f"episode {episodes.get(_as_uuid(item_id)) or item_id[:8]}"
+    if section == "entities":
+        return f"entity {episodes.get(_as_uuid(item_id)) or item_id[:8]}"
     return item_id[:12]
 
 

@@ -52,8 +52,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import F, FloatField, Func, Q, Value
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Abs, Least
 
 from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
@@ -81,13 +82,14 @@ MIN_CUT_TOKENS = 4
 _CUT_MARK = "\u2026"
 CONFIDENCE_NOTE_BELOW = 0.7
 # Related memory: the user's facts observed next to the RELATED_ANCHORS best matches, nearest in time
-# first, at most RELATED_MAX_TOKENS of them, come right after the RELATED_AFTER best ranked facts. The
-# search's neighbour support lifts the turns around a match into the ranking already; a larger share
-# displaces better-ranked facts (bench/README.md: at 2,000 tokens 20 % cost multi-hop recall 0.755 ->
-# 0.709).
-RELATED_AFTER = 6
-RELATED_MAX_TOKENS = 40
-RELATED_ANCHORS = 3
+# first (the turn right before or after an anchor, the better anchor first at the same distance), at
+# most RELATED_MAX_TOKENS of them, come right after the RELATED_AFTER best ranked facts. The search's
+# neighbour support lifts the turns around a match into the ranking already; a larger share displaces
+# better-ranked facts (bench/README.md: at 2,000 tokens 20 % cost multi-hop recall 0.755 -> 0.709; 10 /
+# 5 / 120 tokens, about three turns, was the best of the LoCoMo dev grid, issue 15).
+RELATED_AFTER = 10
+RELATED_MAX_TOKENS = 120
+RELATED_ANCHORS = 5
 RELATED_LIMIT = 100
 # A fact collapses into a listed one whose words contain its own only from this many words on (two
 # words, "thanks, Ana", are contained in too many lines to mean the same thing).
@@ -470,7 +472,8 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
         .filter(near)
         .exclude(pk__in={a.pk for a in anchors} | set(exclude))
         .only(*_RELATED_FIELDS)
-        .order_by("valid_from", "id")[:RELATED_LIMIT]
+        .annotate(distance=_seconds_to_nearest(anchors))
+        .order_by("distance", "valid_from", "id")[:RELATED_LIMIT]
     )
     facts = list(qs)
     for fact in facts:
@@ -480,6 +483,23 @@ def _related_facts(principal: Principal, memory_user: MemoryUser, anchors: list[
         return min((abs((fact.valid_from - a.valid_from).total_seconds()), i) for i, a in enumerate(anchors))
 
     return sorted(facts, key=nearest)
+
+
+def _seconds_to_nearest(anchors: list[_Row]) -> Func:
+    """Seconds between a fact's observation and the nearest anchor's: the related facts are read nearest
+    first, so that a long thread or a busy half hour cannot push the turns right next to a match past
+    RELATED_LIMIT."""
+    gaps = [
+        Abs(
+            Func(
+                F("valid_from") - Value(a.valid_from),
+                template="EXTRACT(EPOCH FROM %(expressions)s)",
+                output_field=FloatField(),
+            )
+        )
+        for a in anchors
+    ]
+    return Least(*gaps, output_field=FloatField()) if len(gaps) > 1 else gaps[0]
 
 
 def _gather_skills(principal: Principal, task: str, rows: list[dict], section: _Section) -> None:
@@ -525,9 +545,12 @@ _rank = metrics.observe_search(fact_ranking)
 # The entities whose alias the task names (the search's name keys), each summarised on one line: its type,
 # how many facts mention it, other names, and a few open relations. At most ENTITY_LIMIT of them, within
 # ENTITY_SHARE of the budget (at most ENTITY_MAX_TOKENS): the facts themselves are in the facts section.
+# A line and the title take about 25 tokens: at 2.5 % the first shows from about 1,000 tokens on; below
+# that the facts answer the task (LoCoMo dev, issue 15: 5 % -> 2.5 % lifted evidence recall at 500
+# tokens 0.752 -> 0.756, 2,000 unchanged).
 ENTITY_LIMIT = 3
 ENTITY_RELATIONS = 3
-ENTITY_SHARE = 0.05
+ENTITY_SHARE = 0.025
 ENTITY_MAX_TOKENS = 100
 
 

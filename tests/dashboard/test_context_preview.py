@@ -102,3 +102,34 @@ def test_the_playground_shows_the_numbers_of_the_api_and_why_facts_were_left_out
         assert reverse("fact_detail", args=[tenant.slug, kept.pk]) in col
     small = column(body, 1)
     assert "over the token budget" in small and "over_budget" not in small
+
+
+def test_the_playground_names_the_entity_line_it_left_out_and_counts_it_as_the_api_does(
+    operator, api, tenant, memory_user, baker
+):
+    """A task that names an entity: at 500 tokens its summary line is over its share and the page says
+    which entity was left out and why (by name, not id); at 2,000 tokens the agent reads it, and the page
+    counts it as the API does."""
+    from memory_admin.selectors.access import Principal
+    from memory_admin.services.entities import EntityMention, fact_entities_link
+
+    system = Principal.system(tenant.pk)
+    fact = baker["turns"][2]
+    fact_entities_link(principal=system, fact=fact, mentions=[EntityMention("Ben Okafor", "person", "subject")])
+    task = "What does Ben Okafor bake?"
+    page = operator.get(
+        reverse("playground", args=[tenant.slug]),
+        {"user": "alice", "task": task, "budget_a": "500", "budget_b": "2000"},
+    ).content.decode()
+    label = SECTION_LABELS["entities"]
+    for number, budget in ((1, 500), (2, 2000)):
+        col = column(page, number)
+        served = api.get("users/alice/context", task=task, budget_tokens=budget).json()
+        entities = next(s for s in served["sections"] if s["name"] == "entities")
+        assert rows(col)[label] == (entities["tokens"], len(entities["included"]), 0, len(entities["dropped"]))
+    small = column(page, 1)
+    assert rows(small)[label] == (0, 0, 0, 1)
+    assert f"{label}: entity Ben Okafor" in small and "— over the token budget" in small
+    large = column(page, 2)
+    assert rows(large)[label][1] == 1 and rows(large)[label][0] > 0
+    assert "- [person, in 1 facts] Ben Okafor" in html.unescape(large)
