@@ -10,13 +10,14 @@ moved, so undoing puts every mention, relation and name back; a relation is clos
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import F, Q, Value
-from django.db.models.functions import Greatest
+from django.db.models import CharField, F, Q, Value
+from django.db.models.functions import MD5, Concat, Greatest
 from django.utils import timezone
 
 from memory_admin.errors import AlreadyResolved, Forbidden, Invalid
@@ -32,6 +33,16 @@ _NAME_MAX = 200
 def entity_text(entity: Entity) -> str:
     """What an entity's embedding is computed from: its name and type."""
     return f"{entity.name} ({entity.type})"
+
+
+def entity_text_hash(entity: Entity) -> str:
+    """The hash of `entity_text` that `manage.py reembed` keeps beside a shadow vector."""
+    return hashlib.md5(entity_text(entity).encode(), usedforsecurity=False).hexdigest()
+
+
+# The same hash in SQL, of each row's current name and type (a test holds the two equal): a shadow
+# vector whose hash differs was computed before a rename and is filled again, never swapped in.
+ENTITY_TEXT_HASH_SQL = MD5(Concat("name", Value(" ("), "type", Value(")"), output_field=CharField()))
 
 
 def entity_embed(entity: Entity) -> None:
