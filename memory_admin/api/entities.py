@@ -17,7 +17,7 @@ from memory_admin.api.schemas import (
     RelationOut,
 )
 from memory_admin.models import Episode, Thread
-from memory_admin.selectors.access import memory_user_for
+from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import (
     entity_detail,
     entity_get_for,
@@ -47,10 +47,15 @@ def get_entity(request, entity_id: UUID):
     its facts, relations and names went to (follow it), `merge_id` the merge (undo it with
     POST /entity-merges/{merge_id}/undo); its own facts and relations are the few it kept because the
     survivor already had them."""
-    entity = entity_get_for(request.principal, entity_id)
-    survivor, merge = entity_survivor(request.principal, entity)
-    detail = entity_detail(request.principal, entity)
-    sources = entity_sources(request.principal, detail.entity)
+    return entity_detail_body(request.principal, entity_id)
+
+
+def entity_detail_body(principal: Principal, entity_id: UUID | str) -> dict:
+    """GET /entities/{id}'s answer (the MCP tool `get_entity` answers the same)."""
+    entity = entity_get_for(principal, entity_id)
+    survivor, merge = entity_survivor(principal, entity)
+    detail = entity_detail(principal, entity)
+    sources = entity_sources(principal, detail.entity)
     facts = [
         {
             "fact_id": m.fact_id,
