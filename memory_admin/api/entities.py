@@ -13,6 +13,7 @@ from memory_admin.api.schemas import (
     EntityGraphOut,
     EntityOut,
     EntityPage,
+    EntityRefOut,
     GraphFilters,
     RelationOut,
 )
@@ -23,6 +24,7 @@ from memory_admin.selectors.entities import (
     entity_get_for,
     entity_graph,
     entity_list,
+    entity_merges,
     entity_sources,
     entity_survivor,
 )
@@ -70,6 +72,10 @@ def entity_detail_body(principal: Principal, entity_id: UUID | str) -> dict:
         **EntityOut.of(detail.entity),
         "merged_into": survivor.pk if survivor.pk != entity.pk else None,
         "merge_id": merge.pk if merge else None,
+        "merges": [
+            {"id": m.pk, "loser": EntityRefOut.of(m.loser), "automatic": m.automatic, "created_at": m.created_at}
+            for m in entity_merges(principal, entity)
+        ],
         "facts": facts,
         "relations": [RelationOut.of(r) for r in detail.relations],
         "threads": [_thread_out(t) for t in sources.threads],

@@ -787,6 +787,10 @@ class EntityRefOut(Schema):
     name: str
     type: str
 
+    @staticmethod
+    def of(entity: Any) -> dict[str, Any]:
+        return {"id": entity.pk, "name": entity.name, "type": entity.type}
+
 
 class EntityOut(Schema):
     id: UUID
@@ -834,14 +838,11 @@ class RelationOut(Schema):
 
     @staticmethod
     def of(relation: Any) -> dict[str, Any]:
-        def ref(entity: Any) -> dict[str, Any]:
-            return {"id": entity.pk, "name": entity.name, "type": entity.type}
-
         return {
             "id": relation.pk,
             "type": relation.type,
-            "subject": ref(relation.subject),
-            "object": ref(relation.object),
+            "subject": EntityRefOut.of(relation.subject),
+            "object": EntityRefOut.of(relation.object),
             "valid_from": relation.valid_from,
             "valid_to": relation.valid_to,
             "source_fact_id": relation.source_fact_id,
@@ -884,6 +885,15 @@ class EntityEpisodeOut(Schema):
     summary: str
 
 
+class MergedInOut(Schema):
+    """An entity merged into this one (by a curator, or by resolution: `automatic`)."""
+
+    id: UUID  # the merge: POST /entity-merges/{id}/undo
+    loser: EntityRefOut
+    automatic: bool
+    created_at: datetime
+
+
 class EntityDetailOut(EntityOut):
     facts: list[MentionOut]
     relations: list[RelationOut]  # over time: closed ones too, oldest first
@@ -892,6 +902,7 @@ class EntityDetailOut(EntityOut):
     episodes: list[EntityEpisodeOut]  # most recent first, at most 20
     episode_count: int  # all of them
     merge_id: UUID | None = None  # a merged entity: the merge that moved it (POST /entity-merges/{id}/undo)
+    merges: list[MergedInOut] = []  # the merges into this entity that can be undone, newest first
 
 
 class EntityGraphOut(Schema):

@@ -74,6 +74,9 @@ def test_merge_moves_facts_and_relations_and_undo_puts_them_back(admin_api, worl
     }
     # Searching by the merged name finds the survivor only.
     assert [e["name"] for e in admin_api.get("entities", q="robert smith").json()["items"]] == ["Bob Smith"]
+    # The survivor lists the merges into it, to undo one found later (a curator's or resolution's).
+    merges_in = admin_api.get(f"entities/{bob.pk}").json()["merges"]
+    assert [(m["id"], m["loser"]["name"], m["automatic"]) for m in merges_in] == [(merge["id"], "Robert Smith", False)]
 
     r = admin_api.post(f"entity-merges/{merge['id']}/undo", {"note": "not the same after all"})
     assert r.status_code == 200, r.content
@@ -83,6 +86,7 @@ def test_merge_moves_facts_and_relations_and_undo_puts_them_back(admin_api, worl
     assert "Robert Smith" not in admin_api.get(f"entities/{bob.pk}").json()["aliases"]
     again = admin_api.post(f"entity-merges/{merge['id']}/undo")
     assert again.status_code == 409 and again.json()["code"] == "already_resolved"
+    assert admin_api.get(f"entities/{bob.pk}").json()["merges"] == []
     events = AuditEvent.objects.filter(action__in=["entity.merge", "entity.unmerge"]).order_by("pk")
     assert [(e.action, e.actor, e.reason) for e in events] == [
         ("entity.merge", "agent:admin-agent", "same person"),

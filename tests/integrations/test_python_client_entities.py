@@ -72,6 +72,9 @@ def test_curating_through_the_client(gunicorn_server, tenant, make_key, graph):
         assert merge.loser.merged_into == graph["Bob Smith"] and "Robert Smith" in merge.survivor.aliases
         merged = admin.entities.get(graph["Robert Smith"])
         assert merged.merged_into == graph["Bob Smith"] and merged.merge_id == merge.id
+        assert [(m.id, m.loser.name) for m in admin.entities.get(graph["Bob Smith"]).merges] == [
+            (merge.id, "Robert Smith")
+        ]
         assert admin.entities.graph(graph["Robert Smith"]).root == graph["Bob Smith"]
         with pytest.raises(EntityMerged):
             admin.entities.rename(graph["Robert Smith"], "Rob")

@@ -330,6 +330,16 @@ class EntityMention:
 
 
 @dataclass(frozen=True)
+class MergedIn:
+    """An entity merged into this one; `id` is the merge (undo it with `entities.undo_merge`)."""
+
+    id: str
+    loser: EntityRef
+    automatic: bool = False
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
 class EntityDetail(Entity):
     """An entity with the facts that mention it, its relations over time, the threads and episodes it
     came up in; for a merged entity, `merge_id` is the merge (undo it with `entities.undo_merge`)."""
@@ -341,6 +351,7 @@ class EntityDetail(Entity):
     episodes: list[dict[str, Any]] = field(default_factory=list)
     episode_count: int = 0
     merge_id: str | None = None
+    merges: list[MergedIn] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
