@@ -13,6 +13,9 @@
    (readers are not blocked: they see the old vectors until the commit, the new ones after; a write to
    one of these rows waits for the commit). The shadow column is cleared. The HNSW indexes on
    `embedding` stay: they are updated with the rows, never dropped, so vector search keeps its index.
+   That costs the swap time: 20k entities under an HNSW index swapped in 57 s, against 2.2 s with no
+   index (2 cores at load 8); writes to those rows (resolution's, curation's) wait for the commit,
+   reads never do.
 
 Then restart the web and worker processes with EMBEDDER set to the engine (gunicorn: `kill -HUP`).
 Rows written between the swap and the restart carry the old engine's vector; `reembed` again later
