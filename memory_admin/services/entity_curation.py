@@ -3,9 +3,10 @@ its own entity, rename, close (and reopen) a relation, and decide entity-merge r
 
 Each is one transaction, needs a curator (`require_curator`; resolution's own automatic merges
 excepted), reads through the one access function (another tenant's or user's entity is a 404), leaves
-shared entities alone when the curator is limited to some users (403 `read_only_scope`) and is audited. Nothing
-is deleted: a merged entity is kept as `merged_into` its survivor with an `EntityMerge` record of what
-moved, so undoing puts every mention, relation and name back; a relation is closed, never removed.
+shared entities alone when the curator is limited to some users (403 `read_only_scope`) and is
+audited. Nothing is deleted: a merged entity is kept as `merged_into` its survivor with an
+`EntityMerge` record of what moved, so undoing puts every mention, relation and name back; a relation
+is closed, never removed.
 """
 
 from __future__ import annotations
