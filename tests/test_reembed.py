@@ -3,17 +3,21 @@ ones, rows written meanwhile are caught up, then one transaction swaps them in."
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from io import StringIO
 
 import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection, transaction
 
 from memory_admin.embeddings import make_embedder
 from memory_admin.management.commands.reembed import fill, swap
-from memory_admin.models import Fact, NotebookChunk
+from memory_admin.models import Entity, Fact, NotebookChunk
+from memory_admin.selectors.access import Principal
 
 pytestmark = pytest.mark.django_db
+PAST = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 def write(api, content):
@@ -57,7 +61,7 @@ def test_fill_keeps_search_on_the_old_vectors_then_swap_switches(api, torch_engi
     late = write(api, "Alice's dog is called Pixel")
     assert fill(torch_engine, progress=False) == 1
 
-    facts, chunks = swap()
+    facts, chunks, _ = swap()
     assert (facts, chunks) == (len(before) + 1, len(chunks_before))
     rows = Fact.objects.filter(content__gt="")
     expected = torch_engine.embed([row.content for row in rows])
@@ -76,9 +80,9 @@ def test_a_fact_changed_during_the_fill_is_embedded_again_before_the_swap(api, t
     fill(torch_engine, progress=False)
     # The content changes in place meanwhile (as a merge does): the shadow vector is now stale.
     Fact.objects.filter(pk=fact_id).update(content="Alice's cat is called Tofu", content_hash="changed")
-    assert swap() == (0, 0)  # a stale shadow vector is never swapped in
+    assert swap()[:2] == (0, 0)  # a stale shadow vector is never swapped in
     assert fill(torch_engine, progress=False) == 1
-    assert swap() == (1, 0)
+    assert swap()[:2] == (1, 0)
     np.testing.assert_allclose(
         np.array(Fact.objects.get(pk=fact_id).embedding),
         torch_engine.embed(["Alice's cat is called Tofu"])[0],
@@ -98,3 +102,110 @@ def test_command_reembeds_with_progress_and_rejects_an_unknown_engine(api):
         np.testing.assert_allclose(np.array(row.embedding), onnx.embed([row.content])[0], atol=1e-6)
     with pytest.raises(CommandError, match="unknown EMBEDDER"):
         call_command("reembed", engine="word2vec", stdout=StringIO(), stderr=StringIO())
+
+
+# --- entities: the same shadow column, catch-up and swap, with a vector index on Entity.embedding ----
+
+
+def _entity(tenant, name, kind):
+    from memory_admin.services.entity_curation import entity_embed
+
+    entity = Entity(
+        tenant=tenant, scope="org", name=name, type=kind, aliases=[name], alias_keys=[name.casefold()],
+        first_seen=PAST, last_seen=PAST,
+    )  # fmt: skip
+    entity_embed(entity)
+    entity.save()
+    return entity
+
+
+def _entity_hnsw_indexes() -> list[str]:
+    """The HNSW indexes on Entity.embedding; one is made here if the schema has none yet (the
+    multi-hop work adds one in a migration): the swap must keep whichever there is usable."""
+    table = Entity._meta.db_table
+    query = "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef ILIKE '%%hnsw%%(embedding%%'"
+    with connection.cursor() as cursor:
+        cursor.execute(query, [table])
+        names = [row[0] for row in cursor.fetchall()]
+        if not names:
+            cursor.execute(
+                f"CREATE INDEX entity_embedding_hnsw_test ON {table} USING hnsw (embedding vector_cosine_ops)"
+            )
+            names = ["entity_embedding_hnsw_test"]
+    return names
+
+
+def _nearest_by_index(vector) -> tuple[str, str]:
+    """The nearest entity to `vector` with sequential scans off (so through the HNSW index), and the plan."""
+    table = Entity._meta.db_table
+    literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    sql = f"SELECT id FROM {table} ORDER BY embedding <=> %s::vector LIMIT 1"
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, [literal])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute(sql, [literal])
+        return str(cursor.fetchone()[0]), plan
+
+
+def test_entities_are_reembedded_through_a_shadow_column_and_keep_their_vector_index(tenant, torch_engine):
+    from memory_admin.services.entity_curation import entity_rename, entity_text
+
+    indexes = _entity_hnsw_indexes()  # before any row: an index build waits for no deferred check
+    acme, dana = _entity(tenant, "Acme Robotics", "company"), _entity(tenant, "Dana Scully", "person")
+    bare = Entity.objects.create(  # made before entities had embeddings: reembed gives it one
+        tenant=tenant, scope="org", name="Lisbon", type="place", aliases=["Lisbon"], alias_keys=["lisbon"],
+        first_seen=PAST, last_seen=PAST,
+    )  # fmt: skip
+    before = vectors(Entity)
+
+    assert fill(torch_engine, batch=2, progress=False) == 3
+    for pk, vector in vectors(Entity, embedding__isnull=False).items():  # readers still see the old ones
+        np.testing.assert_array_equal(vector, before[pk])
+    # Renamed during the fill (by a curator, on the old engine): the next pass catches it up.
+    operator = Principal(tenant_id=tenant.pk, role="operator", actor="staff:otto", actor_type="staff")
+    entity_rename(principal=operator, entity_id=dana.pk, name="Dana K. Scully")
+    assert fill(torch_engine, progress=False) == 1
+    # Renamed again after the last pass: its shadow vector is stale and is never swapped in.
+    entity_rename(principal=operator, entity_id=dana.pk, name="Dana Katherine Scully")
+    assert swap() == (0, 0, 2)
+    dana.refresh_from_db()
+    assert dana.embedding_next is not None
+    assert float(np.dot(np.array(dana.embedding), torch_engine.embed([entity_text(dana)])[0])) < 1 - 1e-6
+    # Running it again finishes the job.
+    assert fill(torch_engine, progress=False) == 3
+    assert swap() == (0, 0, 3)
+
+    for entity in Entity.objects.all():
+        np.testing.assert_allclose(np.array(entity.embedding), torch_engine.embed([entity_text(entity)])[0], atol=1e-6)
+        assert entity.embedding_next is None and entity.embedding_next_hash == ""
+    assert Entity.objects.get(pk=bare.pk).embedding is not None
+    # The index is still there, valid, and answers nearest-neighbour queries with the new vectors.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " WHERE c.relname = ANY(%s)",
+            [indexes],
+        )
+        assert cursor.fetchone()[0] is True
+    found, plan = _nearest_by_index(torch_engine.embed([entity_text(acme)])[0])
+    assert found == str(acme.pk) and any(name in plan for name in indexes), plan
+
+
+def test_the_entity_text_hash_in_python_and_in_sql_agree(tenant):
+    from memory_admin.services.entity_curation import ENTITY_TEXT_HASH_SQL, entity_text_hash
+
+    for name, kind in [("Acme", "company"), ("Zoë Łukasz 東京", "person"), ("O'Brien (the elder)", "other")]:
+        entity = Entity.objects.create(
+            tenant=tenant, scope="org", name=name, type=kind, aliases=[name], alias_keys=[name.casefold()],
+            first_seen=PAST, last_seen=PAST,
+        )  # fmt: skip
+        assert Entity.objects.annotate(h=ENTITY_TEXT_HASH_SQL).get(pk=entity.pk).h == entity_text_hash(entity)
+
+
+def test_the_command_reports_entities_with_their_progress_bar(tenant):
+    _entity(tenant, "Acme Robotics", "company")
+    out, err = StringIO(), StringIO()
+    call_command("reembed", engine="onnx", stdout=out, stderr=err)
+    assert "and 1 entities" in out.getvalue()
+    assert "entities: 100%" in err.getvalue() and "1/1" in err.getvalue()

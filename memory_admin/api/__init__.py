@@ -15,7 +15,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from memory_admin.api import entities, facts, memory, messages, retrieval, system
+from memory_admin.api import entities, entity_curation, facts, memory, messages, retrieval, system
 from memory_admin.api.schemas import ErrorOut
 from memory_admin.errors import DomainError, RateLimited
 from memory_admin.services.keys import principal_for_request
@@ -245,5 +245,13 @@ def _db_down(request, exc: DatabaseError):
 
 
 # Every router, registered here and nowhere else (the router modules do not know the API object).
-for _router in (facts.router, memory.router, messages.router, retrieval.router, system.router, entities.router):
+for _router in (
+    facts.router,
+    memory.router,
+    messages.router,
+    retrieval.router,
+    system.router,
+    entities.router,
+    entity_curation.router,
+):
     api.add_router("", _router)

@@ -787,6 +787,10 @@ class EntityRefOut(Schema):
     name: str
     type: str
 
+    @staticmethod
+    def of(entity: Any) -> dict[str, Any]:
+        return {"id": entity.pk, "name": entity.name, "type": entity.type}
+
 
 class EntityOut(Schema):
     id: UUID
@@ -798,6 +802,9 @@ class EntityOut(Schema):
     summary: str
     first_seen: datetime
     last_seen: datetime
+    # Set when the entity was merged into another (its facts, relations and names went there): the
+    # live entity to use instead. Null for a live entity.
+    merged_into: UUID | None = None
 
     @staticmethod
     def of(entity: Any) -> dict[str, Any]:
@@ -812,6 +819,7 @@ class EntityOut(Schema):
             "summary": entity.summary,
             "first_seen": entity.first_seen,
             "last_seen": entity.last_seen,
+            "merged_into": entity.merged_into_id,
         }
 
 
@@ -830,14 +838,11 @@ class RelationOut(Schema):
 
     @staticmethod
     def of(relation: Any) -> dict[str, Any]:
-        def ref(entity: Any) -> dict[str, Any]:
-            return {"id": entity.pk, "name": entity.name, "type": entity.type}
-
         return {
             "id": relation.pk,
             "type": relation.type,
-            "subject": ref(relation.subject),
-            "object": ref(relation.object),
+            "subject": EntityRefOut.of(relation.subject),
+            "object": EntityRefOut.of(relation.object),
             "valid_from": relation.valid_from,
             "valid_to": relation.valid_to,
             "source_fact_id": relation.source_fact_id,
@@ -880,6 +885,15 @@ class EntityEpisodeOut(Schema):
     summary: str
 
 
+class MergedInOut(Schema):
+    """An entity merged into this one (by a curator, or by resolution: `automatic`)."""
+
+    id: UUID  # the merge: POST /entity-merges/{id}/undo
+    loser: EntityRefOut
+    automatic: bool
+    created_at: datetime
+
+
 class EntityDetailOut(EntityOut):
     facts: list[MentionOut]
     relations: list[RelationOut]  # over time: closed ones too, oldest first
@@ -887,11 +901,107 @@ class EntityDetailOut(EntityOut):
     thread_count: int  # all of them
     episodes: list[EntityEpisodeOut]  # most recent first, at most 20
     episode_count: int  # all of them
+    merge_id: UUID | None = None  # a merged entity: the merge that moved it (POST /entity-merges/{id}/undo)
+    merges: list[MergedInOut] = []  # the merges into this entity that can be undone, newest first
 
 
 class EntityGraphOut(Schema):
     root: UUID
+    # Asked for an entity merged into another: its id (the graph is the live survivor's, `root`).
+    merged_from: UUID | None = None
     depth: int
     as_of: datetime
     nodes: list[EntityOut]
     edges: list[RelationOut]
+
+
+# --- Entity curation (SPEC §12): admin keys; a key limited to users curates only their entities ------
+
+CurationNote = text(max_length=2000)
+
+
+class CurationNoteIn(StrictIn):
+    note: CurationNote = ""  # why, for the audit log
+
+
+class EntityMergeIn(StrictIn):
+    survivor_id: UUID  # the entity that stays
+    loser_id: UUID  # merged into the survivor: its facts, relations and names move there
+    note: CurationNote = ""
+
+
+class EntitySplitIn(StrictIn):
+    alias: text(min_length=1, max_length=200)  # one of the entity's aliases, to become its own entity
+    note: CurationNote = ""
+
+
+class EntityRenameIn(StrictIn):
+    name: text(min_length=1, max_length=200)  # the new canonical name; the old one stays an alias
+    note: CurationNote = ""
+
+
+class EntityMergeOut(Schema):
+    id: UUID  # undo with POST /entity-merges/{id}/undo
+    survivor: EntityOut
+    loser: EntityOut  # `merged_into` is the survivor while the merge holds
+    automatic: bool  # made by resolution, not by a curator
+    mentions_moved: int
+    relations_moved: int
+    created_at: datetime
+    undone_at: datetime | None
+
+    @staticmethod
+    def of(record: Any) -> dict[str, Any]:
+        return {
+            "id": record.pk,
+            "survivor": EntityOut.of(record.survivor),
+            "loser": EntityOut.of(record.loser),
+            "automatic": record.automatic,
+            "mentions_moved": len(record.mention_ids),
+            "relations_moved": len(record.relation_sides),
+            "created_at": record.created_at,
+            "undone_at": record.undone_at,
+        }
+
+
+class EntitySplitOut(Schema):
+    entity: EntityOut  # the entity the alias left
+    split_off: EntityOut  # the new entity, with the facts that call it by that alias
+
+
+class EntityReviewOut(Schema):
+    """Resolution was unsure whether `entity` (made for a new mention) is `candidate`."""
+
+    id: UUID
+    entity: EntityOut
+    candidate: EntityOut
+    similarity: float
+    judge: str
+    status: str  # open, accepted, rejected
+    resolved_by: str
+    resolved_at: datetime | None
+    merge_id: UUID | None  # an accepted item's merge
+    created_at: datetime
+
+    @staticmethod
+    def of(item: Any) -> dict[str, Any]:
+        return {
+            "id": item.pk,
+            "entity": EntityOut.of(item.entity),
+            "candidate": EntityOut.of(item.candidate),
+            "similarity": item.similarity,
+            "judge": item.judge,
+            "status": item.status,
+            "resolved_by": item.resolved_by,
+            "resolved_at": item.resolved_at,
+            "merge_id": item.merge_id,
+            "created_at": item.created_at,
+        }
+
+
+class EntityReviewPage(Schema):
+    items: list[EntityReviewOut]  # open items, oldest first
+
+
+class EntityReviewFilters(Schema):
+    limit: Limit = 50

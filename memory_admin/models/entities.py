@@ -57,6 +57,10 @@ class Entity(models.Model):
     alias_keys = ArrayField(models.CharField(max_length=200), default=list, blank=True)
     summary = models.TextField(blank=True, default="")
     embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    # `manage.py reembed`'s shadow column: another engine's vector of the name and type, and the hash
+    # of the text it was computed from (a rename meanwhile makes it stale), swapped in at the end.
+    embedding_next = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    embedding_next_hash = models.CharField(max_length=64, blank=True, default="", db_default="")
     first_seen = models.DateTimeField()
     last_seen = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)

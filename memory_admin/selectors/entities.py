@@ -44,6 +44,24 @@ def entity_get_for(principal: Principal, entity_id: UUID | str) -> Entity:
     return get_visible(principal, Entity.objects.select_related("memory_user"), pk=entity_id)
 
 
+_MERGE_CHAIN_MAX = 50  # merges chain (A into B, later B into C); a bound, never a loop
+
+
+def entity_survivor(principal: Principal, entity: Entity) -> tuple[Entity, EntityMerge | None]:
+    """Where a merged entity lives on: the live entity its facts, relations and names went to (through
+    a chain of merges), and the merge that moved this one (to undo it; None if the key cannot see it).
+    A live entity answers itself and None. The survivor of an entity the principal sees is always
+    visible to it (a merge keeps to one user, or goes into a shared entity)."""
+    survivor, merge = entity, None
+    if entity.merged_into_id is not None:
+        merge = visible(principal, EntityMerge.objects).filter(loser=entity, undone_at__isnull=True).first()
+    for _ in range(_MERGE_CHAIN_MAX):
+        if survivor.merged_into_id is None:
+            break
+        survivor = entity_get_for(principal, survivor.merged_into_id)
+    return survivor, merge
+
+
 def _relations(principal: Principal) -> QuerySet[Relation]:
     return visible(principal, Relation.objects.select_related("subject", "object"))
 
@@ -184,7 +202,9 @@ def merge_candidates(principal: Principal, entity: Entity, limit: int = 200) -> 
 def merge_review_queue(principal: Principal) -> QuerySet[EntityMergeReview]:
     """Open entity-merge review items, oldest first."""
     items = visible(principal, EntityMergeReview.objects.filter(status=EntityMergeReview.Status.OPEN))
-    return items.select_related("entity", "candidate", "memory_user").order_by("created_at", "pk")
+    return items.select_related("entity__memory_user", "candidate__memory_user", "memory_user").order_by(
+        "created_at", "pk"
+    )
 
 
 def entity_sample_facts(principal: Principal, entity_ids: list, per_entity: int = 3) -> dict:

@@ -1,27 +1,30 @@
 """Curating the knowledge graph (SPEC §12): merge two entities, undo a merge, split an alias off into
 its own entity, rename, close (and reopen) a relation, and decide entity-merge review items.
 
-Each is one transaction, needs the curate ability (resolution's own automatic merges excepted), reads
-through the one access function (another tenant's or user's entity is a 404) and is audited. Nothing
-is deleted: a merged entity is kept as `merged_into` its survivor with an `EntityMerge` record of what
-moved, so undoing puts every mention, relation and name back; a relation is closed, never removed.
+Each is one transaction, needs a curator (`require_curator`; resolution's own automatic merges
+excepted), reads through the one access function (another tenant's or user's entity is a 404), leaves
+shared entities alone when the curator is limited to some users (403 `read_only_scope`) and is
+audited. Nothing is deleted: a merged entity is kept as `merged_into` its survivor with an
+`EntityMerge` record of what moved, so undoing puts every mention, relation and name back; a relation
+is closed, never removed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from uuid import UUID
 
 from django.db import transaction
-from django.db.models import F, Q, Value
-from django.db.models.functions import Greatest
+from django.db.models import CharField, F, Q, Value
+from django.db.models.functions import MD5, Concat, Greatest
 from django.utils import timezone
 
-from memory_admin.errors import AlreadyResolved, Invalid
+from memory_admin.errors import AlreadyResolved, Forbidden, Invalid
 from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEntity, Relation
 from memory_admin.models.entities import fold_name
-from memory_admin.selectors.access import CURATE, Principal, get_visible
+from memory_admin.selectors.access import ADMIN, CURATE, Principal, get_visible
 from memory_admin.services.audit import audit
 from memory_admin.services.screening import screens
 
@@ -31,6 +34,16 @@ _NAME_MAX = 200
 def entity_text(entity: Entity) -> str:
     """What an entity's embedding is computed from: its name and type."""
     return f"{entity.name} ({entity.type})"
+
+
+def entity_text_hash(entity: Entity) -> str:
+    """The hash of `entity_text` that `manage.py reembed` keeps beside a shadow vector."""
+    return hashlib.md5(entity_text(entity).encode(), usedforsecurity=False).hexdigest()
+
+
+# The same hash in SQL, of each row's current name and type (a test holds the two equal): a shadow
+# vector whose hash differs was computed before a rename and is filled again, never swapped in.
+ENTITY_TEXT_HASH_SQL = MD5(Concat("name", Value(" ("), "type", Value(")"), output_field=CharField()))
 
 
 def entity_embed(entity: Entity) -> None:
@@ -50,9 +63,28 @@ def entity_snapshot(entity: Entity) -> dict:
     }
 
 
+def require_curator(principal: Principal) -> None:
+    """Who curates the graph: dashboard admins and operators (CURATE) and admin API keys (ADMIN: the keys
+    that already change what the whole tenant shares, settings and erase). An agent's ordinary key may
+    not: it reads entities and writes the facts they are drawn from."""
+    if not principal.can(ADMIN):
+        principal.require(CURATE)
+
+
+def _require_owned(principal: Principal, memory_user_id: int | None) -> None:
+    """A curator limited to some memory users (a restricted admin key) changes only their entities and
+    relations: a shared (org) one, which every user of the tenant reads, is read-only to it."""
+    if principal.restricted and memory_user_id is None:
+        raise Forbidden(
+            "Shared (org) entities and relations are read-only to a key limited to some users.",
+            code="read_only_scope",
+        )
+
+
 def _locked(principal: Principal, entity_id: UUID | str) -> Entity:
-    """A visible entity, row-locked, that is not merged into another one."""
+    """A visible entity, row-locked, that is not merged into another one and that the principal may change."""
     entity = get_visible(principal, Entity.objects.select_for_update(of=("self",)), pk=entity_id)
+    _require_owned(principal, entity.memory_user_id)
     if entity.merged_into_id is not None:
         raise AlreadyResolved(
             "This entity was merged into another one; act on that one (or undo the merge) instead.",
@@ -161,7 +193,7 @@ def _move_relations(loser: Entity, survivor: Entity) -> list[list]:
 @transaction.atomic
 def entity_merge(*, principal: Principal, survivor_id: UUID | str, loser_id: UUID | str, note: str = "") -> EntityMerge:
     """Merge `loser` into `survivor` (an operator's decision)."""
-    principal.require(CURATE)
+    require_curator(principal)
     first, second = sorted([str(survivor_id), str(loser_id)])  # one lock order for two curators
     locked = {str(e.pk): e for e in (_locked(principal, first), _locked(principal, second))}
     survivor, loser = locked[str(survivor_id)], locked.get(str(loser_id))
@@ -197,7 +229,7 @@ def merge_automatic(
 @transaction.atomic
 def entity_unmerge(*, principal: Principal, merge_id: UUID | str, note: str = "") -> EntityMerge:
     """Undo a merge: the loser is an entity again with its mentions, relations and names."""
-    principal.require(CURATE)
+    require_curator(principal)
     record = get_visible(principal, EntityMerge.objects.select_for_update(of=("self",)), pk=merge_id)
     if record.undone_at is not None:
         raise AlreadyResolved("This merge was already undone.", code="already_resolved", status_now="undone")
@@ -256,7 +288,7 @@ def entity_split(*, principal: Principal, entity_id: UUID | str, alias: str, not
     """Split one alias off into its own entity, with the mentions of the facts that call it by that
     alias (and none of its other names) and the relations those facts state. Merging the new entity
     back undoes it."""
-    principal.require(CURATE)
+    require_curator(principal)
     entity = _locked(principal, entity_id)
     key = fold_name(alias)
     if key not in entity.alias_keys:
@@ -329,7 +361,7 @@ def _checked_name(name: str) -> str:
 @transaction.atomic
 def entity_rename(*, principal: Principal, entity_id: UUID | str, name: str, note: str = "") -> Entity:
     """A new canonical name; the old one stays an alias, so lookups by it still find the entity."""
-    principal.require(CURATE)
+    require_curator(principal)
     name = _checked_name(name)
     entity = _locked(principal, entity_id)
     before = entity_snapshot(entity)
@@ -347,8 +379,9 @@ def entity_rename(*, principal: Principal, entity_id: UUID | str, name: str, not
 @transaction.atomic
 def relation_close(*, principal: Principal, relation_id: int | str, note: str = "") -> Relation:
     """An operator ends a relation now (valid_to); it stays in the history and the graph as of before."""
-    principal.require(CURATE)
+    require_curator(principal)
     relation = get_visible(principal, Relation.objects.select_for_update(of=("self",)), pk=relation_id)
+    _require_owned(principal, relation.memory_user_id)
     if relation.valid_to is not None:
         raise AlreadyResolved("This relation is already closed.", code="already_resolved", status_now="closed")
     Relation.objects.filter(pk=relation.pk).update(valid_to=Greatest(Value(timezone.now()), F("valid_from")))
@@ -369,8 +402,9 @@ def relation_close(*, principal: Principal, relation_id: int | str, note: str = 
 def relation_reopen(*, principal: Principal, relation_id: int | str, note: str = "") -> Relation:
     """Undo an operator's close. A relation a correction closed stays closed (correct the fact instead),
     as does one whose edge is open again through another relation."""
-    principal.require(CURATE)
+    require_curator(principal)
     relation = get_visible(principal, Relation.objects.select_for_update(of=("self",)), pk=relation_id)
+    _require_owned(principal, relation.memory_user_id)
     if relation.valid_to is None:
         raise AlreadyResolved("This relation is open.", code="already_resolved", status_now="open")
     if relation.invalidated_by_id is not None:
@@ -396,7 +430,7 @@ def merge_review_decide(
     *, principal: Principal, review_id: UUID | str, accept: bool, note: str = ""
 ) -> EntityMergeReview:
     """Accept (merge the new entity into its candidate) or reject (keep them apart) a review item."""
-    principal.require(CURATE)
+    require_curator(principal)
     item = get_visible(principal, EntityMergeReview.objects.select_for_update(of=("self",)), pk=review_id)
     if item.status != EntityMergeReview.Status.OPEN:
         raise AlreadyResolved(
@@ -433,7 +467,7 @@ def merge_review_decide(
 @transaction.atomic
 def merge_review_reopen(*, principal: Principal, review_id: UUID | str) -> EntityMergeReview:
     """Undo a decision: an accepted item's merge is undone; the item is open again."""
-    principal.require(CURATE)
+    require_curator(principal)
     item = get_visible(principal, EntityMergeReview.objects.select_for_update(of=("self",)), pk=review_id)
     if item.status == EntityMergeReview.Status.OPEN:
         raise AlreadyResolved("This item is open.", status_now="open")

@@ -228,6 +228,27 @@ def test_curation_is_refused_to_roles_without_curate_and_invisible_across_tenant
     assert not EntityMerge.objects.exists() and Entity.objects.get(pk=bob.pk).name == "Bob Smith"
 
 
+def test_admin_keys_curate_and_a_key_limited_to_users_leaves_shared_entities_alone(tenant, alice, two_bobs):
+    bob, robert = two_bobs
+    shared = Entity.objects.create(
+        tenant=tenant, scope="org", name="Initrode", type="company", aliases=["Initrode"],
+        alias_keys=["initrode"], first_seen=PAST, last_seen=PAST,
+    )  # fmt: skip
+    limited = Principal(tenant_id=tenant.pk, role="agent_admin", actor="agent:a", allowed_external_ids=("alice",))
+    for attempt in (
+        lambda: entity_rename(principal=limited, entity_id=shared.pk, name="Initech"),
+        lambda: entity_merge(principal=limited, survivor_id=shared.pk, loser_id=bob.pk),
+    ):
+        with pytest.raises(Forbidden) as refused:
+            attempt()
+        assert refused.value.code == "read_only_scope"
+    assert Entity.objects.get(pk=shared.pk).name == "Initrode" and not EntityMerge.objects.exists()
+    record = entity_merge(principal=limited, survivor_id=bob.pk, loser_id=robert.pk)
+    unrestricted = Principal(tenant_id=tenant.pk, role="agent_admin", actor="agent:b")
+    entity_unmerge(principal=unrestricted, merge_id=record.pk)
+    assert entity_rename(principal=unrestricted, entity_id=shared.pk, name="Initrode Inc").name == "Initrode Inc"
+
+
 def test_a_users_entity_cannot_swallow_a_shared_one(system, operator, alice, tenant):
     carol = MemoryUser.objects.create(tenant=tenant, external_id="carol")
     write(system, alice, "Umbrella is a client.", [EntityMention("Umbrella", "company", "subject")])

@@ -1,7 +1,8 @@
 """Give entities the embedding of their name and type (resolution's step 3 compares them).
 
     manage.py entity_embeddings               # entities without one (made before step 3 existed)
-    manage.py entity_embeddings --all         # every entity again, e.g. after `reembed` switched engines
+    manage.py entity_embeddings --all         # every entity again, in place (`reembed` switches engines
+                                              # without downtime: facts, notebooks and entities)
     manage.py entity_embeddings --tenant acme
 
 Idempotent and resumable: each batch is committed on its own, and a run without --all skips what an

@@ -1,15 +1,21 @@
-"""Re-embed every fact and notebook statement with another engine, without stopping search.
+"""Re-embed every fact, notebook statement and entity with another engine, without stopping search.
 
     manage.py reembed --engine onnx          # fill the shadow column, catch up, swap
     manage.py reembed --engine onnx --no-swap   # fill only (run again later to finish)
 
 1. fill: each row's vector from the target engine goes into `embedding_next` (for facts together with
-   the content_hash it was computed from), in batches of --batch rows, one short transaction each, with a
-   progress bar. `embedding` is untouched, so search, context and the write path go on as before.
-2. catch up: rows written (or whose content changed) during the fill are filled, until none is left.
+   the content_hash it was computed from, for entities with the hash of the name and type), in batches
+   of --batch rows, one short transaction each, with a progress bar per kind of row. `embedding` is
+   untouched, so search, context, resolution and the write path go on as before.
+2. catch up: rows written (or whose content changed, or entities renamed) during the fill are filled,
+   until none is left.
 3. swap: one transaction moves `embedding_next` into `embedding` for every row whose hash still matches
    (readers are not blocked: they see the old vectors until the commit, the new ones after; a write to
-   one of these rows waits for the commit). The shadow column is cleared.
+   one of these rows waits for the commit). The shadow column is cleared. The HNSW indexes on
+   `embedding` stay: they are updated with the rows, never dropped, so vector search keeps its index.
+   That costs the swap time: 20k entities under an HNSW index swapped in 57 s, against 2.2 s with no
+   index (2 cores at load 8); writes to those rows (resolution's, curation's) wait for the commit,
+   reads never do.
 
 Then restart the web and worker processes with EMBEDDER set to the engine (gunicorn: `kill -HUP`).
 Rows written between the swap and the restart carry the old engine's vector; `reembed` again later
@@ -19,57 +25,87 @@ the mixed window is harmless).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from django.core.management.base import BaseCommand, CommandError
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.db.models import F, Q
 from tqdm import tqdm
 
 from memory_admin.embeddings import make_embedder
-from memory_admin.models import Fact, NotebookChunk
+from memory_admin.models import Entity, Fact, NotebookChunk
+from memory_admin.services.entity_curation import ENTITY_TEXT_HASH_SQL, entity_text, entity_text_hash
 
 BATCH = 256
 
 
-def _pending(model, tenant: str):
-    if model is Fact:
+@dataclass(frozen=True)
+class _Table:
+    """One kind of embedded row: what it is embedded from and how a shadow vector is checked as current."""
+
+    model: type[models.Model]
+    fields: tuple[str, ...]  # what the text (and its hash) is read from
+    text: Callable[[models.Model], str]
+    hash: Callable[[models.Model], str] | None  # stored in embedding_next_hash; None: no hash column
+    tenant_path: str
+
+
+_TABLES = (
+    _Table(Fact, ("content", "content_hash"), lambda r: r.content, lambda r: r.content_hash, "tenant__slug"),
+    _Table(NotebookChunk, ("text",), lambda r: r.text, None, "notebook__tenant__slug"),
+    # An entity's vector is of its name and type (resolution's step 3 and entity-anchored search).
+    _Table(Entity, ("name", "type"), entity_text, entity_text_hash, "tenant__slug"),
+)
+
+
+def _pending(table: _Table, tenant: str):
+    """Rows without a shadow vector, or with one computed from a text they no longer have."""
+    if table.model is Fact:
         qs = Fact.objects.exclude(content="").filter(
             Q(embedding_next__isnull=True) | ~Q(embedding_next_hash=F("content_hash"))
         )
-        return qs.filter(tenant__slug=tenant) if tenant else qs
-    qs = NotebookChunk.objects.exclude(text="").filter(embedding_next__isnull=True)
-    return qs.filter(notebook__tenant__slug=tenant) if tenant else qs
+    elif table.model is Entity:
+        qs = Entity.objects.filter(Q(embedding_next__isnull=True) | ~Q(embedding_next_hash=ENTITY_TEXT_HASH_SQL))
+    else:
+        qs = NotebookChunk.objects.exclude(text="").filter(embedding_next__isnull=True)
+    return qs.filter(**{table.tenant_path: tenant}) if tenant else qs
+
+
+def _fill_batch(embedder, table: _Table, ids: list) -> int:
+    rows = list(table.model.objects.filter(pk__in=ids).only("pk", *table.fields))
+    for row, vector in zip(rows, embedder.embed([table.text(r) for r in rows]), strict=True):
+        row.embedding_next = vector
+        if table.hash is not None:
+            row.embedding_next_hash = table.hash(row)
+    with transaction.atomic():
+        table.model.objects.bulk_update(
+            rows, ["embedding_next"] + (["embedding_next_hash"] if table.hash is not None else [])
+        )
+    return len(rows)
 
 
 def fill(embedder, *, tenant: str = "", batch: int = BATCH, progress: bool = True, out=None) -> int:
     """Fill the shadow column of every row that lacks a current one; returns the rows filled."""
     filled = 0
-    for model, text_field in ((Fact, "content"), (NotebookChunk, "text")):
-        fields = ["pk", text_field] + (["content_hash"] if model is Fact else [])
+    for table in _TABLES:
         while True:  # a pass, then passes for what was written meanwhile, until nothing is pending
-            ids = list(_pending(model, tenant).order_by("pk").values_list("pk", flat=True))
+            ids = list(_pending(table, tenant).order_by("pk").values_list("pk", flat=True))
             if not ids:
                 break
-            with tqdm(
-                total=len(ids), desc=model._meta.verbose_name_plural, unit="row", disable=not progress, file=out
-            ) as bar:
+            name = table.model._meta.verbose_name_plural
+            with tqdm(total=len(ids), desc=name, unit="row", disable=not progress, file=out) as bar:
                 for start in range(0, len(ids), batch):
-                    rows = list(model.objects.filter(pk__in=ids[start : start + batch]).only(*fields))
-                    vectors = embedder.embed([getattr(r, text_field) for r in rows])
-                    for row, vector in zip(rows, vectors, strict=True):
-                        row.embedding_next = vector
-                        if model is Fact:
-                            row.embedding_next_hash = row.content_hash
-                    with transaction.atomic():
-                        model.objects.bulk_update(
-                            rows, ["embedding_next"] + (["embedding_next_hash"] if model is Fact else [])
-                        )
-                    filled += len(rows)
-                    bar.update(len(rows))
+                    done = _fill_batch(embedder, table, ids[start : start + batch])
+                    filled += done
+                    bar.update(done)
     return filled
 
 
-def swap(*, tenant: str = "") -> tuple[int, int]:
-    """Move the shadow vectors into `embedding` in one transaction; returns (facts, chunks) swapped."""
+def swap(*, tenant: str = "") -> tuple[int, int, int]:
+    """Move the shadow vectors into `embedding` in one transaction; returns (facts, chunks, entities)
+    swapped. Plain UPDATEs: the vector indexes on `embedding` (facts' and entities' HNSW) are kept and
+    take the new vectors as the rows change, so search goes on using them throughout."""
     fact, chunk = Fact._meta.db_table, NotebookChunk._meta.db_table
     fact_filter, chunk_filter, params = "", "", []
     if tenant:
@@ -79,6 +115,9 @@ def swap(*, tenant: str = "") -> tuple[int, int]:
             " ON t.id = n.tenant_id WHERE t.slug = %s)"
         )
         params = [tenant]
+    entities = Entity.objects.filter(embedding_next__isnull=False, embedding_next_hash=ENTITY_TEXT_HASH_SQL)
+    if tenant:
+        entities = entities.filter(tenant__slug=tenant)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {fact} SET embedding = embedding_next, embedding_next = NULL, embedding_next_hash = ''"
@@ -91,13 +130,15 @@ def swap(*, tenant: str = "") -> tuple[int, int]:
             f" WHERE embedding_next IS NOT NULL{chunk_filter}",
             params,
         )
-        return facts, cursor.rowcount
+        chunks = cursor.rowcount
+        swapped = entities.update(embedding=F("embedding_next"), embedding_next=None, embedding_next_hash="")
+        return facts, chunks, swapped
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute the embeddings of all facts and notebook statements with an engine (default: the "
-        "configured EMBEDDER) into a shadow column, in batches with a progress bar, then swap them in."
+        "Recompute the embeddings of all facts, notebook statements and entities with an engine (default: "
+        "the configured EMBEDDER) into a shadow column, in batches with a progress bar, then swap them in."
     )
 
     def add_arguments(self, parser):
@@ -118,7 +159,9 @@ class Command(BaseCommand):
         self.stdout.write(f"filled {filled} rows")
         if no_swap:
             return
-        facts, chunks = swap(tenant=tenant)
-        self.stdout.write(f"swapped {facts} facts and {chunks} notebook statements to {embedder.name}")
+        facts, chunks, entities = swap(tenant=tenant)
+        self.stdout.write(
+            f"swapped {facts} facts, {chunks} notebook statements and {entities} entities to {embedder.name}"
+        )
         if (engine or settings.EMBEDDER) != settings.EMBEDDER:
             self.stdout.write(f"now restart the web and worker processes with EMBEDDER={engine}")

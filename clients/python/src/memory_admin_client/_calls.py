@@ -42,6 +42,19 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "export_user": ("GET", "/users/{user_id}/export"),
     "import_user": ("POST", "/users/{user_id}/import"),
     "erase_user": ("DELETE", "/users/{user_id}"),
+    "list_entities": ("GET", "/entities"),
+    "get_entity": ("GET", "/entities/{entity_id}"),
+    "get_entity_graph": ("GET", "/entities/{entity_id}/graph"),
+    "merge_entities": ("POST", "/entity-merges"),
+    "undo_entity_merge": ("POST", "/entity-merges/{merge_id}/undo"),
+    "split_entity": ("POST", "/entities/{entity_id}/split"),
+    "rename_entity": ("POST", "/entities/{entity_id}/rename"),
+    "close_relation": ("POST", "/relations/{relation_id}/close"),
+    "reopen_relation": ("POST", "/relations/{relation_id}/reopen"),
+    "list_entity_reviews": ("GET", "/entity-reviews"),
+    "accept_entity_review": ("POST", "/entity-reviews/{review_id}/accept"),
+    "reject_entity_review": ("POST", "/entity-reviews/{review_id}/reject"),
+    "reopen_entity_review": ("POST", "/entity-reviews/{review_id}/reopen"),
 }
 
 # Safe to send twice: reads, and pinning (setting a flag to a value). Writes are never retried: a write
@@ -263,6 +276,83 @@ class SkillCalls(_Resource):
     def put(self, path: str, content: str, *, version: int | None = None, user_id: str | None = None):
         body = {k: v for k, v in {"content": content, "version": version, "user_id": user_id}.items() if v is not None}
         return self._run(Call("put_skill", {"path": path.strip("/")}, _of(models.Skill), body=body))
+
+
+def _note(note: str | None) -> dict[str, str] | None:
+    return {"note": note} if note else None
+
+
+class EntityCalls(_Resource):
+    """`client.entities`: the knowledge graph; merge, undo, split and rename need an admin key (a key
+    limited to some users curates only their entities: a shared one raises `ReadOnlyScope`)."""
+
+    def search(self, q: str = "", *, user_id: str | None = None, limit: int | None = None):
+        """Entities whose name or alias matches `q` (an `EntityPage`); with `user_id`, those its facts name."""
+        query = {"q": q or None, "user_id": user_id, "limit": limit}
+        return self._run(Call("list_entities", {}, _of(models.EntityPage), query=query))
+
+    def get(self, entity_id: str):
+        """An `EntityDetail`; a merged entity answers too, with `merged_into` naming the live one."""
+        return self._run(Call("get_entity", {"entity_id": entity_id}, _of(models.EntityDetail)))
+
+    def graph(self, entity_id: str, *, depth: int | None = None, as_of: datetime | None = None):
+        """The `EntityGraph` up to `depth` (1-3) relations away, as it held at `as_of` (default now)."""
+        query = {"depth": depth, "as_of": as_of}
+        return self._run(Call("get_entity_graph", {"entity_id": entity_id}, _of(models.EntityGraph), query=query))
+
+    def merge(self, survivor_id: str, loser_id: str, *, note: str | None = None):
+        """Merge `loser_id` into `survivor_id` (its facts, relations and names move); an `EntityMerge`."""
+        body = {"survivor_id": survivor_id, "loser_id": loser_id, **({"note": note} if note else {})}
+        return self._run(Call("merge_entities", {}, _of(models.EntityMerge), body=body))
+
+    def undo_merge(self, merge_id: str, *, note: str | None = None):
+        return self._run(Call("undo_entity_merge", {"merge_id": merge_id}, _of(models.EntityMerge), body=_note(note)))
+
+    def split(self, entity_id: str, alias: str, *, note: str | None = None):
+        """Split one alias off into its own entity (an `EntitySplit`)."""
+        body = {"alias": alias, **({"note": note} if note else {})}
+        return self._run(Call("split_entity", {"entity_id": entity_id}, _of(models.EntitySplit), body=body))
+
+    def rename(self, entity_id: str, name: str, *, note: str | None = None):
+        """A new canonical name; the old one stays an alias. Returns the `Entity`."""
+        body = {"name": name, **({"note": note} if note else {})}
+        return self._run(Call("rename_entity", {"entity_id": entity_id}, _of(models.Entity), body=body))
+
+
+class RelationCalls(_Resource):
+    """`client.relations`: close a relation now, or reopen one a curator closed (admin keys)."""
+
+    def close(self, relation_id: int, *, note: str | None = None):
+        return self._run(
+            Call("close_relation", {"relation_id": str(relation_id)}, _of(models.Relation), body=_note(note))
+        )
+
+    def reopen(self, relation_id: int, *, note: str | None = None):
+        """Raises `RelationCorrected` for a relation a correction closed (correct the fact instead)."""
+        return self._run(
+            Call("reopen_relation", {"relation_id": str(relation_id)}, _of(models.Relation), body=_note(note))
+        )
+
+
+class EntityReviewCalls(_Resource):
+    """`client.entity_reviews`: the merges resolution was unsure of; deciding needs an admin key."""
+
+    def list(self, *, limit: int | None = None):
+        return self._run(Call("list_entity_reviews", {}, _of(models.EntityReviewPage), query={"limit": limit}))
+
+    def accept(self, review_id: str, *, note: str | None = None):
+        return self._run(
+            Call("accept_entity_review", {"review_id": review_id}, _of(models.EntityReview), body=_note(note))
+        )
+
+    def reject(self, review_id: str, *, note: str | None = None):
+        return self._run(
+            Call("reject_entity_review", {"review_id": review_id}, _of(models.EntityReview), body=_note(note))
+        )
+
+    def reopen(self, review_id: str):
+        """Undo a decision (an accepted item's merge is undone)."""
+        return self._run(Call("reopen_entity_review", {"review_id": review_id}, _of(models.EntityReview)))
 
 
 def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:

@@ -72,6 +72,9 @@ class _ClientBase:
         self.threads = _calls.ThreadCalls(run)
         self.notebook = _calls.NotebookCalls(run)
         self.skills = _calls.SkillCalls(run)
+        self.entities = _calls.EntityCalls(run)
+        self.relations = _calls.RelationCalls(run)
+        self.entity_reviews = _calls.EntityReviewCalls(run)
 
     def search(self, user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None):
         """Ranked facts with their score components (`SearchResult.hits`)."""

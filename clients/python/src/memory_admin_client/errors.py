@@ -28,6 +28,11 @@ class Forbidden(MemoryAdminError):
     """403 `forbidden` (and `read_only_scope`): the key sees the object but may not do this."""
 
 
+class ReadOnlyScope(Forbidden):
+    """403 `read_only_scope`: a shared (org or global) fact, or a shared entity or relation, is read-only to
+    this key (an ordinary key, or an admin key limited to some users)."""
+
+
 class NotFound(MemoryAdminError):
     """404 `not_found`: also what another tenant's object, or an unreachable user, looks like."""
 
@@ -42,6 +47,20 @@ class VersionConflict(Conflict):
     @property
     def current_version(self) -> int | None:
         return self.body.get("current_version")
+
+
+class AlreadyResolved(Conflict):
+    """409 `already_resolved`: someone decided this already (a review item, a merge undone, a relation
+    closed); `status_now` says how it stands."""
+
+    @property
+    def status_now(self) -> str | None:
+        return self.body.get("status_now")
+
+
+class EntityMerged(Conflict):
+    """409 `entity_merged`: the entity was merged into another; act on that one (`merged_into` in its
+    detail), or undo the merge first."""
 
 
 class AlreadySuperseded(Conflict):
@@ -66,6 +85,43 @@ class Invalid(MemoryAdminError):
     @property
     def errors(self) -> list[dict[str, str]]:
         return self.body.get("errors", [])
+
+
+class EntityCurationRefused(Invalid):
+    """422: a merge, split or rename the graph cannot take (its subclasses name which); nothing changed."""
+
+
+class EntityMergeSame(EntityCurationRefused):
+    """422 `entity_merge_same`: an entity cannot be merged into itself."""
+
+
+class EntityScopeMismatch(EntityCurationRefused):
+    """422 `entity_scope_mismatch`: merge within one user, or a user's entity into a shared one, never a
+    shared entity into one user's (nor one user's into another's)."""
+
+
+class EntityAliasUnknown(EntityCurationRefused):
+    """422 `entity_alias_unknown`: the alias to split off is not one of the entity's names."""
+
+
+class EntityAliasLast(EntityCurationRefused):
+    """422 `entity_alias_last`: an entity's only name cannot be split off; rename it instead."""
+
+
+class EntityNameEmpty(EntityCurationRefused):
+    """422 `entity_name_empty`: a rename to a blank name."""
+
+
+class EntityNameTooLong(EntityCurationRefused):
+    """422 `entity_name_too_long`: a name is at most 200 characters."""
+
+
+class EntityNameRefused(EntityCurationRefused):
+    """422 `entity_name_refused`: the name looks like a secret, contact details or instructions to a model."""
+
+
+class RelationCorrected(EntityCurationRefused):
+    """422 `relation_corrected`: a correction (or its fact's end) closed the relation; change the fact."""
 
 
 class Blocked(MemoryAdminError):
@@ -124,11 +180,11 @@ class ServerError(MemoryAdminError):
 BY_CODE: dict[str, type[MemoryAdminError]] = {
     "unauthorized": Unauthorized,
     "forbidden": Forbidden,
-    "read_only_scope": Forbidden,
+    "read_only_scope": ReadOnlyScope,
     "not_found": NotFound,
     "version_conflict": VersionConflict,
     "already_superseded": AlreadySuperseded,
-    "already_resolved": Conflict,
+    "already_resolved": AlreadyResolved,
     "not_active": Conflict,
     "not_failed": Conflict,
     "content_too_large": TooLarge,
@@ -138,16 +194,16 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "too_many_messages": TooLarge,
     "too_many_items": TooLarge,
     "invalid": Invalid,
-    # Entity curation's refusals (the dashboard's today; the same services would answer them over the API).
-    "entity_merged": Conflict,
-    "entity_merge_same": Invalid,
-    "entity_scope_mismatch": Invalid,
-    "entity_alias_unknown": Invalid,
-    "entity_alias_last": Invalid,
-    "entity_name_empty": Invalid,
-    "entity_name_too_long": Invalid,
-    "entity_name_refused": Invalid,
-    "relation_corrected": Invalid,
+    # Entity curation's refusals (POST /entity-merges, /entities/{id}/split|rename, /relations/{id}/...).
+    "entity_merged": EntityMerged,
+    "entity_merge_same": EntityMergeSame,
+    "entity_scope_mismatch": EntityScopeMismatch,
+    "entity_alias_unknown": EntityAliasUnknown,
+    "entity_alias_last": EntityAliasLast,
+    "entity_name_empty": EntityNameEmpty,
+    "entity_name_too_long": EntityNameTooLong,
+    "entity_name_refused": EntityNameRefused,
+    "relation_corrected": RelationCorrected,
     "blocked": Blocked,
     "instruction_like": InstructionLike,
     "method_not_allowed": MethodNotAllowed,

@@ -271,3 +271,136 @@ class ThreadClosed:
 class Erased:
     erased: bool
     counts: dict[str, int] = field(default_factory=dict)
+
+
+# --- Entities (the knowledge graph) --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EntityRef:
+    id: str
+    name: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A person, company, project, place or tool; `merged_into` is set (the live entity to use instead)
+    when it was merged into another."""
+
+    id: str
+    name: str
+    type: str
+    scope: str = "user"
+    user_id: str | None = None
+    aliases: list[str] = field(default_factory=list)
+    summary: str = ""
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+    merged_into: str | None = None
+
+
+@dataclass(frozen=True)
+class Relation:
+    """subject -[type]-> object, true from `valid_from` until `valid_to` (None: still holds)."""
+
+    id: int
+    type: str
+    subject: EntityRef
+    object: EntityRef
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    source_fact_id: str | None = None
+    invalidated_by_id: str | None = None
+    closed_reason: str = ""
+
+
+@dataclass(frozen=True)
+class EntityPage:
+    items: list[Entity]
+
+
+@dataclass(frozen=True)
+class EntityMention:
+    fact_id: str
+    content: str
+    status: str
+    role: str
+    valid_from: datetime | None = None
+
+
+@dataclass(frozen=True)
+class MergedIn:
+    """An entity merged into this one; `id` is the merge (undo it with `entities.undo_merge`)."""
+
+    id: str
+    loser: EntityRef
+    automatic: bool = False
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EntityDetail(Entity):
+    """An entity with the facts that mention it, its relations over time, the threads and episodes it
+    came up in; for a merged entity, `merge_id` is the merge (undo it with `entities.undo_merge`)."""
+
+    facts: list[EntityMention] = field(default_factory=list)
+    relations: list[Relation] = field(default_factory=list)
+    threads: list[dict[str, Any]] = field(default_factory=list)
+    thread_count: int = 0
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    episode_count: int = 0
+    merge_id: str | None = None
+    merges: list[MergedIn] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EntityGraph:
+    """The entities around `root` and the relations that held at `as_of`. `merged_from`: the entity asked
+    for was merged into `root`."""
+
+    root: str
+    depth: int
+    as_of: datetime | None
+    nodes: list[Entity]
+    edges: list[Relation]
+    merged_from: str | None = None
+
+
+@dataclass(frozen=True)
+class EntityMerge:
+    id: str
+    survivor: Entity
+    loser: Entity
+    automatic: bool = False
+    mentions_moved: int = 0
+    relations_moved: int = 0
+    created_at: datetime | None = None
+    undone_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EntitySplit:
+    entity: Entity
+    split_off: Entity
+
+
+@dataclass(frozen=True)
+class EntityReview:
+    """Resolution was unsure whether `entity` is `candidate`: accept merges them, reject keeps them apart."""
+
+    id: str
+    entity: Entity
+    candidate: Entity
+    similarity: float = 0.0
+    judge: str = ""
+    status: str = "open"
+    resolved_by: str = ""
+    resolved_at: datetime | None = None
+    merge_id: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EntityReviewPage:
+    items: list[EntityReview]
