@@ -11,7 +11,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
-from pgvector.django import VectorField
+from pgvector.django import HnswIndex, VectorField
 
 from memory_admin.models.memory import EMBEDDING_DIM, Fact
 from memory_admin.models.tenancy import MemoryUser, Tenant
@@ -69,6 +69,14 @@ class Entity(models.Model):
         indexes = [
             GinIndex(fields=["alias_keys"], name="entity_alias_keys_gin"),
             models.Index(fields=["tenant", "memory_user", "-last_seen"], name="entity_owner_seen"),
+            # Search recognises the entities a query means by embedding (selectors/search.py).
+            HnswIndex(
+                fields=["embedding"],
+                name="entity_embedding_hnsw",
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -20,9 +20,10 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
   than one next to a single match, and the turn right before or after a match more still.
 - entity: the entities the query names (an alias of an entity the user reads, matched exactly on the
-  query's word n-grams): a fact that mentions them scores the IDF-weighted sum of those it mentions
-  (MENTION_SHARE of an entity it names but is not about, i.e. not as its subject), relative to the best
-  such fact; a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
+  query's word n-grams; when none matches, the nearest entities by embedding above ENTITY_EMBEDDING_MIN):
+  a fact that mentions them scores the IDF-weighted sum of those it mentions (MENTION_SHARE of an entity
+  it names but is not about, i.e. not as its subject), relative to the best such fact;
+  a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -92,6 +93,13 @@ MENTION_SHARE = 0.3
 MAX_QUERY_ENTITIES = 16
 MAX_HOP_ENTITIES = 64
 MAX_NAME_WORDS = 4
+# A query that names no entity by alias recognises them by meaning: the MAX_EMBEDDED_ENTITIES entities
+# whose embedding ("name (type)") lies nearest the query's, at a cosine similarity of at least
+# ENTITY_EMBEDDING_MIN (bench/README.md: on the LoCoMo dev split, 92 % of the nearest entities above 0.5
+# and 90 % above 0.45 were the ones the question names by alias; as an addition to alias matches it
+# lowered R@10, so it is a fallback for names the aliases miss: a misspelling, a paraphrase).
+ENTITY_EMBEDDING_MIN = 0.45
+MAX_EMBEDDED_ENTITIES = 2
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
@@ -294,7 +302,7 @@ class _Shape:
     has_text: bool
     n_shared: int  # rows of each shared branch; 0: none
     own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
-    entities: bool = False  # the query may name entities (one user only): the entity columns are computed
+    entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
 
 
 def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
@@ -360,12 +368,24 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     entities, e_params = _compiled(
         visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys")
     )
+    near, n_params = _compiled(
+        visible(principal, Entity.objects.filter(owner, merged_into__isnull=True, embedding__isnull=False))
+        .annotate(distance=RawSQL(f"memory_admin_entity.embedding <=> {_QV}", ()))  # noqa: S611 - constant
+        .order_by("distance")
+        .values("id", "distance")[: 4 * MAX_EMBEDDED_ENTITIES]
+    )
     relations, r_params = _compiled(
         visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
     )
     sql = (
-        f", search_ent AS MATERIALIZED (SELECT e.id, row_number() OVER (ORDER BY e.id) AS i FROM ({entities}) AS e"
+        f", search_alias AS MATERIALIZED (SELECT e.id FROM ({entities}) AS e"
         f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
+        # Only when no alias matched: the entities whose name lies nearest the query's meaning (the
+        # HNSW index `entity_embedding_hnsw` for a tenant with many entities).
+        f" search_near AS MATERIALIZED (SELECT e.id FROM ({near}) AS e WHERE NOT EXISTS (SELECT 1 FROM search_alias)"
+        f" AND e.distance <= {1.0 - ENTITY_EMBEDDING_MIN!r} ORDER BY e.distance LIMIT {MAX_EMBEDDED_ENTITIES}),"
+        " search_ent AS MATERIALIZED (SELECT s.id, row_number() OVER (ORDER BY s.id) AS i FROM"
+        " (SELECT id FROM search_alias UNION ALL SELECT id FROM search_near) AS s),"
         " search_hop AS MATERIALIZED (SELECT DISTINCT CASE WHEN r.subject_id IN (SELECT id FROM search_ent)"
         f" THEN r.object_id ELSE r.subject_id END AS id FROM ({relations}) AS r"
         " WHERE (r.subject_id IN (SELECT id FROM search_ent)"
@@ -373,7 +393,7 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
         " search_ids AS MATERIALIZED (SELECT ARRAY(SELECT id FROM search_ent ORDER BY i) AS ent,"
         " ARRAY(SELECT id FROM search_hop) AS hop)"
     )
-    return sql, (*e_params, _KEYS_SENTINEL, *r_params)
+    return sql, (*e_params, _KEYS_SENTINEL, *n_params, *r_params)
 
 
 @functools.lru_cache(maxsize=256)
@@ -419,7 +439,9 @@ def _candidates(
     `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
-    shape = _Shape(statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, bool(keys))
+    # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
+    entities = bool(keys) or (vector is not None and len(memory_users) == 1 and not own_by_keyword)
+    shape = _Shape(statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, entities)
     statement, cached = _statement(principal, shape)
     params: list[Any] = [
         Vector(vector) if vector is not None else None,
