@@ -102,6 +102,8 @@ def test_an_org_entity_lifts_the_users_facts_that_mention_it(api, tenant):
     fact_entities_link(principal=system, fact=org, mentions=[FALCON])
     found = hits(api, "alice", "venue for Project Falcon")
     assert found[str(org.pk)][1]["entity"] == 1.0
+    # By meaning too (the tenant's entities come through their own index).
+    assert hits(api, "alice", BY_MEANING)[str(org.pk)][1]["entity"] == 1.0
 
 
 def test_name_keys_are_word_ngrams_without_lone_common_words():

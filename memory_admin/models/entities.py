@@ -69,10 +69,12 @@ class Entity(models.Model):
         indexes = [
             GinIndex(fields=["alias_keys"], name="entity_alias_keys_gin"),
             models.Index(fields=["tenant", "memory_user", "-last_seen"], name="entity_owner_seen"),
-            # Search recognises the entities a query means by embedding (selectors/search.py).
+            # Search recognises the entities a query means by embedding (selectors/search.py): the tenant's
+            # (org) entities can be many; a user's own few are read exactly through entity_owner_seen.
             HnswIndex(
                 fields=["embedding"],
-                name="entity_embedding_hnsw",
+                name="entity_org_embedding_hnsw",
+                condition=Q(memory_user__isnull=True, merged_into__isnull=True),
                 m=16,
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],

@@ -368,21 +368,28 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     entities, e_params = _compiled(
         visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys")
     )
-    near, n_params = _compiled(
-        visible(principal, Entity.objects.filter(owner, merged_into__isnull=True, embedding__isnull=False))
-        .annotate(distance=RawSQL(f"memory_admin_entity.embedding <=> {_QV}", ()))  # noqa: S611 - constant
-        .order_by("distance")
-        .values("id", "distance")[: 4 * MAX_EMBEDDED_ENTITIES]
-    )
+    # The user's own entities are few (exact, through `entity_owner_seen`); the tenant's can be many
+    # (the partial HNSW index `entity_org_embedding_hnsw`, like the shared facts' index).
+    near_distance = RawSQL(f"memory_admin_entity.embedding <=> {_QV}", ())  # noqa: S611 - constant
+    near = [
+        _compiled(
+            visible(principal, Entity.objects.filter(mine, merged_into__isnull=True, embedding__isnull=False))
+            .annotate(distance=near_distance)
+            .order_by("distance")
+            .values("id", "distance")[:MAX_EMBEDDED_ENTITIES]
+        )
+        for mine in (Q(memory_user_id=_USER_SENTINEL), Q(memory_user__isnull=True))
+    ]
+    n_params = (*near[0][1], *near[1][1])
     relations, r_params = _compiled(
         visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
     )
     sql = (
         f", search_alias AS MATERIALIZED (SELECT e.id FROM ({entities}) AS e"
         f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
-        # Only when no alias matched: the entities whose name lies nearest the query's meaning (the
-        # HNSW index `entity_embedding_hnsw` for a tenant with many entities).
-        f" search_near AS MATERIALIZED (SELECT e.id FROM ({near}) AS e WHERE NOT EXISTS (SELECT 1 FROM search_alias)"
+        # Only when no alias matched: the entities whose name lies nearest the query's meaning.
+        f" search_near AS MATERIALIZED (SELECT e.id FROM (({near[0][0]}) UNION ALL ({near[1][0]})) AS e"
+        " WHERE NOT EXISTS (SELECT 1 FROM search_alias)"
         f" AND e.distance <= {1.0 - ENTITY_EMBEDDING_MIN!r} ORDER BY e.distance LIMIT {MAX_EMBEDDED_ENTITIES}),"
         " search_ent AS MATERIALIZED (SELECT s.id, row_number() OVER (ORDER BY s.id) AS i FROM"
         " (SELECT id FROM search_alias UNION ALL SELECT id FROM search_near) AS s),"
