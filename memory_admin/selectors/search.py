@@ -100,6 +100,12 @@ MAX_NAME_WORDS = 4
 # lowered R@10, so it is a fallback for names the aliases miss: a misspelling, a paraphrase).
 ENTITY_EMBEDDING_MIN = 0.45
 MAX_EMBEDDED_ENTITIES = 2
+# A query that holds a name ("What kind of art does Caroline make?") is compared, for the vector
+# component, by the normalised mix of its embedding and that of its text without the names ("What kind of
+# art does make?"), TOPIC_SHARE of the latter: the whole query's embedding is pulled towards the named
+# person's every statement, whichever its topic, while the entity component and the keywords count the
+# name already (bench/README.md: LoCoMo dev multi-hop R@10 0.486 -> 0.522, pooled 0.770 -> 0.789).
+TOPIC_SHARE = 0.6
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
@@ -181,6 +187,29 @@ def name_keys(text: str) -> list[str]:
                 continue
             keys[" ".join(gram)] = None
     return list(keys)[:256]
+
+
+def without_names(text: str) -> str:
+    """The text with the proper names it holds (entity drawing's `names`, possessives with them) left out."""
+    from memory_admin.services.entity_draw import names
+
+    for name in sorted(names(text), key=len, reverse=True):
+        text = re.sub(r"\b" + re.escape(name) + r"(?:['’]s|s['’])?\b", " ", text)
+    return " ".join(text.split())
+
+
+def search_vectors(query: str) -> tuple[list[float], list[float]]:
+    """(the vector component's query embedding, the whole query's embedding). A query that holds a
+    name is compared by TOPIC_SHARE of its meaning without the names (the entity component and the
+    keywords count the names): the normalised mix of the two embeddings."""
+    whole = embed_query(query)
+    topic = without_names(query[:2000])
+    if topic == query or not WORD.search(topic):
+        return whole, whole
+    rest = embed_query(topic)
+    mixed = [(1.0 - TOPIC_SHARE) * a + TOPIC_SHARE * b for a, b in zip(whole, rest, strict=True)]
+    norm = math.sqrt(sum(x * x for x in mixed)) or 1.0
+    return [x / norm for x in mixed], whole
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -290,6 +319,7 @@ def _ef_default() -> int:
 _USER_SENTINEL = -7_340_033
 _TSQ_SENTINEL = "\x00search-tsquery\x00"
 _KEYS_SENTINEL = "\x00search-entity-keys\x00"
+_EVEC_SENTINEL = "\x00search-entity-vector\x00"
 
 
 @dataclass(frozen=True)
@@ -370,7 +400,7 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     )
     # The user's own entities are few (exact, through `entity_owner_seen`); the tenant's can be many
     # (the partial HNSW index `entity_org_embedding_hnsw`, like the shared facts' index).
-    near_distance = RawSQL(f"memory_admin_entity.embedding <=> {_QV}", ())  # noqa: S611 - constant
+    near_distance = RawSQL("memory_admin_entity.embedding <=> (SELECT v FROM search_ev)", ())  # noqa: S611
     near = [
         _compiled(
             visible(principal, Entity.objects.filter(mine, merged_into__isnull=True, embedding__isnull=False))
@@ -385,7 +415,9 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
         visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
     )
     sql = (
-        f", search_alias AS MATERIALIZED (SELECT e.id FROM ({entities}) AS e"
+        # The whole query's embedding (the vector component's leaves the names out, see search_vectors).
+        ", search_ev AS (SELECT %s::vector AS v),"
+        f" search_alias AS MATERIALIZED (SELECT e.id FROM ({entities}) AS e"
         f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
         # Only when no alias matched: the entities whose name lies nearest the query's meaning.
         f" search_near AS MATERIALIZED (SELECT e.id FROM (({near[0][0]}) UNION ALL ({near[1][0]})) AS e"
@@ -400,7 +432,7 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
         " search_ids AS MATERIALIZED (SELECT ARRAY(SELECT id FROM search_ent ORDER BY i) AS ent,"
         " ARRAY(SELECT id FROM search_hop) AS hop)"
     )
-    return sql, (*e_params, _KEYS_SENTINEL, *n_params, *r_params)
+    return sql, (_EVEC_SENTINEL, *e_params, _KEYS_SENTINEL, *n_params, *r_params)
 
 
 @functools.lru_cache(maxsize=256)
@@ -424,11 +456,15 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     return statement, (*e_params, *(p for _, ps in branches for p in ps))
 
 
-def _bind(params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None) -> list[Any]:
-    """The cached parameters with the request's users, tsquery and name keys in place of the sentinels."""
+def _bind(
+    params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None, entity_vector: Vector | None = None
+) -> list[Any]:
+    """The cached parameters with the request's users, tsquery, name keys and the vector entities are
+    recognised by in place of the sentinels."""
     values: dict[Any, Any] = {_USER_SENTINEL - i: user_id for i, user_id in enumerate(user_ids)}
     values[_TSQ_SENTINEL] = tsq
     values[_KEYS_SENTINEL] = keys or []
+    values[_EVEC_SENTINEL] = entity_vector
     return [values.get(p, p) if isinstance(p, int | str) else p for p in params]
 
 
@@ -441,9 +477,11 @@ def _candidates(
     statuses: tuple[str, ...],
     n_shared: int,
     own_by_keyword: bool = False,
+    entity_vector: list[float] | None = None,
 ) -> tuple[str | None, list[tuple]]:
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
-    `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
+    `src`) holds the own facts of memory_users[i]; the shared branches come after them. Entities are
+    recognised by `entity_vector` (the whole query's embedding; `vector` when not given)."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
@@ -454,7 +492,7 @@ def _candidates(
         Vector(vector) if vector is not None else None,
         query[:2000],
         principal.tenant_id,
-        *_bind(cached, [u.pk for u in memory_users], tsq, keys),
+        *_bind(cached, [u.pk for u in memory_users], tsq, keys, _as_vector(entity_vector or vector)),
     ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
@@ -468,6 +506,10 @@ def _candidates(
         result = cursor.fetchall()
     weights = result[0][0] if result else None
     return weights, [row[1:] for row in result if row[1] is not None]
+
+
+def _as_vector(values: list[float] | None) -> Vector | None:
+    return Vector(values) if values is not None else None
 
 
 _IDS_SENTINEL = object()
@@ -536,15 +578,16 @@ def fact_ranking(
         principal.require(CURATE)
     statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
     query = (query or "").strip()
+    whole = query_vector
     if query and query_vector is None:
         t0 = time.perf_counter()
-        query_vector = embed_query(query)
+        query_vector, whole = search_vectors(query)
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
 
     weights_json, rows = _candidates(
-        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared
+        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared, entity_vector=whole
     )
     if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
         seen = {r[0] for r in rows}
@@ -633,8 +676,13 @@ def fact_search_users(
     query = (query or "").strip()
     if not memory_users:
         return {}
-    vec = (query_vector if query_vector is not None else embed_query(query)) if query else None
-    weights_json, rows = _candidates(principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0)
+    vec = whole = query_vector
+    if query and query_vector is None:
+        vec, whole = search_vectors(query)
+    vec = vec if query else None
+    weights_json, rows = _candidates(
+        principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
+    )
     weights = _weights(weights_json, principal.tenant_id)
     by_branch: dict[int, list[tuple]] = {}
     for row in rows:
