@@ -38,3 +38,13 @@ def test_without_names_leaves_out_proper_names_and_their_possessives():
     assert without_names("What kind of art does Dana Scully make?") == "What kind of art does make?"
     assert without_names("Where did Ravi's sister move?") == "Where did sister move?"
     assert without_names("what does the user like to eat") == "what does the user like to eat"
+
+
+def test_a_query_without_a_name_is_compared_by_its_own_embedding():
+    from memory_admin.embeddings import embed_query
+    from memory_admin.selectors.search import search_vectors
+
+    mixed, whole = search_vectors("what kind of art  do I make?")
+    assert mixed == whole == embed_query("what kind of art  do I make?")
+    mixed, whole = search_vectors("What kind of art does Dana Scully make?")
+    assert whole == embed_query("What kind of art does Dana Scully make?") and mixed != whole

@@ -8,7 +8,8 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
 
 - vector: cosine similarity of query and fact embeddings (pgvector `<=>`, exact `cosine` reported too),
-  rescaled min-max over the candidates.
+  rescaled min-max over the candidates. A query that holds a name is embedded with and without its
+  names and compared by the mix (`search_vectors`, TOPIC_SHARE).
 - keyword: BM25 weight of the query's lexemes (Postgres `english` text search: stemmed, stopwords
   removed) that a fact contains, IDF over the candidate facts, relative to the best match. Any lexeme
   may match (an OR query): an AND query misses every fact that lacks one word of a long question, and
@@ -203,8 +204,9 @@ def search_vectors(query: str) -> tuple[list[float], list[float]]:
     name is compared by TOPIC_SHARE of its meaning without the names (the entity component and the
     keywords count the names): the normalised mix of the two embeddings."""
     whole = embed_query(query)
-    topic = without_names(query[:2000])
-    if topic == query or not WORD.search(topic):
+    text = " ".join(query[:2000].split())
+    topic = without_names(text)
+    if topic == text or not WORD.search(topic):
         return whole, whole
     rest = embed_query(topic)
     mixed = [(1.0 - TOPIC_SHARE) * a + TOPIC_SHARE * b for a, b in zip(whole, rest, strict=True)]
