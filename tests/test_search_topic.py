@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from memory_admin.selectors.search import without_names
+from memory_admin.embeddings import embed_query
+from memory_admin.selectors.search import search_vectors, without_names
 
 pytestmark = pytest.mark.django_db
 
@@ -41,9 +42,6 @@ def test_without_names_leaves_out_proper_names_and_their_possessives():
 
 
 def test_a_query_without_a_name_is_compared_by_its_own_embedding():
-    from memory_admin.embeddings import embed_query
-    from memory_admin.selectors.search import search_vectors
-
     mixed, whole = search_vectors("what kind of art  do I make?")
     assert mixed == whole == embed_query("what kind of art  do I make?")
     mixed, whole = search_vectors("What kind of art does Dana Scully make?")
