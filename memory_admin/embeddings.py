@@ -354,3 +354,9 @@ def embed_query(text: str) -> list[float]:
         vector = embed_one(text)
         query_cache.put(key, vector)
     return vector
+
+
+def embed_query_aside(text: str) -> Future:
+    """`embed_query` on the helper thread (a second query text, e.g. the search's topic without its
+    names), so that it runs while the caller embeds the first: `.result()` gives the vector."""
+    return _ahead_executor().submit(embed_query, text)

@@ -121,7 +121,7 @@ def _entity(tenant, name, kind):
 
 def _entity_hnsw_indexes() -> list[str]:
     """The HNSW indexes on Entity.embedding; one is made here if the schema has none yet (the
-    multi-hop work adds one in a migration): the swap must keep whichever there is usable."""
+    migration 0019 adds a partial one over the tenant's live entities): the swap must keep it usable."""
     table = Entity._meta.db_table
     query = "SELECT indexname FROM pg_indexes WHERE tablename = %s AND indexdef ILIKE '%%hnsw%%(embedding%%'"
     with connection.cursor() as cursor:
@@ -139,7 +139,9 @@ def _nearest_by_index(vector) -> tuple[str, str]:
     """The nearest entity to `vector` with sequential scans off (so through the HNSW index), and the plan."""
     table = Entity._meta.db_table
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
-    sql = f"SELECT id FROM {table} ORDER BY embedding <=> %s::vector LIMIT 1"
+    # The tenant's live entities: the rows migration 0019's partial index (entity_org_embedding_hnsw) holds.
+    live_org = "memory_user_id IS NULL AND merged_into_id IS NULL"
+    sql = f"SELECT id FROM {table} WHERE {live_org} ORDER BY embedding <=> %s::vector LIMIT 1"
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("EXPLAIN " + sql, [literal])

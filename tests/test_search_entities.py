@@ -102,6 +102,8 @@ def test_an_org_entity_lifts_the_users_facts_that_mention_it(api, tenant):
     fact_entities_link(principal=system, fact=org, mentions=[FALCON])
     found = hits(api, "alice", "venue for Project Falcon")
     assert found[str(org.pk)][1]["entity"] == 1.0
+    # By meaning too (the tenant's entities come through their own index).
+    assert hits(api, "alice", BY_MEANING)[str(org.pk)][1]["entity"] == 1.0
 
 
 def test_name_keys_are_word_ngrams_without_lone_common_words():
@@ -109,3 +111,39 @@ def test_name_keys_are_word_ngrams_without_lone_common_words():
     assert {"dana", "scully", "dana scully"} <= set(keys)
     assert not {"where", "does", "does dana", "does dana scully"} & set(keys)
     assert "the user" in name_keys("where does the user work")
+
+
+# Entities recognised by embedding (issue 13 §3, "alias match, then embedding"): "the Falcon project" is
+# no n-gram of the alias "Project Falcon", but its meaning lies near the entity's embedding (cosine 0.62
+# with the default engine, against 0.25 at most for an unrelated question).
+BY_MEANING = "Who booked the venue for the Falcon project?"
+
+
+def test_a_query_that_names_no_alias_recognises_the_entity_by_embedding(api, tenant):
+    named = stated(tenant, "alice", "Booked the venue by the river.", [FALCON], hours=0)
+    plain = stated(tenant, "alice", "Booked the venue at the old mill.", [], hours=6)
+    found = hits(api, "alice", BY_MEANING)
+    assert found[named][1]["entity"] == 1.0 and found[plain][1]["entity"] == 0.0
+    assert found[named][0] < found[plain][0]
+    # A question whose meaning is far from every entity lifts nothing.
+    assert {score["entity"] for _, score in hits(api, "alice", "Who booked the venue?").values()} == {0.0}
+
+
+def test_an_alias_match_comes_first_and_the_embedding_adds_nothing(api, tenant):
+    dee = EntityMention("Dana Scully", "person", "subject", ("Dee",))
+    by_alias = stated(tenant, "alice", "Booked the venue by the river.", [dee])
+    by_meaning = stated(tenant, "alice", "Booked the venue near the station.", [FALCON], hours=5)
+    found = hits(api, "alice", "what did Dee book for the Falcon project")
+    assert found[by_alias][1]["entity"] == 1.0
+    assert found[by_meaning][1]["entity"] == 0.0
+
+
+def test_another_users_or_tenants_entity_is_never_recognised_by_embedding(api, tenant, other_tenant, make_api):
+    mine = stated(tenant, "alice", "Booked the venue by the river.", [], hours=0)
+    stated(tenant, "bob", "Bob booked the venue for the launch.", [FALCON])
+    stated(other_tenant, "alice", "Booked the venue near the station.", [FALCON])
+    found = hits(api, "alice", BY_MEANING)
+    assert set(found) == {mine}
+    assert found[mine][1]["entity"] == 0.0
+    bob_key = make_api(tenant, users=["bob"], agent="bob-agent")
+    assert [score["entity"] for _, score in hits(bob_key, "bob", BY_MEANING).values()] == [1.0]

@@ -11,7 +11,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q
-from pgvector.django import VectorField
+from pgvector.django import HnswIndex, VectorField
 
 from memory_admin.models.memory import EMBEDDING_DIM, Fact
 from memory_admin.models.tenancy import MemoryUser, Tenant
@@ -73,6 +73,16 @@ class Entity(models.Model):
         indexes = [
             GinIndex(fields=["alias_keys"], name="entity_alias_keys_gin"),
             models.Index(fields=["tenant", "memory_user", "-last_seen"], name="entity_owner_seen"),
+            # Search recognises the entities a query means by embedding (selectors/search.py): the tenant's
+            # (org) entities can be many; a user's own few are read exactly through entity_owner_seen.
+            HnswIndex(
+                fields=["embedding"],
+                name="entity_org_embedding_hnsw",
+                condition=Q(memory_user__isnull=True, merged_into__isnull=True),
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
         ]
         constraints = [
             models.CheckConstraint(

@@ -8,7 +8,8 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
 
 - vector: cosine similarity of query and fact embeddings (pgvector `<=>`, exact `cosine` reported too),
-  rescaled min-max over the candidates.
+  rescaled min-max over the candidates. A query that holds a name is embedded with and without its
+  names and compared by the mix (`search_vectors`, TOPIC_SHARE).
 - keyword: BM25 weight of the query's lexemes (Postgres `english` text search: stemmed, stopwords
   removed) that a fact contains, IDF over the candidate facts, relative to the best match. Any lexeme
   may match (an OR query): an AND query misses every fact that lacks one word of a long question, and
@@ -20,9 +21,10 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   fact in a stretch of memory where several facts match (a conversation about the task) is lifted more
   than one next to a single match, and the turn right before or after a match more still.
 - entity: the entities the query names (an alias of an entity the user reads, matched exactly on the
-  query's word n-grams): a fact that mentions them scores the IDF-weighted sum of those it mentions
-  (MENTION_SHARE of an entity it names but is not about, i.e. not as its subject), relative to the best
-  such fact; a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
+  query's word n-grams; when none matches, the nearest entities by embedding above ENTITY_EMBEDDING_MIN):
+  a fact that mentions them scores the IDF-weighted sum of those it mentions (MENTION_SHARE of an entity
+  it names but is not about, i.e. not as its subject), relative to the best such fact;
+  a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -54,7 +56,7 @@ from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin import metrics, scoring
-from memory_admin.embeddings import embed_query
+from memory_admin.embeddings import embed_query, embed_query_aside
 from memory_admin.models import Entity, Fact, MemoryUser, Relation
 from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
@@ -92,6 +94,19 @@ MENTION_SHARE = 0.3
 MAX_QUERY_ENTITIES = 16
 MAX_HOP_ENTITIES = 64
 MAX_NAME_WORDS = 4
+# A query that names no entity by alias recognises them by meaning: the MAX_EMBEDDED_ENTITIES entities
+# whose embedding ("name (type)") lies nearest the query's, at a cosine similarity of at least
+# ENTITY_EMBEDDING_MIN (bench/README.md: on the LoCoMo dev split, 92 % of the nearest entities above 0.5
+# and 90 % above 0.45 were the ones the question names by alias; as an addition to alias matches it
+# lowered R@10, so it is a fallback for names the aliases miss: a misspelling, a paraphrase).
+ENTITY_EMBEDDING_MIN = 0.45
+MAX_EMBEDDED_ENTITIES = 2
+# A query that holds a name ("What kind of art does Caroline make?") is compared, for the vector
+# component, by the normalised mix of its embedding and that of its text without the names ("What kind of
+# art does make?"), TOPIC_SHARE of the latter: the whole query's embedding is pulled towards the named
+# person's every statement, whichever its topic, while the entity component and the keywords count the
+# name already (bench/README.md: LoCoMo dev multi-hop R@10 0.486 -> 0.522, pooled 0.770 -> 0.789).
+TOPIC_SHARE = 0.6
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
@@ -173,6 +188,32 @@ def name_keys(text: str) -> list[str]:
                 continue
             keys[" ".join(gram)] = None
     return list(keys)[:256]
+
+
+def without_names(text: str) -> str:
+    """The text with the proper names it holds (entity drawing's `names`, possessives with them) left out."""
+    from memory_admin.services.entity_draw import names
+
+    for name in sorted(names(text), key=len, reverse=True):
+        text = re.sub(r"\b" + re.escape(name) + r"(?:['’]s|s['’])?\b", " ", text)
+    return " ".join(text.split())
+
+
+def search_vectors(query: str) -> tuple[list[float], list[float]]:
+    """(the vector component's query embedding, the whole query's embedding). A query that holds a
+    name is compared by TOPIC_SHARE of its meaning without the names (the entity component and the
+    keywords count the names): the normalised mix of the two embeddings."""
+    text = " ".join(query[:2000].split())
+    topic = without_names(text)
+    if topic == text or not WORD.search(topic):
+        whole = embed_query(query)
+        return whole, whole
+    aside = embed_query_aside(topic)  # on the helper thread (onnxruntime releases the GIL): the two overlap
+    whole = embed_query(query)
+    rest = aside.result()
+    mixed = [(1.0 - TOPIC_SHARE) * a + TOPIC_SHARE * b for a, b in zip(whole, rest, strict=True)]
+    norm = math.sqrt(sum(x * x for x in mixed)) or 1.0
+    return [x / norm for x in mixed], whole
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -287,6 +328,7 @@ def _ef_default() -> int:
 _USER_SENTINEL = -7_340_033
 _TSQ_SENTINEL = "\x00search-tsquery\x00"
 _KEYS_SENTINEL = "\x00search-entity-keys\x00"
+_EVEC_SENTINEL = "\x00search-entity-vector\x00"
 
 
 @dataclass(frozen=True)
@@ -299,7 +341,7 @@ class _Shape:
     has_text: bool
     n_shared: int  # rows of each shared branch; 0: none
     own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
-    entities: bool = False  # the query may name entities (one user only): the entity columns are computed
+    entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
     carry: tuple[str, ...] = ()  # more fact columns at the end of each row (the context block's lines)
 
 
@@ -374,12 +416,33 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     entities, e_params = _compiled(
         visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys")
     )
+    # The user's own entities are few (exact, through `entity_owner_seen`); the tenant's can be many
+    # (the partial HNSW index `entity_org_embedding_hnsw`, like the shared facts' index).
+    near_distance = RawSQL("memory_admin_entity.embedding <=> (SELECT v FROM search_ev)", ())  # noqa: S611
+    near = [
+        _compiled(
+            visible(principal, Entity.objects.filter(mine, merged_into__isnull=True, embedding__isnull=False))
+            .annotate(distance=near_distance)
+            .order_by("distance")
+            .values("id", "distance")[:MAX_EMBEDDED_ENTITIES]
+        )
+        for mine in (Q(memory_user_id=_USER_SENTINEL), Q(memory_user__isnull=True))
+    ]
+    n_params = (*near[0][1], *near[1][1])
     relations, r_params = _compiled(
         visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
     )
     sql = (
-        f", search_ent AS MATERIALIZED (SELECT e.id, row_number() OVER (ORDER BY e.id) AS i FROM ({entities}) AS e"
+        # The whole query's embedding (the vector component's leaves the names out, see search_vectors).
+        ", search_ev AS (SELECT %s::vector AS v),"
+        f" search_alias AS MATERIALIZED (SELECT e.id FROM ({entities}) AS e"
         f" WHERE e.alias_keys && %s::varchar[] LIMIT {MAX_QUERY_ENTITIES}),"
+        # Only when no alias matched: the entities whose name lies nearest the query's meaning.
+        f" search_near AS MATERIALIZED (SELECT e.id FROM (({near[0][0]}) UNION ALL ({near[1][0]})) AS e"
+        " WHERE NOT EXISTS (SELECT 1 FROM search_alias)"
+        f" AND e.distance <= {1.0 - ENTITY_EMBEDDING_MIN!r} ORDER BY e.distance LIMIT {MAX_EMBEDDED_ENTITIES}),"
+        " search_ent AS MATERIALIZED (SELECT s.id, row_number() OVER (ORDER BY s.id) AS i FROM"
+        " (SELECT id FROM search_alias UNION ALL SELECT id FROM search_near) AS s),"
         " search_hop AS MATERIALIZED (SELECT DISTINCT CASE WHEN r.subject_id IN (SELECT id FROM search_ent)"
         f" THEN r.object_id ELSE r.subject_id END AS id FROM ({relations}) AS r"
         " WHERE (r.subject_id IN (SELECT id FROM search_ent)"
@@ -387,7 +450,7 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
         " search_ids AS MATERIALIZED (SELECT ARRAY(SELECT id FROM search_ent ORDER BY i) AS ent,"
         " ARRAY(SELECT id FROM search_hop) AS hop)"
     )
-    return sql, (*e_params, _KEYS_SENTINEL, *r_params)
+    return sql, (_EVEC_SENTINEL, *e_params, _KEYS_SENTINEL, *n_params, *r_params)
 
 
 @functools.lru_cache(maxsize=256)
@@ -412,11 +475,15 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     return statement, (*e_params, *(p for _, ps in branches for p in ps))
 
 
-def _bind(params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None) -> list[Any]:
-    """The cached parameters with the request's users, tsquery and name keys in place of the sentinels."""
+def _bind(
+    params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None, entity_vector: Vector | None = None
+) -> list[Any]:
+    """The cached parameters with the request's users, tsquery, name keys and the vector entities are
+    recognised by in place of the sentinels."""
     values: dict[Any, Any] = {_USER_SENTINEL - i: user_id for i, user_id in enumerate(user_ids)}
     values[_TSQ_SENTINEL] = tsq
     values[_KEYS_SENTINEL] = keys or []
+    values[_EVEC_SENTINEL] = entity_vector
     return [values.get(p, p) if isinstance(p, int | str) else p for p in params]
 
 
@@ -430,20 +497,24 @@ def _candidates(
     n_shared: int,
     own_by_keyword: bool = False,
     carry: tuple[str, ...] = (),
+    entity_vector: list[float] | None = None,
 ) -> tuple[str | None, list[tuple]]:
     """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
-    `src`) holds the own facts of memory_users[i]; the shared branches come after them."""
+    `src`) holds the own facts of memory_users[i]; the shared branches come after them. Entities are
+    recognised by `entity_vector` (the whole query's embedding; `vector` when not given)."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
+    # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
+    entities = bool(keys) or (vector is not None and len(memory_users) == 1 and not own_by_keyword)
     shape = _Shape(
-        statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, bool(keys), carry
+        statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, entities, carry
     )
     statement, cached = _statement(principal, shape)
     params: list[Any] = [
         Vector(vector) if vector is not None else None,
         query[:2000],
         principal.tenant_id,
-        *_bind(cached, [u.pk for u in memory_users], tsq, keys),
+        *_bind(cached, [u.pk for u in memory_users], tsq, keys, _as_vector(entity_vector or vector)),
     ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
@@ -457,6 +528,10 @@ def _candidates(
         result = cursor.fetchall()
     weights = result[0][0] if result else None
     return weights, [row[1:] for row in result if row[1] is not None]
+
+
+def _as_vector(values: list[float] | None) -> Vector | None:
+    return Vector(values) if values is not None else None
 
 
 _IDS_SENTINEL = object()
@@ -516,27 +591,37 @@ def fact_ranking(
     n_shared: int = 20,
     exclude_ids: set | None = None,
     carry: tuple[str, ...] = (),
+    whole_vector: list[float] | None = None,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
     block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
     row (after the scored ones), so that a caller can use the candidates without reading them again.
-    Timings in ms, not rounded."""
+    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
+    rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
         principal.require(CURATE)
     statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
     query = (query or "").strip()
+    whole = whole_vector or query_vector
     if query and query_vector is None:
         t0 = time.perf_counter()
-        query_vector = embed_query(query)
+        query_vector, whole = search_vectors(query)
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
 
     weights_json, rows = _candidates(
-        principal, [memory_user], query=query, vector=vec, statuses=statuses, n_shared=n_shared, carry=carry
+        principal,
+        [memory_user],
+        query=query,
+        vector=vec,
+        statuses=statuses,
+        n_shared=n_shared,
+        carry=carry,
+        entity_vector=whole,
     )
     if query and sum(1 for r in rows if r[1] == 0) == OWN_EXACT_LIMIT:
         seen = {r[0] for r in rows}
@@ -632,8 +717,13 @@ def fact_search_users(
     query = (query or "").strip()
     if not memory_users:
         return {}
-    vec = (query_vector if query_vector is not None else embed_query(query)) if query else None
-    weights_json, rows = _candidates(principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0)
+    vec = whole = query_vector
+    if query and query_vector is None:
+        vec, whole = search_vectors(query)
+    vec = vec if query else None
+    weights_json, rows = _candidates(
+        principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
+    )
     weights = _weights(weights_json, principal.tenant_id)
     by_branch: dict[int, list[tuple]] = {}
     for row in rows:

@@ -648,20 +648,19 @@ def _gather(
 ) -> tuple[list[_Section], Ranking]:
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
-    from memory_admin.embeddings import embed_query
-    from memory_admin.selectors.search import name_keys
+    from memory_admin.selectors.search import name_keys, search_vectors
 
     sections = {name: _Section(name) for name in SECTION_ORDER}
     query = (task or "").strip()
     keys = name_keys(task) if task else []
-    vector, embed_ms = None, None
+    vector, whole, embed_ms = None, None, None
     with _pipeline():
         side = _send_side(principal, memory_user)
         named = _send_named_entities(principal, memory_user, keys) if keys else list
         if query:
             # The task's embedding is computed while Postgres runs the two statements above.
             started = time.perf_counter()
-            vector = embed_query(query)
+            vector, whole = search_vectors(query)
             embed_ms = (time.perf_counter() - started) * 1000
     pinned = _gather_side(principal, memory_user, task, sections, side())
     _gather_entities(principal, memory_user, named(), sections["entities"])
@@ -670,6 +669,7 @@ def _gather(
         memory_user=memory_user,
         query=task,
         query_vector=vector,
+        whole_vector=whole,
         exclude_ids=pinned,
         n_shared=SHARED_CANDIDATES,
         carry=_CARRY,
