@@ -27,7 +27,48 @@ def embedded_server(base_dir: Path):
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     import pgserver
 
-    return pgserver.get_server(data_dir(base_dir) / "pgdata", cleanup_mode=None)
+    pgdata = data_dir(base_dir) / "pgdata"
+    fresh = not (pgdata / "PG_VERSION").exists()
+    server = pgserver.get_server(pgdata, cleanup_mode=None)
+    _size_shared_buffers(server, pgdata, fresh)
+    return server
+
+
+def shared_buffers_mb() -> int:
+    """The embedded server's `shared_buffers`: EMBEDDED_PG_SHARED_BUFFERS_MB (0: Postgres's own default),
+    else an eighth of the machine's memory between 128 MB and 1 GB. Postgres's default of 128 MB cannot
+    hold the facts' HNSW index at a million facts (~200 MB); search and the context block there are about
+    a third slower with it (bench/README.md, round 5)."""
+    configured = os.environ.get("EMBEDDED_PG_SHARED_BUFFERS_MB", "").strip()
+    if configured:
+        return int(configured)
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return max(128, min(1024, total // (8 * 1024 * 1024)))
+
+
+def _size_shared_buffers(server, pgdata: Path, fresh: bool) -> None:
+    """Set `shared_buffers` once (ALTER SYSTEM, kept in postgresql.auto.conf). A server this call created
+    is restarted at once, before anybody else can have connected; a running server that was already
+    there takes the size at its next start (restarting it would cut the connections of the processes
+    sharing it)."""
+    wanted = shared_buffers_mb()
+    if wanted <= 0:
+        return
+    setting = f"shared_buffers = '{wanted}MB'"
+    try:
+        if setting in (pgdata / "postgresql.auto.conf").read_text():
+            return
+    except OSError:
+        return
+    server.psql(f"ALTER SYSTEM SET shared_buffers = '{wanted}MB';")
+    if fresh:
+        import pgserver
+
+        restart = ["-w", "-l", str(pgdata / "log"), "restart", "-m", "fast"]
+        pgserver.pg_ctl(restart, pgdata=pgdata, user=server.system_user, timeout=60)
 
 
 def embedded_database_url(base_dir: Path) -> str:

@@ -1,0 +1,66 @@
+"""The embedded Postgres is sized for the index it serves: `shared_buffers` is set when the server is
+created (and applied at once, by a restart nobody else can be connected to yet), kept across restarts,
+and a server that was already running is never restarted under the processes sharing it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pgserver
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = (
+    "from pathlib import Path\n"
+    "from memory_admin.embedded_db import embedded_server\n"
+    "server = embedded_server(Path('.'))\n"
+    "pid = (Path(server.pgdata) / 'postmaster.pid').read_text().split()[0]\n"
+    "print(server.psql('SHOW shared_buffers;').split()[2], pid)\n"
+)
+
+
+def probe(data: Path, mb: str) -> tuple[str, int]:
+    """A new process joins (or creates) the embedded server under `data`: (shared_buffers, postmaster pid)."""
+    env = {**os.environ, "MEMORY_ADMIN_DATA_DIR": str(data), "EMBEDDED_PG_SHARED_BUFFERS_MB": mb}
+    env.pop("DATABASE_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    value, pid = out.stdout.split()
+    return value, int(pid)
+
+
+@pytest.fixture
+def data(tmp_path):
+    yield tmp_path
+    pgdata = tmp_path / "pgdata"
+    if (pgdata / "postmaster.pid").exists():
+        user = "pgserver" if os.geteuid() == 0 else None
+        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+
+
+def test_a_new_embedded_server_starts_with_its_shared_buffers_and_keeps_them(data):
+    value, pid = probe(data, "256")
+    assert value == "256MB"
+    assert "shared_buffers = '256MB'" in (data / "pgdata" / "postgresql.auto.conf").read_text()
+    # Another process joining the running server changes nothing and restarts nothing.
+    assert probe(data, "256") == ("256MB", pid)
+
+
+def test_a_running_server_is_never_restarted_to_resize_it(data):
+    _, pid = probe(data, "256")
+    # Asked for more while it runs: recorded for its next start, the processes using it keep their server.
+    value, same = probe(data, "384")
+    assert (value, same) == ("256MB", pid)
+    assert "shared_buffers = '384MB'" in (data / "pgdata" / "postgresql.auto.conf").read_text()
+    user = "pgserver" if os.geteuid() == 0 else None
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data / "pgdata", user=user, timeout=60)
+    value, restarted = probe(data, "384")
+    assert value == "384MB" and restarted != pid
+
+
+def test_zero_leaves_postgres_default(data):
+    assert probe(data, "0")[0] == "128MB"
