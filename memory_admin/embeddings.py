@@ -255,19 +255,23 @@ def embed_one(text: str) -> list[float]:
     return _batcher.submit(text, embedder.embed)
 
 
-_ahead_pool: tuple[int, ThreadPoolExecutor] | None = None
-_ahead_lock = threading.Lock()
+_pools: dict[str, tuple[int, ThreadPoolExecutor]] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(name: str, workers: int) -> ThreadPoolExecutor:
+    """This process's helper threads of one kind (created after a fork, never inherited from the parent)."""
+    with _pools_lock:
+        pool = _pools.get(name)
+        if pool is None or pool[0] != os.getpid():
+            pool = _pools[name] = (os.getpid(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name))
+        return pool[1]
 
 
 def _ahead_executor() -> ThreadPoolExecutor:
-    """The helper threads of this process (created after a fork, never inherited from the parent):
-    EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of the model is one thread)."""
-    global _ahead_pool
-    with _ahead_lock:
-        if _ahead_pool is None or _ahead_pool[0] != os.getpid():
-            workers = max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2")))
-            _ahead_pool = (os.getpid(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix="embed-ahead"))
-        return _ahead_pool[1]
+    """The batch writes' helper threads: EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of
+    the model is one thread)."""
+    return _pool("embed-ahead", max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2"))))
 
 
 class EmbedAhead:
@@ -357,6 +361,6 @@ def embed_query(text: str) -> list[float]:
 
 
 def embed_query_aside(text: str) -> Future:
-    """`embed_query` on the helper thread (a second query text, e.g. the search's topic without its
-    names), so that it runs while the caller embeds the first: `.result()` gives the vector."""
-    return _ahead_executor().submit(embed_query, text)
+    """`embed_query` on a helper thread of its own (a second query text, e.g. the search's topic without
+    its names), so that it runs while the caller embeds the first: `.result()` gives the vector."""
+    return _pool("embed-aside", 1).submit(embed_query, text)  # its own thread: never queued behind a batch

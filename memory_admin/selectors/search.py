@@ -511,7 +511,7 @@ def _candidates(
     )
     statement, cached = _statement(principal, shape)
     params: list[Any] = [
-        Vector(vector) if vector is not None else None,
+        _as_vector(vector),
         query[:2000],
         principal.tenant_id,
         *_bind(cached, [u.pk for u in memory_users], tsq, keys, _as_vector(entity_vector or vector)),
