@@ -136,14 +136,17 @@ def _entity_hnsw_indexes() -> list[str]:
 
 
 def _nearest_by_index(vector) -> tuple[str, str]:
-    """The nearest entity to `vector` with sequential scans off (so through the HNSW index), and the plan."""
+    """The nearest entity to `vector` with sequential scans and sorts off (so through the HNSW index), and
+    the plan."""
     table = Entity._meta.db_table
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     # The tenant's live entities: the rows migration 0019's partial index (entity_org_embedding_hnsw) holds.
     live_org = "memory_user_id IS NULL AND merged_into_id IS NULL"
     sql = f"SELECT id FROM {table} WHERE {live_org} ORDER BY embedding <=> %s::vector LIMIT 1"
     with transaction.atomic(), connection.cursor() as cursor:
+        # No sequential scan and no sort: only the vector index can give the rows in distance order.
         cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
         cursor.execute("EXPLAIN " + sql, [literal])
         plan = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute(sql, [literal])
