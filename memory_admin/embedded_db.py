@@ -13,6 +13,8 @@ import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from django.core.exceptions import ImproperlyConfigured
+
 EMBEDDED_DB_NAME = "memory_admin"
 
 
@@ -39,9 +41,9 @@ def shared_buffers_mb() -> int:
     else an eighth of the machine's memory between 128 MB and 1 GB. Postgres's default of 128 MB cannot
     hold the facts' HNSW index at a million facts (~200 MB); search and the context block there are about
     a third slower with it (bench/README.md, round 5)."""
-    configured = os.environ.get("EMBEDDED_PG_SHARED_BUFFERS_MB", "").strip()
-    if configured:
-        return int(configured)
+    configured = _configured_mb()
+    if configured is not None:
+        return configured
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
@@ -49,26 +51,64 @@ def shared_buffers_mb() -> int:
     return max(128, min(1024, total // (8 * 1024 * 1024)))
 
 
+def _configured_mb() -> int | None:
+    configured = os.environ.get("EMBEDDED_PG_SHARED_BUFFERS_MB", "").strip()
+    if not configured:
+        return None
+    if not configured.isascii() or not configured.isdigit():
+        raise ImproperlyConfigured(
+            "EMBEDDED_PG_SHARED_BUFFERS_MB must be a whole number of megabytes (0 keeps Postgres's default), "
+            f"got {configured[:40]!r}"
+        )
+    return int(configured)
+
+
+# The size this project last wrote into postgresql.auto.conf. A `shared_buffers` line there that differs
+# from it was written by somebody else (an operator's ALTER SYSTEM) and is left alone, unless
+# EMBEDDED_PG_SHARED_BUFFERS_MB asks for a size explicitly.
+_OURS = "memory_admin.shared_buffers"
+
+
 def _size_shared_buffers(server, pgdata: Path, fresh: bool) -> None:
-    """Set `shared_buffers` once (ALTER SYSTEM, kept in postgresql.auto.conf). A server this call created
+    """Set `shared_buffers` (ALTER SYSTEM, kept in postgresql.auto.conf). A server this call created
     is restarted at once, before anybody else can have connected; a running server that was already
     there takes the size at its next start (restarting it would cut the connections of the processes
     sharing it)."""
     wanted = shared_buffers_mb()
     if wanted <= 0:
         return
-    setting = f"shared_buffers = '{wanted}MB'"
+    setting = f"'{wanted}MB'"
     try:
-        if setting in (pgdata / "postgresql.auto.conf").read_text():
-            return
+        current = _auto_conf_value(pgdata / "postgresql.auto.conf")
     except OSError:
         return
-    server.psql(f"ALTER SYSTEM SET shared_buffers = '{wanted}MB';")
+    if current == setting:
+        return
+    if current is not None and _configured_mb() is None and current != _read(pgdata / _OURS):
+        return
+    server.psql(f"ALTER SYSTEM SET shared_buffers = {setting};")
+    (pgdata / _OURS).write_text(setting)
     if fresh:
         import pgserver
 
         restart = ["-w", "-l", str(pgdata / "log"), "restart", "-m", "fast"]
         pgserver.pg_ctl(restart, pgdata=pgdata, user=server.system_user, timeout=60)
+
+
+def _auto_conf_value(path: Path) -> str | None:
+    value = None
+    for line in path.read_text().splitlines():
+        name, _, rest = line.partition("=")
+        if name.strip() == "shared_buffers":
+            value = rest.strip()
+    return value
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
 
 
 def embedded_database_url(base_dir: Path) -> str:

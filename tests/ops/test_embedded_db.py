@@ -64,3 +64,29 @@ def test_a_running_server_is_never_restarted_to_resize_it(data):
 
 def test_zero_leaves_postgres_default(data):
     assert probe(data, "0")[0] == "128MB"
+
+
+def test_an_operators_own_setting_is_kept_unless_the_variable_asks_for_a_size(data):
+    probe(data, "256")
+    pgdata = data / "pgdata"
+    user = "pgserver" if os.geteuid() == 0 else None
+    # The operator sizes the server by hand; the project's own default must not undo it at the next start.
+    pgserver.get_server(pgdata, cleanup_mode=None).psql("ALTER SYSTEM SET shared_buffers = '200MB';")
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    assert probe(data, "")[0] == "200MB"
+    assert "shared_buffers = '200MB'" in (pgdata / "postgresql.auto.conf").read_text()
+    # An explicit EMBEDDED_PG_SHARED_BUFFERS_MB is the operator's word too, and the newer one wins.
+    probe(data, "320")
+    pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user, timeout=60)
+    assert probe(data, "320")[0] == "320MB"
+
+
+@pytest.mark.parametrize("value", ["12x", "-5", "1.5", "½", "１２８", "256MB"])
+def test_a_size_that_is_not_a_whole_number_of_megabytes_is_refused_by_name(monkeypatch, value):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from memory_admin.embedded_db import shared_buffers_mb
+
+    monkeypatch.setenv("EMBEDDED_PG_SHARED_BUFFERS_MB", value)
+    with pytest.raises(ImproperlyConfigured, match="EMBEDDED_PG_SHARED_BUFFERS_MB must be a whole number"):
+        shared_buffers_mb()
