@@ -7,6 +7,7 @@ from uuid import UUID
 
 from ninja import Query, Router
 
+from memory_admin.api.messages import episode_core
 from memory_admin.api.schemas import (
     EntityDetailOut,
     EntityFilters,
@@ -17,7 +18,7 @@ from memory_admin.api.schemas import (
     GraphFilters,
     RelationOut,
 )
-from memory_admin.models import Episode, Thread
+from memory_admin.models import Thread
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import (
     entity_detail,
@@ -80,7 +81,7 @@ def entity_detail_body(principal: Principal, entity_id: UUID | str) -> dict:
         "relations": [RelationOut.of(r) for r in detail.relations],
         "threads": [_thread_out(t) for t in sources.threads],
         "thread_count": sources.thread_count,
-        "episodes": [_episode_out(e) for e in sources.episodes],
+        "episodes": [episode_core(e) for e in sources.episodes],
         "episode_count": sources.episode_count,
     }
 
@@ -92,18 +93,6 @@ def _thread_out(thread: Thread) -> dict:
         "created_at": thread.created_at,
         "last_message_at": thread.last_message_at,
         "closed_at": thread.closed_at,
-    }
-
-
-def _episode_out(episode: Episode) -> dict:
-    return {
-        "id": episode.pk,
-        "user_id": episode.memory_user.external_id,
-        "thread_id": episode.thread.external_id if episode.thread else None,
-        "started_at": episode.started_at,
-        "ended_at": episode.ended_at,
-        "outcome": episode.outcome,
-        "summary": episode.summary,
     }
 
 

@@ -27,7 +27,8 @@ from memory_admin.services.extraction import MessageIn, batch_retry, message_pos
 router = Router(tags=["messages and episodes"])
 
 
-def _episode_out(e: Episode) -> dict:
+def episode_core(e: Episode) -> dict:
+    """What every episode answer holds (the entity page lists episodes with these alone)."""
     return {
         "id": e.pk,
         "user_id": e.memory_user.external_id,
@@ -36,6 +37,12 @@ def _episode_out(e: Episode) -> dict:
         "ended_at": e.ended_at,
         "summary": e.summary,
         "outcome": e.outcome,
+    }
+
+
+def _episode_out(e: Episode) -> dict:
+    return {
+        **episode_core(e),
         "summarizer": e.summarizer,
         "message_count": e.n_messages,
         "fact_count": e.n_facts,
