@@ -111,3 +111,18 @@ def test_every_answer_names_its_request_id_even_a_refusal(client):
     assert r.status_code == 401 and re.fullmatch(r"[0-9a-f]{32}", r["X-Request-ID"])
     r = client.get("/no/such/page", HTTP_X_REQUEST_ID="lb-2026-11-22T18:00:00.123")
     assert r["X-Request-ID"] == "lb-2026-11-22T18:00:00.123"
+
+
+def test_a_made_up_request_id_never_reads_as_a_card_number_in_the_logs(api, json_log, monkeypatch):
+    # About one uuid4 hex in 500 holds a digit run that passes the card check (this one: 5651350599044).
+    # Such an id would be logged as "…[REDACTED:card_number]" and could not be followed: it is drawn again.
+    import uuid
+
+    from memory_admin import requestlog
+
+    drawn = iter([uuid.UUID("5651350599044eaab54212ec9b4e2304"), uuid.UUID("9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c")])
+    monkeypatch.setattr(requestlog.uuid, "uuid4", lambda: next(drawn))
+    r = api.client.get("/api/v1/users", HTTP_AUTHORIZATION=f"Bearer {api.key}")
+    assert r.status_code == 200 and r["X-Request-ID"] == "9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c"
+    lines = [line for line in json_log() if line["logger"] == "memory_admin.request"]
+    assert lines and all(line["request_id"] == "9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c" for line in lines)
