@@ -55,24 +55,7 @@ def accept(incoming: str | None) -> str:
 
         if not find(incoming):
             return incoming
-    return new_id()
-
-
-_DIGIT_RUN = re.compile(r"\d{7}")
-
-
-def new_id() -> str:
-    """32 hex digits that the secret/PII scan passes. About one uuid4 hex in 500 holds a digit run that
-    passes the card number check, and the log filter would then print the id as `…[REDACTED:card_number]`,
-    so it could no longer be followed through the logs; such an id is drawn again."""
-    while True:
-        candidate = uuid.uuid4().hex
-        if not _DIGIT_RUN.search(candidate):
-            return candidate
-        from memory_admin.services.pii import find
-
-        if not find(candidate):
-            return candidate
+    return uuid.uuid4().hex
 
 
 def _stamp(record: logging.LogRecord) -> None:

@@ -113,16 +113,25 @@ def test_every_answer_names_its_request_id_even_a_refusal(client):
     assert r["X-Request-ID"] == "lb-2026-11-22T18:00:00.123"
 
 
-def test_a_made_up_request_id_never_reads_as_a_card_number_in_the_logs(api, json_log, monkeypatch):
-    # About one uuid4 hex in 500 holds a digit run that passes the card check (this one: 5651350599044).
-    # Such an id would be logged as "…[REDACTED:card_number]" and could not be followed: it is drawn again.
+def test_ids_whose_digits_look_like_a_card_or_a_phone_are_logged_whole(api, json_log, monkeypatch):
+    # About one uuid4 hex in 500 holds a digit run that passes the card check (5651350599044 here), and one
+    # UUID in 200 digits the scan reads as a phone number (…-8237-4543-9249-…). Such ids must still be
+    # logged whole, or a request could not be followed through the logs; a secret next to them is not.
+    import logging
     import uuid
 
     from memory_admin import requestlog
 
-    drawn = iter([uuid.UUID("5651350599044eaab54212ec9b4e2304"), uuid.UUID("9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c")])
-    monkeypatch.setattr(requestlog.uuid, "uuid4", lambda: next(drawn))
+    monkeypatch.setattr(requestlog.uuid, "uuid4", lambda: uuid.UUID("5651350599044eaab54212ec9b4e2304"))
     r = api.client.get("/api/v1/users", HTTP_AUTHORIZATION=f"Bearer {api.key}")
-    assert r.status_code == 200 and r["X-Request-ID"] == "9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c"
-    lines = [line for line in json_log() if line["logger"] == "memory_admin.request"]
-    assert lines and all(line["request_id"] == "9f0c2a4be1d34f6a8b7c5d3e2f1a0b9c" for line in lines)
+    assert r.status_code == 200 and r["X-Request-ID"] == "5651350599044eaab54212ec9b4e2304"
+    fact_id = "2705dd00-8237-4543-9249-aabcfd99a80e"
+    logging.getLogger("memory_admin.write").info(
+        f"fact {fact_id} written; card 4111 1111 1111 1111", extra={"fact_id": fact_id}
+    )
+    lines = json_log()
+    requests = [line for line in lines if line["logger"] == "memory_admin.request"]
+    assert requests and all(line["request_id"] == "5651350599044eaab54212ec9b4e2304" for line in requests)
+    (write,) = [line for line in lines if line["logger"] == "memory_admin.write"]
+    assert write["fact_id"] == fact_id
+    assert write["message"] == f"fact {fact_id} written; card [REDACTED:card_number]"
