@@ -69,14 +69,22 @@ _ID = re.compile(
 )
 
 
-def sanitize(text: str) -> str:
-    text = _PATH.sub(lambda m: mask_path(m.group(1)), text)
-    from memory_admin.services.pii import find, redact
+def findings_outside_ids(text: str) -> list:
+    """What the secret/PII scan finds in `text`, less what lies wholly inside one of our ids."""
+    from memory_admin.services.pii import find
 
     findings = find(text)
     if findings:
         ids = [m.span() for m in _ID.finditer(text)]
         findings = [f for f in findings if not any(a <= f.start and f.end <= b for a, b in ids)]
+    return findings
+
+
+def sanitize(text: str) -> str:
+    text = _PATH.sub(lambda m: mask_path(m.group(1)), text)
+    from memory_admin.services.pii import redact
+
+    findings = findings_outside_ids(text)
     return redact(text, findings) if findings else text
 
 

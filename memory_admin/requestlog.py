@@ -51,9 +51,9 @@ def unbind(token: Token) -> None:
 def accept(incoming: str | None) -> str:
     """The client's request id when it is safe to log and store as given, else a new one."""
     if incoming and _SAFE.match(incoming):
-        from memory_admin.services.pii import find
+        from memory_admin.logsafe import findings_outside_ids
 
-        if not find(incoming):
+        if not findings_outside_ids(incoming):
             return incoming
     return uuid.uuid4().hex
 

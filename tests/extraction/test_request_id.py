@@ -135,3 +135,9 @@ def test_ids_whose_digits_look_like_a_card_or_a_phone_are_logged_whole(api, json
     (write,) = [line for line in lines if line["logger"] == "memory_admin.write"]
     assert write["fact_id"] == fact_id
     assert write["message"] == f"fact {fact_id} written; card [REDACTED:card_number]"
+
+
+def test_a_load_balancers_uuid_request_id_is_kept_even_when_its_digits_look_like_a_phone(api):
+    incoming = "2705dd00-8237-4543-9249-aabcfd99a80e"
+    r = api.client.get("/api/v1/users", HTTP_AUTHORIZATION=f"Bearer {api.key}", HTTP_X_REQUEST_ID=incoming)
+    assert r.status_code == 200 and r["X-Request-ID"] == incoming
