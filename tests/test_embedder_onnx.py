@@ -81,8 +81,24 @@ def test_onnx_vectors_match_the_torch_engine(vectors):
     assert onnx_vectors.shape == (len(SENTENCES), 384)
     np.testing.assert_allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, rtol=1e-4)
     cosines = (torch_vectors * onnx_vectors).sum(axis=1)
-    assert cosines.mean() >= 0.98, cosines
-    assert cosines.min() >= 0.95, cosines
+    assert cosines.mean() >= 0.996, cosines
+    assert cosines.min() >= 0.975, cosines  # the lowest are one- or two-word texts ("ok": ~0.98)
+
+
+def test_similarities_near_the_write_paths_thresholds_match_the_torch_engine(onnx_engine):
+    """Pairs whose torch similarity sits near a write-path threshold (contradiction 0.70, dedup): the
+    int8 engine keeps them on the same side and within 0.01."""
+    pairs = [
+        ("Bob lives in Berlin", "Bob lives in Paris"),
+        ("Alice prefers tea in the morning", "Alice likes tea at breakfast"),
+        ("Dana is allergic to peanuts", "Dana cannot eat nuts"),
+        ("Invoices for this account must be issued in euros", "The customer wants invoices in EUR, not USD"),
+    ]
+    torch_engine = LocalEmbedder()
+    for a, b in pairs:
+        ta, tb = np.array(torch_engine.embed([a, b]))
+        oa, ob = np.array(onnx_engine.embed([a, b]))
+        assert abs(float(ta @ tb) - float(oa @ ob)) < 0.01, (a, b, float(ta @ tb), float(oa @ ob))
 
 
 def test_onnx_neighbours_match_the_torch_engine(vectors):
@@ -136,3 +152,18 @@ def test_truncated_model_or_missing_manifest_is_rebuilt(built_offline, tmp_path)
     assert onnx_model.verified_model(directory) is None
     onnx_model.ensure_model(directory)
     assert onnx_model.verified_model(directory) == model
+
+
+def test_model_of_an_older_recipe_is_rebuilt(built_offline, tmp_path):
+    """A data directory cached by an earlier release (another recipe in its manifest, its own valid
+    hash) is not used: the current recipe's model replaces it."""
+    directory = tmp_path / "embedder"
+    shutil.copytree(built_offline, directory)
+    manifest = json.loads((directory / onnx_model.MANIFEST_FILE).read_text())
+    manifest["recipe"] = "minilm-l6-v2/bert-graph-v1/dynamic-int8-per-channel/matmul+gather/ffn-out-fp32"
+    (directory / onnx_model.MANIFEST_FILE).write_text(json.dumps(manifest))
+
+    assert onnx_model.verified_model(directory) is None
+    onnx_model.ensure_model(directory)
+    assert onnx_model.read_manifest(directory)["recipe"] == onnx_model.RECIPE
+    assert onnx_model.verified_model(directory) == directory / onnx_model.MODEL_FILE
