@@ -167,3 +167,21 @@ def test_model_of_an_older_recipe_is_rebuilt(built_offline, tmp_path):
     onnx_model.ensure_model(directory)
     assert onnx_model.read_manifest(directory)["recipe"] == onnx_model.RECIPE
     assert onnx_model.verified_model(directory) == directory / onnx_model.MODEL_FILE
+
+
+def test_smoothing_leaves_the_float_graph_unchanged(tmp_path):
+    """The outlier channels moved from each MatMul's input into its weights (powers of two) change what
+    int8 can represent, not what the float graph computes: its vectors stay those of the plain graph."""
+    src = onnx_model.source_dir()
+    probe, plain, smoothed = tmp_path / "probe.onnx", tmp_path / "plain.onnx", tmp_path / "smoothed.onnx"
+    onnx_model._write_fp32_graph(src, probe, expose_matmul_inputs=True)
+    factors = onnx_model._smoothing(src, probe)
+    assert any(f.max() > 1 for f in factors.values())  # there are outliers to move
+    assert all(np.all(np.exp2(np.round(np.log2(f))) == f) for f in factors.values())
+    onnx_model._write_fp32_graph(src, plain)
+    onnx_model._write_fp32_graph(src, smoothed, smooth=factors)
+    plain_engine = OnnxEmbedder(model_path=plain)
+    smoothed_engine = OnnxEmbedder(model_path=smoothed)
+    np.testing.assert_allclose(
+        np.array(smoothed_engine.embed(SENTENCES)), np.array(plain_engine.embed(SENTENCES)), atol=1e-5
+    )
