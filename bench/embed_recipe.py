@@ -5,8 +5,8 @@
 Builds, in a temporary directory and offline, the float32 graph (the torch model's vectors: cosine 1.0000),
 the previous recipe (dynamic int8, the six FFN output MatMuls float32) and the shipped one
 (`onnx_model.build`: every MatMul int8 after the outlier channels of each MatMul's input are moved into its
-weights), and runs each at onnxruntime's ALL (its default, what the engine ran before) and BASIC graph
-optimisation, on one intra-op thread as the engine does. Texts: LoCoMo dev turns (the write benchmark's)
+weights), and runs each at onnxruntime's ALL (its default, what the engine ran before), BASIC, and ALL-SLN
+(ALL without SkipLayerNormFusion, what the engine runs now) graph optimisation, on one intra-op thread as the engine does. Texts: LoCoMo dev turns (the write benchmark's)
 and questions (the search benchmark's), each run alone. Rounds alternate the variants; CPU is the calling
 thread's (`thread_time`), the median of the rounds is printed. Quality: cosine of each vector to the float
 graph's, and how far the cosine between two texts moves (all pairs of the first 200 turns), which is what
@@ -31,15 +31,19 @@ from speed import texts  # noqa: E402
 
 
 def session(path: Path, level: str):
+    """`level`: ALL, BASIC, or ALL-SLN (ALL without SkipLayerNormFusion: what the engine runs)."""
     import onnxruntime as ort
+
+    disabled = ["SkipLayerNormFusion"] if level.endswith("-SLN") else []
+    level = level.removesuffix("-SLN")
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, f"ORT_ENABLE_{level}")
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
 
 
 def run(sess, encodings) -> np.ndarray:
@@ -94,12 +98,12 @@ def main() -> int:
     asks = [tokenizer.encode(t) for t in questions[:100]]
     with tempfile.TemporaryDirectory() as tmp:
         paths = build_models(Path(tmp))
-        reference = session(paths["fp32"], "ORT_ENABLE_BASIC")
+        reference = session(paths["fp32"], "BASIC")
         ref_turns, ref_asks = run(reference, turns), run(reference, asks)
         variants = {
-            f"{model} @ {level.removeprefix('ORT_ENABLE_')}": session(paths[model], level)
+            f"{model} @ {level}": session(paths[model], level)
             for model in ("previous", "shipped", "fp32")
-            for level in ("ORT_ENABLE_ALL", "ORT_ENABLE_BASIC")
+            for level in ("ALL", "BASIC", "ALL-SLN")
         }
         cpu: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
         quality = {}

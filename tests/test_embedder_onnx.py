@@ -185,3 +185,20 @@ def test_smoothing_leaves_the_float_graph_unchanged(tmp_path):
     np.testing.assert_allclose(
         np.array(smoothed_engine.embed(SENTENCES)), np.array(plain_engine.embed(SENTENCES)), atol=1e-5
     )
+
+
+def test_graph_fusions_in_use_leave_the_vectors_of_the_unfused_graph(onnx_engine, built_offline):
+    """The engine runs onnxruntime's ALL optimisations minus SkipLayerNormalization: the vectors are those
+    of the graph optimised at BASIC only (the fusions kept change the kernels, not the numbers)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    basic = ort.InferenceSession(
+        str(built_offline / onnx_model.MODEL_FILE), options, providers=["CPUExecutionProvider"]
+    )
+    for text, vector in zip(SENTENCES, onnx_engine.embed(SENTENCES), strict=True):
+        encoding = onnx_engine._tokenizer.encode(text)
+        feeds = {"input_ids": np.array([encoding.ids]), "attention_mask": np.array([encoding.attention_mask])}
+        np.testing.assert_allclose(basic.run(None, feeds)[0][0], vector, atol=1e-6)
