@@ -6,8 +6,9 @@ Builds, in a temporary directory and offline, the float32 graph (the torch model
 the previous recipe (dynamic int8, the six FFN output MatMuls float32) and the shipped one
 (`onnx_model.build`: every MatMul int8 after the outlier channels of each MatMul's input are moved into its
 weights), and runs each at onnxruntime's ALL (its default, what the engine ran before), BASIC, and ALL-SLN
-(ALL without SkipLayerNormFusion, what the engine runs now) graph optimisation, on one intra-op thread as the engine does. Texts: LoCoMo dev turns (the write benchmark's)
-and questions (the search benchmark's), each run alone. Rounds alternate the variants; CPU is the calling
+(ALL without SkipLayerNormFusion, what the engine runs now) graph optimisation, on one intra-op thread
+as the engine does. Texts: LoCoMo dev turns (the write benchmark's) and questions (the search
+benchmark's), each run alone. Rounds alternate the variants; CPU is the calling
 thread's (`thread_time`), the median of the rounds is printed. Quality: cosine of each vector to the float
 graph's, and how far the cosine between two texts moves (all pairs of the first 200 turns), which is what
 the write path's thresholds (dedup, contradiction) compare.
