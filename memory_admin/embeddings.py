@@ -80,7 +80,13 @@ class OnnxEmbedder:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel, onnx_model.GRAPH_OPTIMIZATION)
+        self._session = ort.InferenceSession(
+            str(path),
+            options,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=list(onnx_model.DISABLED_OPTIMIZERS),
+        )
         self._tokenizer = Tokenizer.from_file(str(onnx_model.source_dir() / "tokenizer.json"))
         self._tokenizer.enable_truncation(onnx_model.MAX_TOKENS)
         self._tokenizer.no_padding()

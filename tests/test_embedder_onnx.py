@@ -81,8 +81,24 @@ def test_onnx_vectors_match_the_torch_engine(vectors):
     assert onnx_vectors.shape == (len(SENTENCES), 384)
     np.testing.assert_allclose(np.linalg.norm(onnx_vectors, axis=1), 1.0, rtol=1e-4)
     cosines = (torch_vectors * onnx_vectors).sum(axis=1)
-    assert cosines.mean() >= 0.98, cosines
-    assert cosines.min() >= 0.95, cosines
+    assert cosines.mean() >= 0.996, cosines
+    assert cosines.min() >= 0.975, cosines  # the lowest are one- or two-word texts ("ok": ~0.98)
+
+
+def test_similarities_near_the_write_paths_thresholds_match_the_torch_engine(onnx_engine):
+    """Pairs whose torch similarity sits near a write-path threshold (contradiction 0.70, dedup): the
+    int8 engine keeps them on the same side and within 0.01."""
+    pairs = [
+        ("Bob lives in Berlin", "Bob lives in Paris"),
+        ("Alice prefers tea in the morning", "Alice likes tea at breakfast"),
+        ("Dana is allergic to peanuts", "Dana cannot eat nuts"),
+        ("Invoices for this account must be issued in euros", "The customer wants invoices in EUR, not USD"),
+    ]
+    torch_engine = LocalEmbedder()
+    for a, b in pairs:
+        ta, tb = np.array(torch_engine.embed([a, b]))
+        oa, ob = np.array(onnx_engine.embed([a, b]))
+        assert abs(float(ta @ tb) - float(oa @ ob)) < 0.01, (a, b, float(ta @ tb), float(oa @ ob))
 
 
 def test_onnx_neighbours_match_the_torch_engine(vectors):
@@ -136,3 +152,53 @@ def test_truncated_model_or_missing_manifest_is_rebuilt(built_offline, tmp_path)
     assert onnx_model.verified_model(directory) is None
     onnx_model.ensure_model(directory)
     assert onnx_model.verified_model(directory) == model
+
+
+def test_model_of_an_older_recipe_is_rebuilt(built_offline, tmp_path):
+    """A data directory cached by an earlier release (another recipe in its manifest, its own valid
+    hash) is not used: the current recipe's model replaces it."""
+    directory = tmp_path / "embedder"
+    shutil.copytree(built_offline, directory)
+    manifest = json.loads((directory / onnx_model.MANIFEST_FILE).read_text())
+    manifest["recipe"] = "minilm-l6-v2/bert-graph-v1/dynamic-int8-per-channel/matmul+gather/ffn-out-fp32"
+    (directory / onnx_model.MANIFEST_FILE).write_text(json.dumps(manifest))
+
+    assert onnx_model.verified_model(directory) is None
+    onnx_model.ensure_model(directory)
+    assert onnx_model.read_manifest(directory)["recipe"] == onnx_model.RECIPE
+    assert onnx_model.verified_model(directory) == directory / onnx_model.MODEL_FILE
+
+
+def test_smoothing_leaves_the_float_graph_unchanged(tmp_path):
+    """The outlier channels moved from each MatMul's input into its weights (powers of two) change what
+    int8 can represent, not what the float graph computes: its vectors stay those of the plain graph."""
+    src = onnx_model.source_dir()
+    probe, plain, smoothed = tmp_path / "probe.onnx", tmp_path / "plain.onnx", tmp_path / "smoothed.onnx"
+    onnx_model._write_fp32_graph(src, probe, expose_matmul_inputs=True)
+    factors = onnx_model._smoothing(src, probe)
+    assert any(f.max() > 1 for f in factors.values())  # there are outliers to move
+    assert all(np.all(np.exp2(np.round(np.log2(f))) == f) for f in factors.values())
+    onnx_model._write_fp32_graph(src, plain)
+    onnx_model._write_fp32_graph(src, smoothed, smooth=factors)
+    plain_engine = OnnxEmbedder(model_path=plain)
+    smoothed_engine = OnnxEmbedder(model_path=smoothed)
+    np.testing.assert_allclose(
+        np.array(smoothed_engine.embed(SENTENCES)), np.array(plain_engine.embed(SENTENCES)), atol=1e-5
+    )
+
+
+def test_graph_fusions_in_use_leave_the_vectors_of_the_unfused_graph(onnx_engine, built_offline):
+    """The engine runs onnxruntime's ALL optimisations minus SkipLayerNormalization: the vectors are those
+    of the graph optimised at BASIC only (the fusions kept change the kernels, not the numbers)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    basic = ort.InferenceSession(
+        str(built_offline / onnx_model.MODEL_FILE), options, providers=["CPUExecutionProvider"]
+    )
+    for text, vector in zip(SENTENCES, onnx_engine.embed(SENTENCES), strict=True):
+        encoding = onnx_engine._tokenizer.encode(text)
+        feeds = {"input_ids": np.array([encoding.ids]), "attention_mask": np.array([encoding.attention_mask])}
+        np.testing.assert_allclose(basic.run(None, feeds)[0][0], vector, atol=1e-6)

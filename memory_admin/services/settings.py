@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from memory_admin.errors import Invalid
 from memory_admin.models import PII_ACTIONS, PII_KINDS, TenantSettings
 from memory_admin.models.tenancy import default_search_weights
-from memory_admin.selectors.access import ADMIN, Principal, require_tenant_wide
+from memory_admin.selectors.access import ADMIN, Principal, from_rows, require_tenant_wide
 from memory_admin.services.audit import audit
 
 # Each search weight is a factor of one ranking component; at least one must be above 0.
@@ -149,7 +149,21 @@ LIMITS: dict[str, Limit] = {
 SETTING_NAMES = (*LIMITS, "pii_policy", "search_weights", "extraction_enabled")
 
 
+_SETTINGS_ATTNAMES = [f.attname for f in TenantSettings._meta.concrete_fields]
+# Read by every write and search: fixed SQL instead of the ORM compiling the same lookup per request.
+_SETTINGS_SQL = "SELECT {} FROM {} WHERE tenant_id = %s".format(
+    ", ".join(connection.ops.quote_name(f.column) for f in TenantSettings._meta.concrete_fields),
+    connection.ops.quote_name(TenantSettings._meta.db_table),
+)
+
+
 def tenant_settings(tenant_id: int) -> TenantSettings:
+    """The tenant's settings row, created with the defaults the first time it is asked for."""
+    with connection.cursor() as cursor:
+        cursor.execute(_SETTINGS_SQL, [tenant_id])
+        rows = cursor.fetchall()
+    if rows:
+        return from_rows(TenantSettings, _SETTINGS_ATTNAMES, rows)[0]
     settings, _ = TenantSettings.objects.get_or_create(tenant_id=tenant_id)
     return settings
 

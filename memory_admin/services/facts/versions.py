@@ -72,9 +72,16 @@ def insert_fact(fact: Fact) -> None:
     fact._state.adding, fact._state.db = False, connection.alias
 
 
+_LOCK_USER_SQL = "SELECT {pk} FROM {table} WHERE {pk} = %s FOR UPDATE".format(
+    pk=connection.ops.quote_name(MemoryUser._meta.pk.column), table=connection.ops.quote_name(MemoryUser._meta.db_table)
+)
+
+
 def lock_memory_user(memory_user_id: int) -> None:
-    """Writes for one memory user are serialised: races on a key or a hash cannot double-insert."""
-    MemoryUser.objects.select_for_update().filter(pk=memory_user_id).values_list("pk", flat=True).first()
+    """Writes for one memory user are serialised: races on a key or a hash cannot double-insert. Fixed
+    SQL (the row lock `select_for_update()` takes, without the ORM compiling it for every write)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LOCK_USER_SQL, [memory_user_id])
 
 
 def continue_chain(new: Fact, old: Fact) -> None:
