@@ -23,9 +23,13 @@ from memory_admin.services.keys import principal_for_request
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        principal = principal_for_request(token)  # counted too: RateLimited, 429 with Retry-After
+        # A read of one memory user: the key statement looks the user up too (see principal_for_request).
+        match = request.resolver_match
+        user_id = match.kwargs.get("user_id") if match is not None and request.method == "GET" else None
+        principal, known = principal_for_request(token, user_id)  # counted too: RateLimited, 429 with Retry-After
         if principal is not None:
             request.principal = principal
+            request.known_user = known
         return principal
 
 
