@@ -310,9 +310,19 @@ def _vector_cursor(*, binary_results: bool = False, prepared: bool = False):
     raw = (_preparing_cursor_class() if prepared else ServerBindingCursor)(raw_connection)
     if binary_results:
         raw.format = Format.BINARY
+        raw.adapters.register_loader("jsonb", _jsonb_as_text())
     for dumper in dumpers:
         raw.adapters.register_dumper(Vector, dumper)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+@functools.cache
+def _jsonb_as_text() -> type:
+    """A binary jsonb loader giving the JSON text, as Django's own text loader does (JSONField's
+    from_db_value decodes it), instead of psycopg's parsed value."""
+    from psycopg.types.json import JsonbBinaryLoader
+
+    return type("JsonbText", (JsonbBinaryLoader,), {"_loads": staticmethod(bytes.decode)})
 
 
 @functools.cache
@@ -599,6 +609,21 @@ def _facts_by_id(
     return {fact.pk: fact for fact in facts}
 
 
+# Every column of a fact but its vectors (what FactOut shows), carried by each candidate row when a
+# search renders facts: the k best become model instances without a second statement.
+_SHOWN = tuple(f.attname for f in Fact._meta.concrete_fields if f.attname != "id" and f.name not in _NOT_SHOWN)
+
+
+def _facts_carried(rows: list[tuple], memory_user: MemoryUser) -> dict[Any, Fact]:
+    """The facts of candidate rows that carry `_SHOWN`, by id, the memory user attached when it is theirs."""
+    width = len(_SHOWN)
+    facts = from_rows(Fact, ["id", *_SHOWN], [(row[0], *row[-width:]) for row in rows])
+    for fact in facts:
+        if fact.memory_user_id == memory_user.pk:
+            fact.memory_user = memory_user
+    return {fact.pk: fact for fact in facts}
+
+
 @dataclass
 class Ranking:
     """Every candidate scored, best first: (final, candidate row, score components); see `_score`."""
@@ -691,6 +716,7 @@ def fact_search(
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
     `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
     started = time.perf_counter()
+    with_notebook = "superseded" in include
     ranking = fact_ranking(
         principal=principal,
         memory_user=memory_user,
@@ -699,15 +725,14 @@ def fact_search(
         query_vector=query_vector,
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
+        carry=() if with_notebook else _SHOWN,
     )
     timings = ranking.timings
     top = ranking.scored[:k]
-    facts = _facts_by_id(
-        principal,
-        [row[0] for _, row, _ in top],
-        with_notebook="superseded" in include,
-        memory_users=[memory_user],
-    )
+    if with_notebook:
+        facts = _facts_by_id(principal, [row[0] for _, row, _ in top], with_notebook=True, memory_users=[memory_user])
+    else:
+        facts = _facts_carried([row for _, row, _ in top], memory_user)
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage
