@@ -48,3 +48,9 @@ def test_the_dashboard_signs_in_and_checks_csrf_as_before(tenant):
     assert signed_in.status_code == 302 and "sessionid" in signed_in.cookies
     home = client.get(f"/t/{tenant.slug}/facts/")
     assert home.status_code == 200 and "erin" in home.content.decode()
+
+
+def test_the_api_docs_page_still_renders_without_the_dashboards_middleware():
+    r = Client().get("/api/v1/docs")
+    assert r.status_code == 200 and "swagger" in r.content.decode().lower()
+    assert Client().get("/api/v1/openapi.json").json()["info"]["title"] == "memory-admin agent API"
