@@ -95,3 +95,19 @@ def test_another_tenants_key_never_gets_a_user_of_this_one(tenant, make_api):
     for _ in range(2):
         r = theirs.get("users/zoe/search", q="tomatoes")
         assert r.status_code == 404 and r.json()["code"] == "not_found"
+
+
+def test_the_key_statement_is_prepared_once_per_connection(tenant, make_api):
+    def prepared() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE 'WITH k AS%%'")
+            return cursor.fetchone()[0]
+
+    api = make_api(tenant)
+    write(api, "kit", "Kit grows tomatoes")
+    assert len(hits(api, "kit")) == 1
+    before = prepared()  # the key statement with the user lookup, and without (the key's first request)
+    assert 1 <= before <= 2
+    for _ in range(4):
+        assert len(hits(api, "kit")) == 1
+    assert prepared() == before  # reused, not prepared again

@@ -316,6 +316,12 @@ def _vector_cursor(*, binary_results: bool = False, prepared: bool = False):
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
 
 
+def prepared_cursor():
+    """A Django cursor (server-side binding) whose statements are prepared statements of the connection:
+    for a fixed statement every request sends (the API key statement)."""
+    return _vector_cursor(prepared=True)
+
+
 @functools.cache
 def _jsonb_as_text() -> type:
     """A binary jsonb loader giving the JSON text, as Django's own text loader does (JSONField's

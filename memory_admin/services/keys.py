@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
+from memory_admin.selectors.search import prepared_cursor
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
 T = TypeVar("T")
@@ -109,7 +110,7 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
         params += user_params
         columns.append("u.*")
     join = " LEFT JOIN u ON true" if guess is not None else ""
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:  # parsed and planned once per connection (a generic plan fits it)
         cursor.execute(f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM k{join}", params)
         row = cursor.fetchone()
         names = [column.name for column in cursor.description]
