@@ -94,6 +94,8 @@ def install(worker) -> None:
     _wrap(search, "_candidates", "candidates SQL")
     _wrap(search, "_score", "score")
     _wrap(search, "_facts_by_id", "facts SQL")
+    if hasattr(search, "_facts_carried"):  # the facts built from the candidate rows (no statement)
+        _wrap(search, "_facts_carried", "facts from rows")
     _wrap(ninja_api, "create_response", "render")
     from memory_admin.services import access_counts, facts
 

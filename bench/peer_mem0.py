@@ -106,7 +106,7 @@ def texts() -> tuple[list[str], list[str]]:
 
 class Mem0:
     def __init__(self) -> None:
-        datadir = Path("/tmp") / f"mem0-bench-pg-{os.getuid()}"
+        datadir = Path(os.environ.get("MEM0_PG_DIR") or f"/tmp/mem0-bench-pg-{os.getuid()}")  # one per concurrent run
         self.proc = subprocess.Popen(
             [str(MEM0_PY), "-c", WORKER, str(datadir)],
             stdin=subprocess.PIPE,

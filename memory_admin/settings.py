@@ -77,12 +77,16 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "memory_admin.middleware.DatabaseUnavailableMiddleware",
     "memory_admin.middleware.ContentSecurityPolicyMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "memory_admin.middleware.DashboardOnlyMiddleware",  # DASHBOARD_MIDDLEWARE, for all but /api/
+    "django.middleware.csrf.CsrfViewMiddleware",  # every request (the API's views are exempt)
+]
+# The dashboard's middleware, in order: skipped by agent API requests (bearer keys, no session).
+DASHBOARD_MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 

@@ -51,7 +51,7 @@ def org_fact(tenant, content):
     return str(fact.pk)
 
 
-def test_a_search_sends_four_statements(api, tenant):
+def test_a_search_sends_two_statements(api, tenant):
     write(api, "sam", "Sam keeps bees in the garden")
     write(api, "sam", "Sam's sister lives in Lyon")
     org_fact(tenant, "The office has a rooftop garden")
@@ -63,11 +63,11 @@ def test_a_search_sends_four_statements(api, tenant):
         for q in ctx.captured_queries
         if not q["sql"].startswith((*DEFERRED_WRITES, HOUSEKEEPING)) and "SAVEPOINT" not in q["sql"]
     ]
-    # The key with its request count (rate limit), the memory user, the candidates (own facts, shared
-    # nearest, shared full text, weights: one statement), the chosen facts.
-    assert len(sent) == 4, sent
-    assert "memory_admin_apikey" in sent[0] and "memory_admin_throttlewindow" in sent[0]
-    assert "memory_admin_memoryuser" in sent[1] and sent[2].startswith("WITH search_qv")
+    # The key with its request count (rate limit) and the memory user; the candidates (own facts, shared
+    # nearest, shared full text, weights: one statement), each carrying what the body shows of it.
+    assert len(sent) == 2, sent
+    assert all(table in sent[0] for table in ("memory_admin_apikey", "throttlewindow", "memory_admin_memoryuser"))
+    assert sent[1].startswith("WITH search_qv")
     assert {h["fact"]["content"] for h in r.json()["hits"]} >= {
         "Sam keeps bees in the garden",
         "The office has a rooftop garden",
@@ -201,3 +201,35 @@ def test_from_rows_runs_init_signals_when_a_receiver_listens(api):
     finally:
         post_init.disconnect(receiver, sender=Fact)
     assert seen == ["Ned bakes sourdough bread"] and str(built[0].pk) == fact_id
+
+
+def test_the_facts_carried_by_the_candidates_are_the_stored_facts(api, tenant):
+    """A search describes its hits from the columns the candidate rows carry (no second read): every
+    field of every hit, own and shared, is what the ORM reads for that fact, metadata and keys included."""
+    from memory_admin.api.schemas import FactOut
+
+    r = api.post(
+        "users/ivy/facts",
+        {
+            "content": "Ivy's favourite tea is oolong",
+            "source": "user_stated",
+            "key": "tea",
+            "metadata": {"n": [1, "x"]},
+        },
+    )
+    assert r.status_code in (200, 201), r.content
+    write(api, "ivy", "Ivy drinks tea every morning at seven")
+    shared = org_fact(tenant, "The tenant's kitchen stocks green tea")
+    Fact.objects.filter(pk=shared).update(metadata={"from": "ops"}, task_ref="t-1")
+    hits = search(api, "ivy", "what tea does Ivy drink", k=10).json()["hits"]
+    assert len(hits) == 3 and shared in {h["fact"]["id"] for h in hits}
+    for hit in hits:
+        fact = Fact.objects.select_related("memory_user").get(pk=hit["fact"]["id"])
+        expected = json.loads(json.dumps(FactOut.of(fact), cls=NinjaJSONEncoder))
+        changed_by_the_read = ("access_count", "last_accessed_at", "effective_confidence", "staleness", "stale")
+        assert {k: v for k, v in hit["fact"].items() if k not in changed_by_the_read} == {
+            k: v for k, v in expected.items() if k not in changed_by_the_read
+        }
+    assert {h["fact"]["key"] for h in hits} == {"tea", None} and any(
+        h["fact"]["metadata"] == {"n": [1, "x"]} for h in hits
+    )

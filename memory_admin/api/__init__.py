@@ -16,16 +16,25 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from memory_admin.api import entities, entity_curation, facts, memory, messages, retrieval, system
-from memory_admin.api.schemas import ErrorOut
+from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, ErrorOut
 from memory_admin.errors import DomainError, RateLimited
 from memory_admin.services.keys import principal_for_request
+
+_USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
 
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        principal = principal_for_request(token)  # counted too: RateLimited, 429 with Retry-After
+        # A read of one memory user: the key statement looks the user up too (see principal_for_request),
+        # if the id is one the route's validation will accept (anything else is answered by it, unread).
+        match = request.resolver_match
+        user_id = match.kwargs.get("user_id") if match is not None and request.method == "GET" else None
+        if user_id is not None and not (len(user_id) <= IDENTIFIER_MAX and _USER_ID.fullmatch(user_id)):
+            user_id = None
+        principal, known = principal_for_request(token, user_id)  # counted too: RateLimited, 429 with Retry-After
         if principal is not None:
             request.principal = principal
+            request.known_user = known
         return principal
 
 

@@ -36,7 +36,7 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
-    user = memory_user_for(request.principal, user_id)
+    user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
     result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered without a second
@@ -80,7 +80,7 @@ def context(request, response: HttpResponse, user_id: UserId, task: Text = "", b
         raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.", field="budget_tokens")
     if len(task) > MAX_QUERY_CHARS:
         raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
-    user = memory_user_for(request.principal, user_id)
+    user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
     block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])
     return block

@@ -237,9 +237,40 @@ def _visible_memory_user(principal: Principal, external_id: str) -> MemoryUser |
     return users[0] if users else None
 
 
-def memory_user_for(principal: Principal, external_id: str, *, create: bool = False) -> MemoryUser:
-    """The memory user with this external id. Reads never create; the first write does (SPEC §8)."""
-    user = _visible_memory_user(principal, external_id)
+def memory_user_lookup(principal: Principal, external_id: str) -> tuple[str, list]:
+    """`memory_user_for`'s own statement (SQL and parameters) for this principal and external id, for a
+    caller that sends it inside a statement of its own (the API key statement); its rows go to
+    `known_memory_user`."""
+    sql, params = _memory_user_statement(principal)
+    return sql, [external_id if p == _EXTERNAL_ID else p for p in params]
+
+
+@dataclass(frozen=True)
+class KnownUser:
+    """What `memory_user_lookup`'s statement answered for `principal` and `external_id` in this request
+    (`user` None: no such visible user). `memory_user_for` uses it for that principal and id only."""
+
+    principal: Principal
+    external_id: str
+    user: MemoryUser | None
+
+
+def known_memory_user(principal: Principal, external_id: str, names: list[str], row: tuple) -> KnownUser:
+    """A KnownUser from one row of `memory_user_lookup`'s columns (`names`; all NULL: no user)."""
+    user = from_rows(MemoryUser, names, [row])[0] if row and row[0] is not None else None
+    return KnownUser(principal, external_id, user)
+
+
+def memory_user_for(
+    principal: Principal, external_id: str, *, create: bool = False, known: KnownUser | None = None
+) -> MemoryUser:
+    """The memory user with this external id. Reads never create; the first write does (SPEC §8).
+    `known`: the same lookup already answered in this request (by the key statement), used when it was
+    made for this very principal and id."""
+    if known is not None and known.principal == principal and known.external_id == external_id:
+        user = known.user
+    else:
+        user = _visible_memory_user(principal, external_id)
     if user is not None:
         if user.erased_at is not None and not create:
             raise NotFound("No memory user with that id is visible to you.")

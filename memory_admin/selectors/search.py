@@ -43,6 +43,7 @@ import functools
 import json
 import math
 import re
+import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -279,12 +280,14 @@ def _compiled(qs: QuerySet) -> tuple[str, tuple]:
     return sql, tuple(params)
 
 
-def _vector_cursor(*, binary_results: bool = False):
+def _vector_cursor(*, binary_results: bool = False, prepared: bool = False):
     """A server-binding cursor that sends pgvector values in binary (1.5 kB, instead of 4 kB of text
     inlined into the SQL), wrapped like Django's own cursors (so query logging and counting see it).
     The dumper is registered on this cursor only: Django's VectorField reads and writes as before.
     `binary_results`: rows come back in binary (the candidate rows: numbers, uuids, arrays, text; no
-    type without a binary loader), which psycopg loads in a third of the time it parses their text."""
+    type without a binary loader), which psycopg loads in a third of the time it parses their text.
+    `prepared`: each statement is a named prepared statement of the connection (parsed once per
+    connection instead of once per execution; see `_PreparingCursor`)."""
     from django.db.backends.postgresql.base import ServerBindingCursor
     from pgvector.psycopg.vector import VectorBinaryDumper, VectorDumper
     from psycopg.pq import Format
@@ -300,12 +303,51 @@ def _vector_cursor(*, binary_results: bool = False):
             type("VectorText", (VectorDumper,), {"oid": oid}),
             type("VectorBinary", (VectorBinaryDumper,), {"oid": oid}),
         )
-    raw = ServerBindingCursor(raw_connection)
+    if prepared and raw_connection.prepare_threshold is None:
+        # Django turns psycopg's automatic preparing off (None), which also refuses prepare=True. A
+        # threshold no statement reaches keeps it off for every other statement of the connection.
+        raw_connection.prepare_threshold = sys.maxsize
+    raw = (_preparing_cursor_class() if prepared else ServerBindingCursor)(raw_connection)
     if binary_results:
         raw.format = Format.BINARY
+        raw.adapters.register_loader("jsonb", _jsonb_as_text())
     for dumper in dumpers:
         raw.adapters.register_dumper(Vector, dumper)
     return connection.make_debug_cursor(raw) if connection.queries_logged else connection.make_cursor(raw)
+
+
+def prepared_cursor():
+    """A Django cursor (server-side binding) whose statements are prepared statements of the connection:
+    for a fixed statement every request sends (the API key statement)."""
+    return _vector_cursor(prepared=True)
+
+
+@functools.cache
+def _jsonb_as_text() -> type:
+    """A binary jsonb loader giving the JSON text, as Django's own text loader does (JSONField's
+    from_db_value decodes it), instead of psycopg's parsed value."""
+    from psycopg.types.json import JsonbBinaryLoader
+
+    return type("JsonbText", (JsonbBinaryLoader,), {"_loads": staticmethod(bytes.decode)})
+
+
+@functools.cache
+def _preparing_cursor_class() -> type:
+    """Django's server-binding cursor, preparing every statement it executes (psycopg's prepare=True: a
+    named statement, parsed and analysed once per connection; Postgres then plans each execution for
+    its parameters, or reuses a generic plan when that plan is estimated no dearer than theirs)."""
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    class PreparingCursor(ServerBindingCursor):
+        def execute(self, query, params=None, *, prepare=None, binary=None):  # noqa: ANN001 - psycopg's
+            return super().execute(query, params, prepare=True, binary=binary)
+
+        def _send_query_prepared(self, name, pgq, *, binary=None):  # noqa: ANN001 - psycopg's
+            # psycopg records the statement sent (what Django's query log reads) only when unprepared.
+            self._query = pgq
+            return super()._send_query_prepared(name, pgq, binary=binary)
+
+    return PreparingCursor
 
 
 def _ef_default() -> int:
@@ -521,11 +563,13 @@ def _candidates(
     # when the session's value is lower.
     ef = hnsw_ef_search(n_shared)
     raise_ef = vector is not None and n_shared > 0 and ef > _ef_default()
-    with transaction.atomic() if raise_ef else nullcontext(), _vector_cursor(binary_results=True) as cursor:
+    with transaction.atomic() if raise_ef else nullcontext():
         if raise_ef:
-            cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
-        cursor.execute(statement, params)
-        result = cursor.fetchall()
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL hnsw.ef_search = {int(ef)}")
+        with _vector_cursor(binary_results=True, prepared=True) as cursor:
+            cursor.execute(statement, params)
+            result = cursor.fetchall()
     weights = result[0][0] if result else None
     return weights, [row[1:] for row in result if row[1] is not None]
 
@@ -568,6 +612,21 @@ def _facts_by_id(
     for fact in facts:
         if fact.memory_user_id in users:
             fact.memory_user = users[fact.memory_user_id]  # known already: no join, no extra query
+    return {fact.pk: fact for fact in facts}
+
+
+# Every column of a fact but its vectors (what FactOut shows), carried by each candidate row when a
+# search renders facts: the k best become model instances without a second statement.
+_SHOWN = tuple(f.attname for f in Fact._meta.concrete_fields if f.attname != "id" and f.name not in _NOT_SHOWN)
+
+
+def _facts_carried(rows: list[tuple], memory_user: MemoryUser) -> dict[Any, Fact]:
+    """The facts of candidate rows that carry `_SHOWN`, by id, the memory user attached when it is theirs."""
+    width = len(_SHOWN)
+    facts = from_rows(Fact, ["id", *_SHOWN], [(row[0], *row[-width:]) for row in rows])
+    for fact in facts:
+        if fact.memory_user_id == memory_user.pk:
+            fact.memory_user = memory_user
     return {fact.pk: fact for fact in facts}
 
 
@@ -663,6 +722,7 @@ def fact_search(
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
     `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
     started = time.perf_counter()
+    with_notebook = "superseded" in include
     ranking = fact_ranking(
         principal=principal,
         memory_user=memory_user,
@@ -671,15 +731,14 @@ def fact_search(
         query_vector=query_vector,
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
+        carry=() if with_notebook else _SHOWN,
     )
     timings = ranking.timings
     top = ranking.scored[:k]
-    facts = _facts_by_id(
-        principal,
-        [row[0] for _, row, _ in top],
-        with_notebook="superseded" in include,
-        memory_users=[memory_user],
-    )
+    if with_notebook:
+        facts = _facts_by_id(principal, [row[0] for _, row, _ in top], with_notebook=True, memory_users=[memory_user])
+    else:
+        facts = _facts_carried([row for _, row, _ in top], memory_user)
     hits = [Hit(fact=facts[row[0]], **parts) for _, row, parts in top if row[0] in facts]
     if record:
         from memory_admin.services.access_counts import record_usage

@@ -6,14 +6,17 @@ import hashlib
 import secrets
 from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from memory_admin.models import Agent, ApiKey
-from memory_admin.selectors.access import Principal
+from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
+from memory_admin.selectors.search import prepared_cursor
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
+T = TypeVar("T")
 KEY_PREFIX = "mem_"
 _KEY_SQL = (
     "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name"
@@ -61,13 +64,16 @@ def principal_for_key(raw: str) -> Principal | None:
     return _checking_connection(_key_principal, raw)
 
 
-def principal_for_request(raw: str) -> Principal | None:
+def principal_for_request(raw: str, user_id: str | None = None) -> tuple[Principal | None, KnownUser | None]:
     """principal_for_key and the key's request count (throttle.api_key_hit) in one statement, so one
     round trip: RateLimited past the key's limit, None for a missing, unknown or revoked key (not
-    counted)."""
+    counted). With `user_id` (a read of one memory user), the same statement also looks that user up,
+    with the lookup `memory_user_for` compiles for the principal this key had on its previous request in
+    this process: the KnownUser is given only when the key's row gives that principal again (the access
+    rule stays `visible()`'s; a key whose users or role changed is looked up apart, at once)."""
     if not raw or not raw.startswith(KEY_PREFIX):
-        return None
-    return _checking_connection(_counted_principal, raw)
+        return None, None
+    return _checking_connection(_counted_principal, raw, user_id)
 
 
 def _key_principal(raw: str) -> Principal | None:
@@ -78,25 +84,59 @@ def _key_principal(raw: str) -> Principal | None:
     return _principal(row) if row is not None else None
 
 
-def _counted_principal(raw: str) -> Principal | None:
+# The principal of each key on its previous request in this process (by key hash): which compiled user
+# lookup the key statement carries. Only a guess: a user row is used only if the key gives it again.
+_previous: dict[str, Principal] = {}
+_PREVIOUS_MAX = 4096
+
+
+def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal | None, KnownUser | None]:
+    key_hash = hash_key(raw)
+    guess = _previous.get(key_hash) if user_id is not None else None
     count = api_key_count_sql("k.id")
-    if count is None:
-        return _key_principal(raw)
-    count_sql, count_params, retry_after = count
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"WITH k AS ({_KEY_SQL}), c AS ({count_sql}) SELECT k.*, (SELECT hits FROM c) FROM k",
-            [hash_key(raw), *count_params],
-        )
+    if count is None and guess is None:
+        principal = _key_principal(raw)
+        _remember(key_hash, principal)
+        return principal, None
+    ctes, params, columns = [f"k AS ({_KEY_SQL})"], [key_hash], ["k.*"]
+    if count is not None:
+        count_sql, count_params, retry_after = count
+        ctes.append(f"c AS ({count_sql})")
+        params += count_params
+        columns.append("(SELECT hits FROM c)")
+    if guess is not None:
+        user_sql, user_params = memory_user_lookup(guess, user_id)
+        ctes.append(f"u AS ({user_sql})")
+        params += user_params
+        columns.append("u.*")
+    join = " LEFT JOIN u ON true" if guess is not None else ""
+    with prepared_cursor() as cursor:  # parsed and planned once per connection (a generic plan fits it)
+        cursor.execute(f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM k{join}", params)
         row = cursor.fetchone()
+        names = [column.name for column in cursor.description]
     if row is None:
-        return None
-    principal = _principal(row[:-1])
-    api_key_check(row[-1], retry_after)
-    return principal
+        return None, None
+    n_key = 7  # the key statement's own columns
+    principal = _principal(row[:n_key])
+    if count is not None:
+        api_key_check(row[n_key], retry_after)
+        n_key += 1
+    _remember(key_hash, principal)
+    if guess is None or guess != principal:
+        return principal, None
+    return principal, known_memory_user(principal, user_id, names[n_key:], row[n_key:])
 
 
-def _checking_connection(lookup: Callable[[str], Principal | None], raw: str) -> Principal | None:
+def _remember(key_hash: str, principal: Principal | None) -> None:
+    if principal is None:
+        _previous.pop(key_hash, None)
+        return
+    if len(_previous) >= _PREVIOUS_MAX and key_hash not in _previous:
+        _previous.clear()
+    _previous[key_hash] = principal
+
+
+def _checking_connection(lookup: Callable[..., T], raw: str, *args: object) -> T:
     """The key lookup, whose statement is also the connection's health check (one round trip, not two).
 
     With CONN_HEALTH_CHECKS Django sends `SELECT 1` before the first statement of a request on a reused
@@ -112,15 +152,15 @@ def _checking_connection(lookup: Callable[[str], Principal | None], raw: str) ->
         and not connection.in_atomic_block
     )
     if not due:
-        return lookup(raw)
+        return lookup(raw, *args)
     connection.health_check_done = True
     try:
-        return lookup(raw)
+        return lookup(raw, *args)
     except (OperationalError, InterfaceError):
         if connection.is_usable():
             raise
         connection.close()
-    return lookup(raw)
+    return lookup(raw, *args)
 
 
 def _principal(row: tuple) -> Principal:
