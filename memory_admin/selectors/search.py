@@ -50,10 +50,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import json
 import math
 import re
 import time
+from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -289,8 +291,8 @@ _ROW_SQL = (
     " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
     " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
     " COALESCE(length(c.search_vector), 0) AS doc_len,"
-    # The fact's lexemes as hashes (integers load faster than text): the specificity prior's IDF.
-    " (SELECT array_agg(hashtext(l)) FROM unnest(tsvector_to_array(c.search_vector)) AS l) AS lexemes,"
+    # The fact's lexemes as hashes (integers load faster than text), for the specificity prior's IDF.
+    " ARRAY(SELECT hashtext(l) FROM unnest(tsvector_to_array(c.search_vector)) AS l) AS lexemes,"
     " {entity_columns}"
     # Deduplicated first (a shared fact can be both near and a keyword match), then described.
     " FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id, u.src) AS c"
@@ -859,17 +861,22 @@ def _spread(scored: list[tuple[float, tuple, dict]]) -> list[tuple[float, tuple,
     """The SPREAD_TOP best re-ranked greedily (module docstring), then everything in final order again."""
     for _, _, parts in scored:
         parts["spread"] = 1.0
-    head, picked = scored[:SPREAD_TOP], []
-    while head:
+    head = scored[:SPREAD_TOP]
+    minutes = [float(row[AGE_DAYS]) * 1440.0 for _, row, _ in head]
+    near = [[j for j, m in enumerate(minutes) if abs(m - here) <= NEIGHBOUR_MINUTES] for here in minutes]
+    picked_near = [0] * len(head)  # picks so far within NEIGHBOUR_MINUTES of each
+    left = list(range(len(head)))
+    while left:
         best, best_final, best_factor = 0, -1.0, 1.0
-        for j, (final, row, _) in enumerate(head):
-            minute = float(row[AGE_DAYS]) * 1440.0
-            same = sum(1 for m in picked if abs(m - minute) <= NEIGHBOUR_MINUTES)
+        for pos, i in enumerate(left):
+            same = picked_near[i]
             factor = 1.0 - SPREAD_STEP * (same - SPREAD_FREE + 1) if same >= SPREAD_FREE else 1.0
-            if final * factor > best_final:
-                best, best_final, best_factor = j, final * factor, factor
-        _, row, parts = head.pop(best)
-        picked.append(float(row[AGE_DAYS]) * 1440.0)
+            if head[i][0] * factor > best_final:
+                best, best_final, best_factor = pos, head[i][0] * factor, factor
+        i = left.pop(best)
+        for j in near[i]:
+            picked_near[j] += 1
+        parts = head[i][2]
         parts["spread"] = best_factor
         parts["final"] = best_final
     rescored = [(parts["final"], row, parts) for _, row, parts in scored]
@@ -899,16 +906,12 @@ def _entity_scores(rows: list[tuple]) -> list[float]:
 def _specificity(rows: list[tuple]) -> list[float]:
     """The specificity prior of each candidate (module docstring): the mean IDF over the candidates of
     its SPECIFIC_TOP rarest lexemes, relative to the candidates' mean, ** SPECIFICITY_PRIOR."""
-    df: dict[int, int] = {}
-    for row in rows:
-        for lexeme in row[LEXEMES] or ():
-            df[lexeme] = df.get(lexeme, 0) + 1
     n = len(rows)
-    idf = {lexeme: math.log(1 + (n - c + 0.5) / (c + 0.5)) for lexeme, c in df.items()}
-    means = [
-        sum(sorted((idf[lexeme] for lexeme in row[LEXEMES] or ()), reverse=True)[:SPECIFIC_TOP]) / SPECIFIC_TOP
-        for row in rows
-    ]
+    lexemes = [row[LEXEMES] or () for row in rows]
+    df = Counter(itertools.chain.from_iterable(lexemes))
+    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score).
+    idf = [0.0] + [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in range(1, n + 1)]
+    means = [sum(idf[c] for c in sorted(map(df.__getitem__, own))[:SPECIFIC_TOP]) / SPECIFIC_TOP for own in lexemes]
     average = sum(means) / n
     if not average:
         return [1.0] * n
