@@ -44,7 +44,13 @@ def test_ranks_the_relevant_fact_first_with_components(api):
     assert score["keyword"] == 1.0 and score["vector"] == 1.0 and score["cosine"] > 0.3
     relevance = 0.4 * score["vector"] + 0.3 * score["keyword"] + 0.2 * score["recency"] + 0.1 * score["importance"]
     assert score["relevance"] == pytest.approx(relevance, abs=1e-3)
-    expected = (relevance + NEIGHBOUR_WEIGHT * score["neighbour"]) * score["length"] * score["effective_confidence"]
+    expected = (
+        (relevance + NEIGHBOUR_WEIGHT * score["neighbour"])
+        * score["length"]
+        * score["specificity"]
+        * score["spread"]
+        * score["effective_confidence"]
+    )
     assert score["final"] == pytest.approx(expected, abs=1e-3)
     # FactOut and the score agree on decay.
     assert body["hits"][0]["fact"]["effective_confidence"] == pytest.approx(score["effective_confidence"], abs=1e-3)
@@ -80,7 +86,13 @@ def test_stale_fact_ranks_below_an_equal_fresh_one(api):
     # Half weight, not removed.
     s = stale_hit["score"]
     assert s["final"] == pytest.approx(
-        0.5 * (s["relevance"] + NEIGHBOUR_WEIGHT * s["neighbour"]) * s["length"] * s["effective_confidence"], abs=1e-3
+        0.5
+        * (s["relevance"] + NEIGHBOUR_WEIGHT * s["neighbour"])
+        * s["length"]
+        * s["specificity"]
+        * s["spread"]
+        * s["effective_confidence"],
+        abs=1e-3,
     )
 
 

@@ -106,3 +106,35 @@ def test_a_longer_statement_gets_a_length_above_one(api, tenant):
     fact_row(user, "Ana: the kayak is in the shed", at - timedelta(days=3))
     _, scores = ranked(api, user, "kayak")
     assert scores[str(long.pk)]["length"] > 1 > scores[str(short.pk)]["length"]
+
+
+def test_a_specific_statement_ranks_above_small_talk_with_the_same_words(api, tenant):
+    """The specificity prior: of two statements that match the question's words alike, the one naming
+    something particular (words the user's other memories rarely use) comes first, and the score says why."""
+    user = new_user(tenant)
+    start = timezone.now() - timedelta(days=40)
+    for i in range(30):  # everyday small talk: its words are the user's most common ones
+        fact_row(user, f"Sam: that was really great fun, loved it, thanks {i}", start - timedelta(days=2 + i))
+    chatter = fact_row(user, "Sam: the weekend was really great fun, loved it", start)
+    specific = fact_row(user, "Sam: the weekend I tried pottery at Riverside", start - timedelta(days=1))
+    order, scores = ranked(api, user, "What did Sam do at the weekend?")
+    assert order.index(str(specific.pk)) < order.index(str(chatter.pk))
+    assert scores[str(specific.pk)]["specificity"] > 1 > scores[str(chatter.pk)]["specificity"]
+
+
+def test_a_list_question_finds_matches_from_more_than_one_conversation(api, tenant):
+    """The spread: when two conversations match a question about equally, the best k hold statements of
+    both instead of every statement of the one that matches a shade better (here: a day more recent)."""
+    user = new_user(tenant)
+    recent, earlier = timezone.now() - timedelta(days=40), timezone.now() - timedelta(days=41)
+    titles = iter(["Dune", "Emma", "Ulysses", "Beloved", "Rebecca", "Middlemarch", "Persuasion", "Kindred"])
+    first = [fact_row(user, f"Tim: I read the novel {next(titles)}", recent + timedelta(minutes=i)) for i in range(4)]
+    second = [fact_row(user, f"Tim: I read the novel {next(titles)}", earlier + timedelta(minutes=i)) for i in range(4)]
+    for i in range(20):
+        fact_row(user, f"Tim: the bus was late again on route {i}", recent - timedelta(days=5 + i))
+    order, scores = ranked(api, user, "Which novels has Tim read?", k=4)
+    assert {str(f.pk) for f in first} & set(order) and {str(f.pk) for f in second} & set(order), order
+    # The third statement of the first conversation yielded, and the score reports the factor.
+    _, everything = ranked(api, user, "Which novels has Tim read?", k=10)
+    assert sorted(everything[str(f.pk)]["spread"] for f in first)[0] < 1.0
+    assert all(s["spread"] <= 1.0 for s in everything.values())
