@@ -64,8 +64,12 @@ def _serve_and_log(tmp_path: Path, **env: str) -> list[dict]:
         while True:
             assert proc.poll() is None, (tmp_path / "web.log").read_text()
             try:
+                # A first answer can take seconds on a loaded machine (the worker warms up): waited for, not
+                # retried, or the retried request would write a second access line.
                 live = httpx.get(
-                    f"http://127.0.0.1:{port}/api/v1/health/live", headers={"X-Request-ID": "probe-req-0001"}
+                    f"http://127.0.0.1:{port}/api/v1/health/live",
+                    headers={"X-Request-ID": "probe-req-0001"},
+                    timeout=60,
                 )
                 break
             except httpx.HTTPError:
