@@ -26,7 +26,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
-RECIPE = "minilm-l6-v2/bert-graph-v2/smooth-p99-pow2/dynamic-int8-per-channel/matmul+gather/all"
+RECIPE = "minilm-l6-v2/bert-graph-v2/smooth-p99-pow2-calib2/dynamic-int8-per-channel/matmul+gather/all"
 MODEL_FILE = "all-MiniLM-L6-v2.int8.onnx"
 MANIFEST_FILE = "manifest.json"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
@@ -39,15 +39,17 @@ DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 
 # Sentences run through the float graph at build time to find each MatMul input's outlier channels
 # (`_smoothing`). Varied on purpose (people, work, dates, questions, code, other scripts); only the
-# per-channel maxima are kept, rounded to powers of two, so the exact choice matters little.
+# per-channel maxima are kept, rounded to powers of two, so the exact choice matters little. None of them
+# comes from or names anyone in the retrieval benchmark's data (shared/eval); swapping three such sentences
+# for these changed the divisor of 1 channel in 16,128.
 CALIBRATION = (
     "Alice prefers green tea in the morning and coffee after lunch.",
     "Bob moved from Berlin to Lisbon last spring with his two kids.",
     "The payment service deployment failed on staging because of a missing secret.",
     "Remember that the quarterly report is due on the last Friday of March.",
     "What did Maria say about the new onboarding process?",
-    "Caroline went to an LGBTQ support group meeting on 7 May 2023.",
-    "Melanie signed up for a pottery class and painted a sunrise over the lake.",
+    "Priya went to a volunteer firefighters' meeting on 7 May 2023.",
+    "Omar signed up for a woodworking class and carved a bowl from walnut.",
     "Use four spaces for indentation in Python and tabs in the Go repository.",
     "The customer wants every invoice issued in euros, not in US dollars.",
     "Dana is allergic to peanuts, so the team lunch must be nut free.",
@@ -58,7 +60,7 @@ CALIBRATION = (
     "He said the hiking trip was the best weekend he had all year!",
     "The API returns 429 when a key exceeds sixty requests per minute.",
     "Grandma's recipe uses three eggs, a cup of sugar and lemon zest.",
-    "Jon lost his job at the bank and decided to open a dance studio.",
+    "Lena lost her job at the bakery and decided to open a bicycle shop.",
     "Set LOG_LEVEL=debug and restart the worker to see the retries.",
     "We adopted a rescue dog named Pepper; she is scared of thunder.",
     "The flight to Tokyo leaves at 6:45 and lands the next afternoon.",
