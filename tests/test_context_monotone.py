@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from memory_admin.models import Episode, Fact, MemoryUser, Notebook, Skill
 from memory_admin.selectors.access import Principal
-from memory_admin.services.context import context_block
+from memory_admin.services.context import MIN_CUT_TOKENS, context_block
 from memory_admin.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db
@@ -113,10 +113,17 @@ def test_the_budget_is_filled_by_cutting_the_next_fact_which_says_so(api, tenant
         words = " ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(20, 60)))
         fact_row(user, f"Long note {i}: {words}", valid_from=now - timedelta(hours=i))
     texts = {}
-    for budget in (250, 251, 260, 300, 520):
+    cuts = 0
+    for budget in (250, 251, 260, 300, 500, 520):
         body = context(api, user, "violin lessons at the harbour", budget)
         assert body["tokens"] >= 0.95 * budget
         facts = next(s for s in body["sections"] if s["name"] == "facts")
+        if not facts["truncated"]:
+            # The whole facts left too little room for even MIN_CUT_TOKENS of the next one, its lead and
+            # the cut mark (which budgets these are depends on the ranking): nothing is cut then.
+            assert budget - body["tokens"] < MIN_CUT_TOKENS + 12, (budget, body["tokens"])
+            continue
+        cuts += 1
         assert len(facts["truncated"]) == 1
         cut = facts["truncated"][0]
         line = next(
@@ -124,8 +131,9 @@ def test_the_budget_is_filled_by_cutting_the_next_fact_which_says_so(api, tenant
         )
         assert Fact.objects.get(pk=cut).content.startswith(line[2:-1].rstrip())
         texts[budget] = body
+    assert cuts >= 4  # most budgets end inside a fact
     # The cut fact of a smaller block is whole, or cut later, in a larger one.
-    small, large = texts[250], texts[520]
+    small, large = texts[min(texts)], texts[max(texts)]
     cut_small = next(s for s in small["sections"] if s["name"] == "facts")["truncated"][0]
     assert cut_small in next(s for s in large["sections"] if s["name"] == "facts")["included"]
 
