@@ -169,6 +169,9 @@ class FactQuerySet(models.QuerySet):
 
 
 class Fact(models.Model):
+    # Its vector columns (two embeddings and the tsvector): raw reads of a fact's row that show or compare
+    # it (the write path, the cap, search's carried rows) leave them out; parsing 384 floats is costly.
+    VECTORS = ("embedding", "embedding_next", "search_vector")
     Scope = FactScope
     Category = FactCategory
     Kind = FactKind

@@ -611,7 +611,7 @@ def _as_vector(values: list[float] | None) -> Vector | None:
 
 
 _IDS_SENTINEL = object()
-_NOT_SHOWN = ("embedding", "embedding_next", "search_vector")  # FactOut shows none of them
+_NOT_SHOWN = Fact.VECTORS  # FactOut shows none of them
 
 
 @functools.lru_cache(maxsize=256)
@@ -852,6 +852,11 @@ ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED,
 _NO_ENTITY = (0, 0, 0)
 
 
+def _idf(n: int, df: int) -> float:
+    """BM25's IDF of a lexeme found in `df` of `n` candidates (the keywords, the entities, specificity)."""
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+
 def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tuple, dict]]:
     """Fuse the components of every candidate; best first. `matched` is a bitmask over the query's
     lexemes (bit i: the fact contains lexeme i)."""
@@ -860,7 +865,7 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     n = len(rows)
     width = max(rows, key=lambda r: r[MATCHED])[MATCHED].bit_length()
     df = [sum(1 for r in rows if r[MATCHED] >> i & 1) for i in range(width)]
-    idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
+    idf = [_idf(n, c) for c in df]
     avg_len = sum(r[DOC_LEN] for r in rows) / n or 1.0
     bm25 = []
     idf_sums: dict[int, float] = {}  # many candidates match the same lexemes: sum their IDF once
@@ -953,7 +958,7 @@ def _entity_scores(rows: list[tuple]) -> list[float]:
         return [0.0] * len(rows)
     n = len(rows)
     df = [sum(1 for mask, _, _ in ents if mask >> i & 1) for i in range(width)]
-    idf = [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in df]
+    idf = [_idf(n, c) for c in df]
     direct = [
         sum(w * (1.0 if subject >> i & 1 else MENTION_SHARE) for i, w in enumerate(idf) if mask >> i & 1)
         for mask, subject, _ in ents
@@ -969,7 +974,7 @@ def _specificity(rows: list[tuple]) -> list[float]:
     lexemes = [row[LEXEMES] or () for row in rows]
     df = Counter(itertools.chain.from_iterable(lexemes))
     # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score).
-    idf = [0.0] + [math.log(1 + (n - c + 0.5) / (c + 0.5)) for c in range(1, n + 1)]
+    idf = [0.0] + [_idf(n, c) for c in range(1, n + 1)]
     means = [sum(idf[c] for c in sorted(map(df.__getitem__, own))[:SPECIFIC_TOP]) / SPECIFIC_TOP for own in lexemes]
     average = sum(means) / n
     if not average:

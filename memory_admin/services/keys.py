@@ -23,6 +23,7 @@ _KEY_SQL = (
     f" FROM {ApiKey._meta.db_table} AS k JOIN {Agent._meta.db_table} AS a ON a.id = k.agent_id"
     " WHERE k.key_hash = %s AND k.revoked_at IS NULL LIMIT 1"
 )
+_KEY_WIDTH = 7  # the columns of _KEY_SQL (what `_principal` reads)
 
 
 def hash_key(raw: str) -> str:
@@ -116,7 +117,7 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
         names = [column.name for column in cursor.description]
     if row is None:
         return None, None
-    n_key = 7  # the key statement's own columns
+    n_key = _KEY_WIDTH
     principal = _principal(row[:n_key])
     if count is not None:
         api_key_check(row[n_key], retry_after)

@@ -24,11 +24,7 @@ def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -
     unpinned ones in eviction order, in one statement (under the cap Postgres stops at the count).
     Hand-written: the ORM form of this query cost ~10 ms to compile on every write at the cap."""
     table = Fact._meta.db_table  # effective_confidence_sql() names the table's columns by table name
-    columns = ", ".join(
-        f"{table}.{f.column}"
-        for f in Fact._meta.concrete_fields
-        if f.attname not in ("embedding", "embedding_next", "search_vector")
-    )
+    columns = ", ".join(f"{table}.{f.column}" for f in Fact._meta.concrete_fields if f.attname not in Fact.VECTORS)
     young = f"{table}.created_at >= %s"
     # Whether the fact is the source of an open relation (an indexed probe): if no victim is, ending
     # their relations would close nothing, and its two ORM statements are skipped.

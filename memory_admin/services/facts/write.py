@@ -123,9 +123,7 @@ def _locked_state(memory_user_id: int) -> _UserState:
 
 # The columns the write path reads of a standing fact: all but the vectors (a neighbour's own vector is
 # never needed, and parsing 384 floats per row was a measurable part of a write) and the tsvector.
-_FACT_ATTNAMES = [
-    f.attname for f in Fact._meta.concrete_fields if f.attname not in ("embedding", "embedding_next", "search_vector")
-]
+_FACT_ATTNAMES = [f.attname for f in Fact._meta.concrete_fields if f.attname not in Fact.VECTORS]
 _FACT_COLUMNS = ", ".join(f"f.{Fact._meta.get_field(name).column}" for name in _FACT_ATTNAMES)
 
 
