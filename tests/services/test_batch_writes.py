@@ -321,9 +321,9 @@ def test_statements_of_a_batch(api):
 
 
 def test_statements_of_a_batch_at_the_cap(api, admin_api):
-    """At the cap each stored fact evicts one: per fact the lookup, the INSERT, the cap's query and the
-    eviction's UPDATE. Ending the evicted facts' relations costs nothing when they state none (the cap's
-    query says so); a victim that states one is covered by test_relation_lifecycle."""
+    """At the cap each stored fact evicts one: per fact the lookup, the INSERT and one eviction statement
+    (count, pick and UPDATE together). Ending the evicted facts' relations costs nothing when they state
+    none (the eviction statement says so); a victim that states one is covered by test_relation_lifecycle."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -339,3 +339,6 @@ def test_statements_of_a_batch_at_the_cap(api, admin_api):
     sql = [q["sql"] for q in queries.captured_queries]
     touching_relations = [s for s in sql if "memory_admin_relation" in s]
     assert len(touching_relations) == 3 and all("states_relation" in s for s in touching_relations), sql
+    assert len([s for s in sql if s.startswith("UPDATE")]) == 0  # the eviction is the WITH … UPDATE above
+    # The batch's 8 (see above) and 3 per fact.
+    assert len(sql) == 3 * 3 + 8, sql

@@ -107,3 +107,88 @@ def test_lifecycle_still_runs_over_a_capped_user(api, admin_api, tenant):
     report = lifecycle_gc_run(principal=Principal.system(tenant.pk))
     assert report["counts"]["hard_ttl"] == 3
     assert active_ids() == set()
+
+
+def test_a_batch_at_the_cap_evicts_what_single_writes_would(api, admin_api):
+    """The eviction is one statement per stored fact in a batch as in a single write: the same victims,
+    in the same order, the same outcomes, the same audit trail. The users start alike: old facts read
+    often (a higher effective confidence than new ones), old facts never read, a pinned one, and young
+    facts of mixed confidence; then the same writes past the cap, some less sure than what stands."""
+    assert admin_api.patch("settings", {"fact_cap": 6}).status_code == 200
+    standing = [
+        ("visited {} last year", 0.9, {"access_count": 40}),
+        ("has a cousin in {}", 0.8, {}),
+        ("once lived in {}", 0.95, {}),
+        ("sends postcards to {}", 0.7, {"pinned": True}),
+    ]
+    young = [("is learning the language of {}", 0.85), ("has a flight to {}", 0.75)]
+    incoming = [
+        ("wants to move to {}", 0.9),
+        ("dislikes the weather in {}", 0.72),  # less sure than every young fact: capped
+        ("has friends in {}", 0.8),
+        ("works remotely from {}", 0.95),
+        ("buys coffee beans from {}", 0.74),
+        ("reads newspapers from {}", 0.99),
+        ("plans a trip to {}", 0.85),
+    ]
+    trails = {}
+    for user, single in (("solo", True), ("bulk", False)):
+        ids = {}
+        for i, (text, confidence, extra) in enumerate(standing):
+            body = api.post(
+                f"users/{user}/facts",
+                {"content": f"{user} " + text.format(CITIES[i]), "confidence": confidence, "pinned": "pinned" in extra},
+            ).json()
+            ids[body["fact"]["id"]] = extra
+        for pk, extra in ids.items():
+            Fact.objects.filter(pk=pk).update(
+                created_at=timezone.now() - timedelta(days=3),
+                access_count=extra.get("access_count", 0),
+                last_accessed_at=timezone.now(),
+            )
+        for i, (text, confidence) in enumerate(young):
+            api.post(
+                f"users/{user}/facts", {"content": f"{user} " + text.format(CITIES[4 + i]), "confidence": confidence}
+            )
+        writes = [
+            {"content": f"{user} " + text.format(CITIES[6 + i]), "confidence": confidence}
+            for i, (text, confidence) in enumerate(incoming)
+        ]
+        if single:
+            results = [api.post(f"users/{user}/facts", w).json() for w in writes]
+        else:
+            results = api.post(f"users/{user}/facts/batch", {"facts": writes}).json()["results"]
+        content = dict(Fact.objects.filter(memory_user__external_id=user).values_list("id", "content"))
+
+        def text_of(pk, user=user, content=content):
+            from uuid import UUID
+
+            return content[UUID(str(pk))].removeprefix(f"{user} ")
+
+        evictions = AuditEvent.objects.filter(action="fact.evict", memory_user__external_id=user).order_by("pk")
+        trails[user] = (
+            [(r["outcome"], [text_of(pk) for pk in r["evicted_ids"]]) for r in results],
+            sorted(
+                c.removeprefix(f"{user} ")
+                for c in Fact.objects.filter(memory_user__external_id=user, status="active").values_list(
+                    "content", flat=True
+                )
+            ),
+            [(text_of(e.target_id), e.before["status"], e.after["status"]) for e in evictions],
+        )
+    assert trails["bulk"] == trails["solo"]
+    outcomes, active, evictions = trails["solo"]
+    # The old facts go first (the unread ones before the often-read one), then the young by confidence;
+    # a new fact less sure than every other young one is capped on arrival; the pinned one stays.
+    assert outcomes == [
+        ("created", ["has a cousin in Lima"]),
+        ("created", ["once lived in Quito"]),
+        ("created", ["visited Oslo last year"]),
+        ("created", ["dislikes the weather in Bergen"]),
+        ("capped", ["buys coffee beans from Malmo"]),
+        ("created", ["has a flight to Perth"]),
+        ("created", ["has friends in Porto"]),
+    ]
+    assert "sends postcards to Hanoi" in active and len(active) == 6
+    assert [e[0] for e in evictions] == [evicted for _, (evicted,) in outcomes]
+    assert all(before == "active" and after == "evicted" for _, before, after in evictions)

@@ -1,47 +1,56 @@
-"""The per-user fact cap (SPEC §4 step 6): after a write, the weakest unpinned facts over the cap are
+"""The per-user cap (SPEC §4 step 6): after a write, the weakest unpinned facts over the cap are
 evicted."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+import functools
+from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from memory_admin.models import Fact, Relation, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
-from memory_admin.selectors.access import Principal
+from memory_admin.selectors.access import Principal, from_rows
+from memory_admin.selectors.search import prepared_cursor
 from memory_admin.services.audit import audit_fact, fact_snapshot
 from memory_admin.services.entities import relations_end
 
-# Eviction candidates read with the count: a write adds one fact, so one is usually evicted.
-CAP_PROBE = 4
+# The columns read back of an evicted fact: all but the vectors (and the generated tsvector's input is
+# its content, read anyway).
+_ATTNAMES = [f.attname for f in Fact._meta.concrete_fields if f.attname not in Fact.VECTORS]
 
 
-def _weakest(memory_user_id: int, cap: int, grace_start: datetime, limit: int) -> list[Fact]:
-    """The count of the user's active facts (`total`) and, when it is over the cap, the `limit` weakest
-    unpinned ones in eviction order, in one statement (under the cap Postgres stops at the count).
-    Hand-written: the ORM form of this query cost ~10 ms to compile on every write at the cap."""
+@functools.cache
+def _evict_statement() -> str:
+    """Count the user's active facts, pick the weakest unpinned ones over the cap in eviction order and
+    mark them evicted, in one statement (prepared: parsed and planned once per connection; it runs once
+    for every fact written at the cap). Under the cap the LIMIT is 0 and nothing is touched.
+
+    Each evicted row comes back with its eviction order (`young`, `strength`, `created_at`: the sort key,
+    since UPDATE … RETURNING keeps no order) and whether it states an open relation (an indexed probe, for
+    the victims only: if none does, ending their relations would close nothing)."""
     table = Fact._meta.db_table  # effective_confidence_sql() names the table's columns by table name
-    columns = ", ".join(f"{table}.{f.column}" for f in Fact._meta.concrete_fields if f.attname not in Fact.VECTORS)
-    young = f"{table}.created_at >= %s"
-    # Whether the fact is the source of an open relation (an indexed probe): if no victim is, ending
-    # their relations would close nothing, and its two ORM statements are skipped.
+    young = f"{table}.created_at >= %(grace)s"
+    weakest = (
+        f"SELECT {table}.id, (CASE WHEN {young} THEN 1 ELSE 0 END) AS young, "
+        f"(CASE WHEN {young} THEN {table}.confidence ELSE {effective_confidence_sql()} END) AS strength "
+        f"FROM {table} WHERE {table}.memory_user_id = %(user)s AND {table}.status = %(active)s "
+        f"AND NOT {table}.pinned ORDER BY 2, 3, {table}.created_at "
+        f"LIMIT GREATEST((SELECT count(*) FROM {table} WHERE memory_user_id = %(user)s AND status = %(active)s) "
+        f"- %(cap)s, 0)"
+    )
+    columns = ", ".join(f"evicted.{Fact._meta.get_field(name).column}" for name in _ATTNAMES)
     states = (
-        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r "
-        f"WHERE r.source_fact_id = {table}.id AND r.valid_to IS NULL) AS states_relation"
+        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r WHERE r.source_fact_id = evicted.id AND r.valid_to IS NULL) "
+        "AS states_relation"
     )
-    sql = (
-        f"SELECT {columns}, {states}, total FROM {table}, "
-        f"(SELECT count(*) AS total FROM {table} WHERE memory_user_id = %s AND status = %s) AS counted "
-        f"WHERE {table}.memory_user_id = %s AND {table}.status = %s AND NOT {table}.pinned AND total > %s "
-        f"ORDER BY (CASE WHEN {young} THEN 1 ELSE 0 END), "
-        f"(CASE WHEN {young} THEN {table}.confidence ELSE {effective_confidence_sql()} END), "
-        f"{table}.created_at LIMIT %s"
+    return (
+        f"WITH victims AS ({weakest}) "
+        f"UPDATE {table} AS evicted SET status = %(evicted)s, status_reason = %(reason)s, updated_at = %(now)s "
+        f"FROM victims WHERE evicted.id = victims.id "
+        f"RETURNING {columns}, {states}, victims.young, victims.strength"
     )
-    active = [memory_user_id, Fact.Status.ACTIVE]
-    return list(Fact.objects.raw(sql, [*active, *active, cap, grace_start, grace_start, limit]))
 
 
 def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fact]:
@@ -50,23 +59,28 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
     fact younger than FACT_CAP_GRACE_HOURS goes only after every older unpinned fact. Older facts go
     lowest effective confidence first, oldest first; young ones (a burst of writes past the cap) by
     stated confidence, oldest first, so the fact just written survives unless it is the least sure."""
-    grace_start = timezone.now() - timedelta(hours=settings.FACT_CAP_GRACE_HOURS)
-    victims = _weakest(memory_user_id, cap, grace_start, CAP_PROBE)
-    if not victims:
+    now = timezone.now()
+    params = {
+        "grace": now - timedelta(hours=settings.FACT_CAP_GRACE_HOURS),
+        "user": memory_user_id,
+        "active": Fact.Status.ACTIVE.value,
+        "cap": cap,
+        "evicted": Fact.Status.EVICTED.value,
+        "reason": "per-user cap",
+        "now": now,
+    }
+    with prepared_cursor() as cursor:
+        cursor.execute(_evict_statement(), params)
+        rows = cursor.fetchall()
+    if not rows:
         return []
-    excess = victims[0].total - cap
-    if excess > CAP_PROBE:  # the cap was lowered: many at once
-        victims = _weakest(memory_user_id, cap, grace_start, excess)
-    victims = victims[:excess]
-    # By hand: the ORM's UPDATE compiled on every write at the cap (the same statement).
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Fact._meta.db_table} SET status = %s, status_reason = %s, updated_at = %s WHERE id = ANY(%s)",
-            [Fact.Status.EVICTED.value, "per-user cap", timezone.now(), [v.pk for v in victims]],
-        )
-    if any(v.states_relation for v in victims):
+    # Eviction order (the statement's ORDER BY); the rows hold their state after the UPDATE.
+    rows.sort(key=lambda row: (row[-2], row[-1], row[_ATTNAMES.index("created_at")]))
+    victims = from_rows(Fact, _ATTNAMES, [row[: len(_ATTNAMES)] for row in rows])
+    if any(row[len(_ATTNAMES)] for row in rows):
         relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:
+        victim.status = Fact.Status.ACTIVE
         before = fact_snapshot(victim)
         victim.status = Fact.Status.EVICTED
         audit_fact(

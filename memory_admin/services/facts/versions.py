@@ -64,7 +64,7 @@ def insert_fact(fact: Fact) -> None:
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
     if defaults:
         sql += " RETURNING " + ", ".join(connection.ops.quote_name(f.column) for f in defaults)
-    with _vector_cursor() as cursor:
+    with _vector_cursor(prepared=True) as cursor:  # the same text for every fact: parsed once per connection
         cursor.execute(sql, params)
         returned = cursor.fetchone() if defaults else ()
     for field, value in zip(defaults, returned, strict=True):
@@ -79,8 +79,10 @@ _LOCK_USER_SQL = "SELECT {pk} FROM {table} WHERE {pk} = %s FOR UPDATE".format(
 
 def lock_memory_user(memory_user_id: int) -> None:
     """Writes for one memory user are serialised: races on a key or a hash cannot double-insert. Fixed
-    SQL (the row lock `select_for_update()` takes, without the ORM compiling it for every write)."""
-    with connection.cursor() as cursor:
+    SQL (the row lock `select_for_update()` takes, without the ORM compiling it for every write), prepared."""
+    from memory_admin.selectors.search import prepared_cursor
+
+    with prepared_cursor() as cursor:
         cursor.execute(_LOCK_USER_SQL, [memory_user_id])
 
 

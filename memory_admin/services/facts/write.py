@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
@@ -26,7 +26,7 @@ from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.models import WriteOutcome as Outcome
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, from_rows
-from memory_admin.selectors.search import _vector_cursor  # binary vector parameters, one home
+from memory_admin.selectors.search import _vector_cursor, prepared_cursor  # binary vectors, prepared: one home
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
@@ -103,9 +103,10 @@ class _UserState:
 
 
 def _user_state(memory_user_id: int) -> _UserState:
-    """One statement, after `lock_memory_user`: the active facts are counted as `enforce_cap` counts them."""
+    """One statement, after `lock_memory_user`: the active facts are counted as `enforce_cap` counts them.
+    Prepared, as every fixed statement a write sends (parsed and planned once per connection)."""
     fact, chunk, notebook = Fact._meta.db_table, NotebookChunk._meta.db_table, Notebook._meta.db_table
-    with connection.cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(
             f"SELECT (SELECT count(*) FROM {fact} WHERE memory_user_id = %s AND status = %s), "
             f"EXISTS (SELECT 1 FROM {chunk} c JOIN {notebook} n ON n.id = c.notebook_id "
@@ -145,7 +146,7 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
         f"WHERE {active} AND f.embedding IS NOT NULL ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
-    with _vector_cursor() as cursor:
+    with _vector_cursor(prepared=True) as cursor:  # one of two texts (with a key or without): prepared
         cursor.execute(sql, [Vector(fact.embedding), *slot, *exact_params, *slot])
         rows = cursor.fetchall()
     found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
