@@ -111,3 +111,31 @@ def test_the_key_statement_is_prepared_once_per_connection(tenant, make_api):
     for _ in range(4):
         assert len(hits(api, "kit")) == 1
     assert prepared() == before  # reused, not prepared again
+
+
+def test_a_write_finds_its_user_in_the_key_statement(tenant, make_api):
+    """POST /facts and /facts/batch take the user from the key statement as reads do: one statement
+    fewer per write. A first write still creates the user (the lookup found none), a restricted key still
+    may not write for another user, and an erased user is written for as before (a new life)."""
+    api = make_api(tenant)
+    write(api, "xia", "Xia grows tomatoes in pots")  # the key is known from here on; xia exists
+    with CaptureQueriesContext(connection) as ctx:
+        write(api, "xia", "Xia's tomatoes are cherry tomatoes")
+        r = api.post(
+            "users/xia/facts/batch", {"facts": [{"content": "Xia waters them at dawn", "source": "user_stated"}]}
+        )
+    assert r.status_code == 200 and r.json()["results"][0]["outcome"] == "created"
+    sent = [q["sql"] for q in ctx.captured_queries]
+    assert sum("memory_admin_memoryuser" in s and "FOR UPDATE" not in s for s in sent) == 2, sent
+    assert all("key_hash" in s for s in sent if "memory_admin_memoryuser" in s and "FOR UPDATE" not in s)
+    # A user the key statement did not find is created by its first write, and found by the next.
+    new = write(api, "yan", "Yan grows tomatoes on the roof")
+    assert write(api, "yan", "Yan grows tomatoes on the roof") == new  # deduplicated into the same fact
+    restricted = make_api(tenant, users=["xia"], agent="xia-agent")
+    assert (
+        restricted.post("users/xia/facts", {"content": "Xia likes basil", "source": "user_stated"}).status_code == 201
+    )
+    r = restricted.post("users/yan/facts", {"content": "Yan likes basil"})
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
+    r = restricted.post("users/yan/facts/batch", {"facts": [{"content": "Yan likes basil"}]})
+    assert r.status_code == 404 and r.json()["code"] == "not_found"

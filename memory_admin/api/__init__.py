@@ -21,14 +21,17 @@ from memory_admin.errors import DomainError, RateLimited
 from memory_admin.services.keys import principal_for_request
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
+_WRITES = ("/facts", "/facts/batch")  # the write routes whose handler takes the user the key statement found
 
 
 class BearerKey(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        # A read of one memory user: the key statement looks the user up too (see principal_for_request),
-        # if the id is one the route's validation will accept (anything else is answered by it, unread).
+        # A read of one memory user, or a write of facts for one: the key statement looks the user up too
+        # (see principal_for_request), if the id is one the route's validation will accept (anything
+        # else is answered by it, unread).
         match = request.resolver_match
-        user_id = match.kwargs.get("user_id") if match is not None and request.method == "GET" else None
+        looked_up = request.method == "GET" or (request.method == "POST" and match and match.route.endswith(_WRITES))
+        user_id = match.kwargs.get("user_id") if match is not None and looked_up else None
         if user_id is not None and not (len(user_id) <= IDENTIFIER_MAX and _USER_ID.fullmatch(user_id)):
             user_id = None
         principal, known = principal_for_request(token, user_id)  # counted too: RateLimited, 429 with Retry-After

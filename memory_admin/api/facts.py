@@ -61,7 +61,7 @@ def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
 @router.post("/users/{user_id}/facts", response={200: WriteOut, 201: WriteOut})
 def write_fact(request, user_id: UserId, payload: FactIn):
     check_fact_size(payload.content, payload.metadata)  # before the first write creates the user
-    user = memory_user_for(request.principal, user_id, create=True)
+    user = memory_user_for(request.principal, user_id, create=True, known=getattr(request, "known_user", None))
     data = payload.dict(exclude_none=True)
     task_ref = data.pop("task_id", "")
     result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
@@ -92,7 +92,7 @@ def write_facts(request, user_id: UserId, payload: FactBatchIn):
         )
     for item in payload.facts:
         check_fact_size(item.content, item.metadata)  # before the first write creates the user
-    user = memory_user_for(request.principal, user_id, create=True)
+    user = memory_user_for(request.principal, user_id, create=True, known=getattr(request, "known_user", None))
     facts = []
     for item in payload.facts:
         data = item.dict(exclude_none=True)
