@@ -286,7 +286,7 @@ def test_a_mixed_batch_equals_the_same_writes_one_by_one(api, admin_api):
 
 def test_statements_of_a_batch(api):
     """Pins what a batch of distinct facts costs the database: per fact, one lookup (slot, same
-    content and neighbours) and one INSERT, no savepoint; per batch, the key, the user, the tenant's
+    content and neighbours) and one INSERT, no savepoint; per batch, the key (which finds the user), the tenant's
     settings, the lock, the user's state and one INSERT of the audit rows."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
@@ -315,9 +315,9 @@ def test_statements_of_a_batch(api):
     assert len([s for s in sql if s.startswith("SAVEPOINT")]) == 1
     assert len([s for s in sql if s.startswith('INSERT INTO "memory_admin_fact"')]) == n
     assert len([s for s in sql if "AS distance" in s]) == n
-    # 2 per fact (4 before: a savepoint and its release around each) + the key, the user, the settings,
-    # the lock, the state, the audit rows, and the savepoint pair standing for BEGIN/COMMIT here.
-    assert len(sql) == 2 * n + 8, sql
+    # 2 per fact (4 before: a savepoint and its release around each) + the key with the user, the
+    # settings, the lock, the state, the audit rows, and the savepoint pair standing for BEGIN/COMMIT here.
+    assert len(sql) == 2 * n + 7, sql
 
 
 def test_statements_of_a_batch_at_the_cap(api, admin_api):
@@ -340,5 +340,5 @@ def test_statements_of_a_batch_at_the_cap(api, admin_api):
     touching_relations = [s for s in sql if "memory_admin_relation" in s]
     assert len(touching_relations) == 3 and all("states_relation" in s for s in touching_relations), sql
     assert len([s for s in sql if s.startswith("UPDATE")]) == 0  # the eviction is the WITH … UPDATE above
-    # The batch's 8 (see above) and 3 per fact.
-    assert len(sql) == 3 * 3 + 8, sql
+    # The batch's 7 (see above) and 3 per fact.
+    assert len(sql) == 3 * 3 + 7, sql

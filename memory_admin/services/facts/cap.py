@@ -42,8 +42,8 @@ def _evict_statement() -> str:
     )
     columns = ", ".join(f"evicted.{Fact._meta.get_field(name).column}" for name in _ATTNAMES)
     states = (
-        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r WHERE r.source_fact_id = evicted.id AND r.valid_to IS NULL) "
-        "AS states_relation"
+        f"EXISTS (SELECT 1 FROM {Relation._meta.db_table} r "
+        "WHERE r.source_fact_id = evicted.id AND r.valid_to IS NULL) AS states_relation"
     )
     return (
         f"WITH victims AS ({weakest}) "

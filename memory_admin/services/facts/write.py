@@ -146,7 +146,8 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
         f"WHERE {active} AND f.embedding IS NOT NULL ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
-    with _vector_cursor(prepared=True) as cursor:  # one of two texts (with a key or without): prepared
+    # Prepared (one of two texts: with a key or without), rows in binary (a third of the parsing).
+    with _vector_cursor(binary_results=True, prepared=True) as cursor:
         cursor.execute(sql, [Vector(fact.embedding), *slot, *exact_params, *slot])
         rows = cursor.fetchall()
     found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
