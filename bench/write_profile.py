@@ -29,12 +29,17 @@ from _harness import PYTHON, ROOT, Server, database_url, migrate, setup_django  
 from speed import drive, texts  # noqa: E402
 from write_throughput import Cpu  # noqa: E402
 
+_CURSOR_FRAMES = ("execute", "_send_query_prepared", "_vector_cursor", "prepared_cursor")
 # (bucket, substrings of a frame "function (path:line)"), matched innermost frame first.
 BUCKETS = [
     ("embedding: onnxruntime run", ["run (onnxruntime/"]),
     ("embedding: tokenizer, arrays, tolist", ["embed (memory_admin/embeddings.py"]),
     ("embedding: EmbedAhead hand-off, futures", ["memory_admin/embeddings.py", "concurrent/futures/"]),
-    ("SQL: psycopg (send, wait, parse rows)", ["psycopg/", "pgvector/"]),
+    (
+        "SQL: psycopg (send, wait, parse rows)",
+        # and the cursors of selectors/search.py that the write path's statements go through
+        ["psycopg/", "pgvector/", *(f"{f} (memory_admin/selectors/search.py:" for f in _CURSOR_FRAMES)],
+    ),
     ("SQL: Django ORM (compile, models)", ["django/db/"]),
     ("audit rows", ["memory_admin/services/audit.py"]),
     ("entity drawing hook", ["memory_admin/services/entity_draw.py"]),

@@ -66,7 +66,15 @@ def write_fact(request, user_id: UserId, payload: FactIn):
     task_ref = data.pop("task_id", "")
     result = fact_write(principal=request.principal, memory_user=user, task_ref=task_ref, **data)
     status = 201 if result.outcome.stored else 200
-    return status, _write_out(result)
+    # Exactly what WriteOut would dump, rendered without validating it again (as the batch route does; a
+    # test holds the body equal to its validated form).
+    return _rendered(request, _write_out(result), status)
+
+
+def _rendered(request, body: dict, status: int):
+    from memory_admin.api import api  # at call time: router modules never import the api package at load
+
+    return api.create_response(request, body, status=status)
 
 
 def _write_out(result: WriteResult) -> dict:
@@ -106,9 +114,7 @@ def write_facts(request, user_id: UserId, payload: FactBatchIn):
         "user_id": user.external_id,
         "results": [{**_write_out(r), "index": i, "block_id": r.block_id} for i, r in enumerate(results)],
     }
-    from memory_admin.api import api  # at call time: router modules never import the api package at load
-
-    return api.create_response(request, body, status=200)
+    return _rendered(request, body, 200)
 
 
 @router.get("/facts/{fact_id}", response=FactOut)
