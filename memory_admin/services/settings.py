@@ -158,8 +158,11 @@ _SETTINGS_SQL = "SELECT {} FROM {} WHERE tenant_id = %s".format(
 
 
 def tenant_settings(tenant_id: int) -> TenantSettings:
-    """The tenant's settings row, created with the defaults the first time it is asked for."""
-    with connection.cursor() as cursor:
+    """The tenant's settings row, created with the defaults the first time it is asked for. Every write
+    and search reads it: the statement is prepared (parsed and planned once per connection)."""
+    from memory_admin.selectors.search import prepared_cursor  # at call time: search imports this module
+
+    with prepared_cursor() as cursor:
         cursor.execute(_SETTINGS_SQL, [tenant_id])
         rows = cursor.fetchall()
     if rows:
