@@ -106,6 +106,40 @@ class OnnxEmbedder:
             out.append(run(["sentence_embedding"], feeds)[0][0].tolist())
         return out
 
+    def embed_pair(self, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[float], list[float]]:
+        """One run of the model for two vectors: the text's (the very vector `embed` gives) and the mean
+        of the same run's token states over the tokens outside the character spans (e.g. a question's
+        names), L2-normalised. [CLS] and [SEP] count, as in the text's own pooling; a text with no token
+        left gets its own vector twice."""
+        np = self._np
+        encoding = self._tokenizer.encode(text)
+        feeds = {
+            "input_ids": np.array([encoding.ids], dtype=np.int64),
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+        }
+        whole, tokens = self._session.run(["sentence_embedding", "token_embeddings"], feeds)
+        special = encoding.special_tokens_mask
+        inside = [
+            not special[i] and any(start < b and end > a for a, b in spans)
+            for i, (start, end) in enumerate(encoding.offsets)
+        ]
+        keep = [i for i in range(len(inside)) if not inside[i] and (_KEEP_SPECIAL or not special[i])]
+        names = [i for i in range(len(inside)) if inside[i]]
+        if not keep or not names:
+            vector = whole[0].tolist()
+            return vector, list(vector)
+        pooled = tokens[0, keep].mean(axis=0)
+        if _ORTH:
+            direction = tokens[0, names].mean(axis=0)
+            direction /= max(float(np.sqrt(direction @ direction)), 1e-12)
+            pooled -= (pooled @ direction) * direction
+        pooled /= max(float(np.sqrt(pooled @ pooled)), 1e-12)
+        return whole[0].tolist(), pooled.tolist()
+
+
+_KEEP_SPECIAL = os.environ.get("TOPIC_KEEP_SPECIAL", "0") == "1"  # experiment
+_ORTH = os.environ.get("TOPIC_ORTH", "1") == "1"  # experiment
+
 
 class StaticEmbedder:
     """A static token table distilled from all-MiniLM-L6-v2 (`EMBEDDER=static`, `static_model.py`): a
@@ -364,6 +398,33 @@ def embed_query(text: str) -> list[float]:
         vector = embed_one(text)
         query_cache.put(key, vector)
     return vector
+
+
+@metrics.timed(metrics.EMBEDDING_SECONDS.labels("one"))
+def _embed_pair(embedder: OnnxEmbedder, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[float], list[float]]:
+    return embedder.embed_pair(text, spans)
+
+
+def embed_query_topic(text: str, spans: Sequence[tuple[int, int]], topic: str) -> tuple[list[float], list[float]]:
+    """(`embed_query(text)`, the vector of the text's topic without the character `spans`, e.g. a search
+    question without its names), through the LRU. An engine that pools a run's tokens (onnx:
+    `embed_pair`) gets both from one run of the model, the second as the mean of the tokens outside the
+    spans (contextual: the left-out words were in the input); any other embeds `topic`, the text with the
+    spans left out, on the helper thread while the caller's thread embeds the text."""
+    embedder = get_embedder()
+    if not hasattr(embedder, "embed_pair") or os.environ.get("TOPIC_SEPARATE") == "1":  # experiment
+        aside = embed_query_aside(topic)
+        whole = embed_query(text)
+        return whole, aside.result()
+    key = (embedder.name, text)
+    topic_key = (f"{embedder.name}#topic{tuple(spans)}", text)
+    whole, pooled = query_cache.get(key), query_cache.get(topic_key)
+    if whole is None or pooled is None:
+        whole, pooled = _embed_pair(embedder, text, spans)
+        if query_cache.size > 0:
+            query_cache.put(key, whole)
+            query_cache.put(topic_key, pooled)
+    return whole, pooled
 
 
 def embed_query_aside(text: str) -> Future:
