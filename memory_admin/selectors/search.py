@@ -132,7 +132,7 @@ MAX_EMBEDDED_ENTITIES = 2
 # art does make?"), TOPIC_SHARE of the latter: the whole query's embedding is pulled towards the named
 # person's every statement, whichever its topic, while the entity component and the keywords count the
 # name already (bench/README.md: LoCoMo dev multi-hop R@10 0.486 -> 0.522, pooled 0.770 -> 0.789).
-TOPIC_SHARE = float(__import__("os").environ.get("TOPIC_SHARE_X", "0.6"))  # EXPERIMENT
+TOPIC_SHARE = 0.6
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
 OWN_EXACT_LIMIT = 5000
