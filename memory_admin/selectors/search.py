@@ -131,7 +131,10 @@ MAX_EMBEDDED_ENTITIES = 2
 # component, by the normalised mix of its embedding and that of its text without the names ("What kind of
 # art does make?"), TOPIC_SHARE of the latter: the whole query's embedding is pulled towards the named
 # person's every statement, whichever its topic, while the entity component and the keywords count the
-# name already (bench/README.md: LoCoMo dev multi-hop R@10 0.486 -> 0.522, pooled 0.770 -> 0.789).
+# name already (bench/README.md: LoCoMo dev multi-hop R@10 0.486 -> 0.522, pooled 0.770 -> 0.789). On
+# onnx the topic comes from the question's own run (`embed_query_topic`: its tokens outside the names, one
+# run instead of two; bench/README.md "Search over HTTP, round 7": multi-hop 0.561 -> 0.550, pooled 0.794
+# -> 0.788); the other engines embed the text without the names.
 TOPIC_SHARE = 0.6
 # A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
 # pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
