@@ -74,6 +74,7 @@ class OnnxEmbedder:
         from memory_admin import onnx_model
 
         self._np = np
+        self._sentence, self._tokens = onnx_model.SENTENCE, onnx_model.TOKENS
         path = model_path or onnx_model.ensure_model()
         options = ort.SessionOptions()
         options.intra_op_num_threads = int(os.environ.get("EMBED_THREADS", "1"))
@@ -103,8 +104,39 @@ class OnnxEmbedder:
                 "input_ids": np.array([encoding.ids], dtype=np.int64),
                 "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
             }
-            out.append(run(["sentence_embedding"], feeds)[0][0].tolist())
+            out.append(run([self._sentence], feeds)[0][0].tolist())
         return out
+
+    def embed_pair(self, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[float], list[float]]:
+        """One run of the model for two vectors: the text's (the very vector `embed` gives) and its topic
+        without the character `spans` (a question's names): the mean of the same run's token states over
+        the tokens outside the spans ([CLS] and [SEP] count, as in the text's own pooling), less its
+        component along the mean state of the tokens inside them, L2-normalised. The left-out words were in
+        the input, so every other token's state carries some of them; projecting their direction out takes
+        back most of what embedding the text without them gives (bench/README.md "Search over HTTP, round
+        7"). No token inside the spans, or none outside: the text's own vector twice."""
+        np = self._np
+        encoding = self._tokenizer.encode(text)
+        feeds = {
+            "input_ids": np.array([encoding.ids], dtype=np.int64),
+            "attention_mask": np.array([encoding.attention_mask], dtype=np.int64),
+        }
+        whole, states = self._session.run([self._sentence, self._tokens], feeds)
+        special = encoding.special_tokens_mask
+        inside = [
+            not special[i] and any(start < b and end > a for a, b in spans)
+            for i, (start, end) in enumerate(encoding.offsets)
+        ]
+        names = [i for i, left_out in enumerate(inside) if left_out]
+        if not names or len(names) == len(inside):
+            vector = whole[0].tolist()
+            return vector, list(vector)
+        pooled = states[0, [i for i, left_out in enumerate(inside) if not left_out]].mean(axis=0)
+        direction = states[0, names].mean(axis=0)
+        direction /= max(float(np.sqrt(direction @ direction)), 1e-12)
+        pooled -= (pooled @ direction) * direction
+        pooled /= max(float(np.sqrt(pooled @ pooled)), 1e-12)
+        return whole[0].tolist(), pooled.tolist()
 
 
 class StaticEmbedder:
@@ -364,6 +396,33 @@ def embed_query(text: str) -> list[float]:
         vector = embed_one(text)
         query_cache.put(key, vector)
     return vector
+
+
+@metrics.timed(metrics.EMBEDDING_SECONDS.labels("one"))
+def _embed_pair(embedder: OnnxEmbedder, text: str, spans: Sequence[tuple[int, int]]) -> tuple[list[float], list[float]]:
+    return embedder.embed_pair(text, spans)
+
+
+def embed_query_topic(text: str, spans: Sequence[tuple[int, int]], topic: str) -> tuple[list[float], list[float]]:
+    """(`embed_query(text)`, the vector of the text's topic without the character `spans`, e.g. a search
+    question without its names), through the LRU. An engine that pools a run's tokens (onnx:
+    `embed_pair`) gets both from one run of the model, the second as the mean of the tokens outside the
+    spans (contextual: the left-out words were in the input); any other embeds `topic`, the text with the
+    spans left out, on the helper thread while the caller's thread embeds the text."""
+    embedder = get_embedder()
+    if not hasattr(embedder, "embed_pair"):
+        aside = embed_query_aside(topic)
+        whole = embed_query(text)
+        return whole, aside.result()
+    key = (embedder.name, text)
+    topic_key = (f"{embedder.name}#topic{tuple(spans)}", text)
+    whole, pooled = query_cache.get(key), query_cache.get(topic_key)
+    if whole is None or pooled is None:
+        whole, pooled = _embed_pair(embedder, text, spans)
+        if query_cache.size > 0:
+            query_cache.put(key, whole)
+            query_cache.put(topic_key, pooled)
+    return whole, pooled
 
 
 def embed_query_aside(text: str) -> Future:

@@ -26,8 +26,12 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
-RECIPE = "minilm-l6-v2/bert-graph-v2/smooth-p99-pow2-calib2/dynamic-int8-per-channel/matmul+gather/all"
+RECIPE = "minilm-l6-v2/bert-graph-v3-tokens/smooth-p99-pow2-calib2/dynamic-int8-per-channel/matmul+gather/all"
 MODEL_FILE = "all-MiniLM-L6-v2.int8.onnx"
+# The graph's outputs: the sentence vector, and the last hidden state of every token (for a second
+# pooling over some of them, e.g. a question's words without its names: embeddings.OnnxEmbedder.embed_pair).
+SENTENCE = "sentence_embedding"
+TOKENS = "token_embeddings"
 MANIFEST_FILE = "manifest.json"
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
 OPSET = 18
@@ -212,7 +216,7 @@ def _smoothing(src: Path, probe: Path) -> dict[str, np.ndarray]:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     session = ort.InferenceSession(str(probe), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs() if o.name != "sentence_embedding"]
+    names = [o.name for o in session.get_outputs() if o.name not in (SENTENCE, TOKENS)]
     tokenizer = Tokenizer.from_file(str(src / "tokenizer.json"))
     tokenizer.enable_truncation(MAX_TOKENS)
     tokenizer.no_padding()
@@ -235,7 +239,8 @@ def _smoothing(src: Path, probe: Path) -> dict[str, np.ndarray]:
 def _write_fp32_graph(
     src: Path, out: Path, *, smooth: dict[str, np.ndarray] | None = None, expose_matmul_inputs: bool = False
 ) -> None:
-    """BertModel (post-LayerNorm, GELU erf, absolute positions) + masked mean pooling + L2 norm.
+    """BertModel (post-LayerNorm, GELU erf, absolute positions) + masked mean pooling + L2 norm; the
+    last hidden state is an output too (TOKENS).
 
     `smooth`: per MatMul input (by name), divisors per channel (`_smoothing`): the input is divided (for
     the GELU output folded into its 0.5) and the weight's rows multiplied. `expose_matmul_inputs`: every
@@ -351,7 +356,8 @@ def _write_fp32_graph(
             gelu_name,
         )
         ff2 = linear(gelu, f"{p}.output.dense", f"l{i}_ff2", folded=True)
-        x = layer_norm(node("Add", [ff2, x], f"l{i}_res2"), f"{p}.output.LayerNorm", f"l{i}_ln2")
+        last = i == config["num_hidden_layers"] - 1
+        x = layer_norm(node("Add", [ff2, x], f"l{i}_res2"), f"{p}.output.LayerNorm", TOKENS if last else f"l{i}_ln2")
 
     # Mean over attended tokens (sentence-transformers' Pooling), then L2 normalisation (eps 1e-12).
     mask3 = node("Unsqueeze", [maskf, const("axis2", np.array([2], dtype=np.int64))], "mask3")
@@ -370,7 +376,7 @@ def _write_fp32_graph(
         [node("ReduceL2", [mean, "one1"], "l2", keepdims=1), const("min_norm", np.array(1e-12, dtype=np.float32))],
         "l2c",
     )
-    node("Div", [mean, norm], "sentence_embedding")
+    node("Div", [mean, norm], SENTENCE)
 
     graph = helper.make_graph(
         nodes,
@@ -379,7 +385,10 @@ def _write_fp32_graph(
             helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
             helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
         ],
-        [helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", hidden])]
+        [
+            helper.make_tensor_value_info(SENTENCE, TensorProto.FLOAT, ["batch", hidden]),
+            helper.make_tensor_value_info(TOKENS, TensorProto.FLOAT, ["batch", "seq", hidden]),
+        ]
         + [
             helper.make_tensor_value_info(x, TensorProto.FLOAT, [None, None, None])
             for x in exposed

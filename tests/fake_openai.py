@@ -8,6 +8,7 @@ per call: "500", "429", "stall" (longer than any client timeout), "slow:<seconds
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -144,9 +145,30 @@ class FakeOpenAI:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (timeout): exactly what a stalled server sees
 
+            def _embeddings(self, body: dict) -> None:
+                """Deterministic unit vectors of the asked size: each word (lower-cased) adds its own
+                hash-seeded direction, so texts sharing words are near and the same text gets the same vector."""
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                with fake._lock:
+                    fake.calls.extend({"layer": "embeddings", "prompt": t, "at": time.time()} for t in texts)
+                data = []
+                for i, text in enumerate(texts):
+                    vector = [0.0] * int(body.get("dimensions") or 1536)
+                    for word in re.findall(r"\w+", text.lower()):
+                        seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
+                        for j in range(8):
+                            vector[(seed >> (j * 7)) % len(vector)] += 1.0 if (seed >> (56 + j)) & 1 else -1.0
+                    norm = sum(x * x for x in vector) ** 0.5 or 1.0
+                    data.append({"object": "embedding", "index": i, "embedding": [x / norm for x in vector]})
+                usage = {"prompt_tokens": 1, "total_tokens": 1}
+                self._send(200, {"object": "list", "data": data, "model": body.get("model"), "usage": usage})
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path == "/v1/embeddings":
+                    self._embeddings(body)
+                    return
                 if self.path != "/v1/chat/completions":
                     self._send(404, {"error": {"message": "not found"}})
                     return
