@@ -101,6 +101,7 @@ def main() -> int:
     parser.add_argument("--explain", type=int, default=5)
     parser.add_argument("--profile", type=int, default=30)
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--sort", default="tottime", help="the cProfile's order: tottime (own time) or cumulative")
     args = parser.parse_args()
     setup_django(database_url(args.db, fresh=False))
     from django.db import connection
@@ -175,8 +176,8 @@ def main() -> int:
             run("context", principal, by_ext[f"user-{index}"], text, vectors[text])
             profile.disable()
         out = io.StringIO()
-        pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(25)
-        print(f"\ncProfile of {len(items)} context blocks, by own time:")
+        pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(25)
+        print(f"\ncProfile of {len(items)} context blocks, by {args.sort}:")
         print("\n".join(out.getvalue().splitlines()[:45]))
     return 0
 

@@ -136,6 +136,36 @@ def test_near_duplicate_facts_are_collapsed_into_one_line(api, tenant):
     assert body["text"].count("green tea") == 1
 
 
+def test_the_lines_a_fact_holds_are_the_listed_runs_of_its_words():
+    """`held_by` (which listed lines a new line's words hold, so that they collapse into it) against its
+    definition, over random lines of a small vocabulary listed and unlisted in turn: every listed line of
+    at least CONTAINED_MIN_WORDS words that is a run of the new line's words, and no other."""
+    import random
+
+    rng = random.Random(7)
+    vocabulary = ["ana", "i", "like", "tea", "green", "the"]
+    for _ in range(40):
+        room = context_service._Room(10_000)
+        listed: dict[str, str] = {}  # words -> id, as the room should hold them
+        for step in range(60):
+            words = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(2, 9)))
+            item = context_service._Item(f"f{step}", "", words=words)
+            expected = {
+                fid
+                for other, fid in listed.items()
+                if other != words
+                and other.count(" ") + 1 >= context_service.CONTAINED_MIN_WORDS
+                and f" {other} " in f" {words} "
+            }
+            assert set(room.held_by(item)) == expected
+            if listed and rng.random() < 0.3:  # a line collapses and leaves
+                gone = rng.choice(list(listed))
+                room.unlist(context_service._Item(listed.pop(gone), "", words=gone))
+            elif words not in listed:
+                room.list(item)
+                listed[words] = item.id
+
+
 def test_related_memory_brings_the_turns_around_the_best_match(api, tenant):
     user = new_user(tenant)
     now = timezone.now()

@@ -6,9 +6,12 @@ turn of a conversation where several turns match before one next to a single mat
 from __future__ import annotations
 
 import itertools
+import math
+from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser
@@ -122,6 +125,47 @@ def test_a_specific_statement_ranks_above_small_talk_with_the_same_words(api, te
     assert scores[str(specific.pk)]["specificity"] > 1 > scores[str(chatter.pk)]["specificity"]
 
 
+def test_the_specificity_reported_is_the_mean_idf_of_each_facts_rarest_lexemes(api, tenant):
+    """The specificity prior as the module docstring defines it, recomputed here from Postgres' own
+    lexemes of every candidate (a small user: every own fact is one): (the mean IDF over the candidates
+    of a fact's 3 rarest lexemes / its mean over the candidates) ** 0.4, a fact without lexemes a quarter
+    of the mean; the hits in the order of their final scores."""
+    user = new_user(tenant)
+    at = timezone.now() - timedelta(days=3)
+    texts = [f"Ivo: the garden was lovely today, thanks {w}" for w in ("again", "so much", "a lot", "Ana")]
+    texts += [
+        "Ivo: I planted quinces and medlars in the garden",
+        "Ivo: the garden shed holds a Bakelite radio from Turin",
+        "Ivo: thanks, lovely",
+        "Ivo: loved the garden",
+        "...!?",  # no lexeme at all
+    ]
+    for i, text in enumerate(texts):
+        fact_row(user, text, at - timedelta(hours=3 * i))
+    r = api.get(f"users/{user.external_id}/search", q="what grows in the garden", k=50)
+    assert r.status_code == 200, r.content
+    body = r.json()
+    assert body["candidates"] == len(texts) == len(body["hits"])
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id::text, tsvector_to_array(to_tsvector('english', content)) FROM memory_admin_fact"
+            " WHERE memory_user_id = %s",
+            [user.pk],
+        )
+        lexemes = dict(cursor.fetchall())
+    n = len(lexemes)
+    df = Counter(word for words in lexemes.values() for word in words)
+    idf = {word: math.log(1 + (n - count + 0.5) / (count + 0.5)) for word, count in df.items()}
+    mean = {i: sum(sorted((idf[w] for w in words), reverse=True)[:3]) / 3 for i, words in lexemes.items()}
+    average = sum(mean.values()) / n
+    expected = {i: max(0.25, m / average) ** 0.4 for i, m in mean.items()}
+    reported = {h["fact"]["id"]: h["score"]["specificity"] for h in body["hits"]}
+    assert reported == pytest.approx(expected, abs=1e-4)
+    assert min(reported.values()) == pytest.approx(0.25**0.4, abs=1e-4)  # the fact without lexemes
+    finals = [h["score"]["final"] for h in body["hits"]]
+    assert finals == sorted(finals, reverse=True)
+
+
 def test_a_list_question_finds_matches_from_more_than_one_conversation(api, tenant):
     """The spread: when two conversations match a question about equally, the best k hold statements of
     both instead of every statement of the one that matches a shade better (here: a day more recent)."""
@@ -138,3 +182,25 @@ def test_a_list_question_finds_matches_from_more_than_one_conversation(api, tena
     _, everything = ranked(api, user, "Which novels has Tim read?", k=10)
     assert sorted(everything[str(f.pk)]["spread"] for f in first)[0] < 1.0
     assert all(s["spread"] <= 1.0 for s in everything.values())
+
+
+def test_a_statement_past_the_best_twenty_comes_before_picks_that_yielded(api, tenant):
+    """The spread re-ranks the best 20 only, but a pick that yields can fall below a candidate outside
+    them: a statement of another conversation that was not among the best 20 then comes before the late
+    picks of the first, and every hit is still in the order of its final score."""
+    user = new_user(tenant)
+    recent, earlier = timezone.now() - timedelta(days=40), timezone.now() - timedelta(days=41)
+    first = [fact_row(user, f"Tim: I read the novel, part {i}", recent + timedelta(minutes=i)) for i in range(24)]
+    second = [fact_row(user, f"Tim: I read the novel, part {i}", earlier + timedelta(minutes=i)) for i in range(6)]
+    for i in range(10):
+        fact_row(user, f"Tim: the bus was late again on route {i}", recent - timedelta(days=5 + i))
+    order, scores = ranked(api, user, "Which novel parts has Tim read?", k=50)
+    finals = [scores[i]["final"] for i in order]
+    assert finals == sorted(finals, reverse=True)
+    before_spread = {i: s["final"] / s["spread"] for i, s in scores.items()}
+    best_second = max(before_spread[str(f.pk)] for f in second)
+    assert sum(1 for value in before_spread.values() if value > best_second) >= 20  # outside the best 20 ...
+    yielded = [str(f.pk) for f in first if scores[str(f.pk)]["spread"] < 1.0]
+    assert yielded
+    last_yielded = max(order.index(i) for i in yielded)
+    assert min(order.index(str(f.pk)) for f in second) < last_yielded  # ... and before a pick that yielded

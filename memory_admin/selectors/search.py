@@ -309,8 +309,9 @@ _ROW_SQL = (
     " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
     " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
     " COALESCE(length(c.search_vector), 0) AS doc_len,"
-    # The fact's lexemes as hashes (integers load faster than text), for the specificity prior's IDF.
-    " ARRAY(SELECT hashtext(l) FROM unnest(tsvector_to_array(c.search_vector)) AS l) AS lexemes,"
+    # The fact's lexemes (text[]), for the specificity prior's IDF: one function call per row, where a
+    # per-row subquery hashing each lexeme cost Postgres ~2 ms per search at 1.1M facts (bench/README.md).
+    " tsvector_to_array(c.search_vector) AS lexemes,"
     " {entity_columns}"
     # Deduplicated first (a shared fact can be both near and a keyword match), then described.
     " FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id, u.src) AS c"
@@ -917,6 +918,7 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
             "importance": float(row[IMPORTANCE]),
             "entity": ent,
             "specificity": spec,
+            "spread": 1.0,  # _spread sets the factor of each of the best it re-ranks
             "effective_confidence": float(row[EFF_CONF]),
             "staleness": stale_score,
             # scoring.is_stale, on the SQL score.
@@ -940,9 +942,7 @@ def _rank_key(item: tuple[float, tuple, dict]) -> tuple:
 
 def _spread(scored: list[tuple[float, tuple, dict]]) -> list[tuple[float, tuple, dict]]:
     """The SPREAD_TOP best re-ranked greedily (module docstring), then everything in final order again."""
-    for _, _, parts in scored:
-        parts["spread"] = 1.0
-    head = scored[:SPREAD_TOP]
+    head, tail = scored[:SPREAD_TOP], scored[SPREAD_TOP:]
     minutes = [float(row[AGE_DAYS]) * 1440.0 for _, row, _ in head]
     near = [[j for j, m in enumerate(minutes) if abs(m - here) <= NEIGHBOUR_MINUTES] for here in minutes]
     picked_near = [0] * len(head)  # picks so far within NEIGHBOUR_MINUTES of each
@@ -960,9 +960,12 @@ def _spread(scored: list[tuple[float, tuple, dict]]) -> list[tuple[float, tuple,
         parts = head[i][2]
         parts["spread"] = best_factor
         parts["final"] = best_final
-    rescored = [(parts["final"], row, parts) for _, row, parts in scored]
-    rescored.sort(key=_rank_key)
-    return rescored
+    # Only the head's finals changed (none rose): the tail is in final order already, and follows the
+    # re-sorted head unless a pick that yielded fell below the tail's best.
+    head = sorted(((parts["final"], row, parts) for _, row, parts in head), key=_rank_key)
+    if tail and _rank_key(head[-1]) > _rank_key(tail[0]):
+        return sorted(head + tail, key=_rank_key)
+    return head + tail
 
 
 def _entity_scores(rows: list[tuple]) -> list[float]:
@@ -992,7 +995,8 @@ def _specificity(rows: list[tuple]) -> list[float]:
     df = Counter(itertools.chain.from_iterable(lexemes))
     # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score).
     idf = [0.0] + [_idf(n, c) for c in range(1, n + 1)]
-    means = [sum(idf[c] for c in sorted(map(df.__getitem__, own))[:SPECIFIC_TOP]) / SPECIFIC_TOP for own in lexemes]
+    rarest = (sorted(map(df.__getitem__, own))[:SPECIFIC_TOP] for own in lexemes)
+    means = [sum(map(idf.__getitem__, counts)) / SPECIFIC_TOP for counts in rarest]
     average = sum(means) / n
     if not average:
         return [1.0] * n

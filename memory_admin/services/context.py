@@ -221,7 +221,9 @@ class _Room:
     def __init__(self, tokens: int):
         self.left = tokens
         self._words: dict[str, str] = {}  # words -> id of the listed fact
-        self._starts: dict[str, list[str]] = {}  # the first three words of the long ones -> their words
+        # The first three words of the long ones -> their lengths in words (ever listed: a superset does
+        # no harm, `_words` says what is listed).
+        self._lengths: dict[str, set[int]] = {}
         self._listed = " \n "
 
     def duplicate_of(self, item: _Item) -> str | None:
@@ -235,15 +237,15 @@ class _Room:
         return next(fid for words, fid in self._words.items() if f" {item.words} " in f" {words} ")
 
     def held_by(self, item: _Item) -> list[str]:
-        """The listed facts whose words `item` holds."""
+        """The listed facts whose words `item` holds: the runs of its words that start as a listed long
+        one does and are as long as it is listed (one lookup per length, not a scan of every listed fact
+        that starts alike: many do, "Ana: I ...")."""
         words = item.words.split()
-        padded = f" {item.words} "
-        found = {
-            listed
-            for i in range(len(words) - 2)
-            for listed in self._starts.get(" ".join(words[i : i + 3]), ())
-            if f" {listed} " in padded
-        }
+        found = set()
+        for i in range(len(words) - 2):
+            for n in self._lengths.get(" ".join(words[i : i + 3]), ()):
+                if i + n <= len(words) and (run := " ".join(words[i : i + n])) in self._words:
+                    found.add(run)
         return [self._words[listed] for listed in found if listed != item.words]
 
     def list(self, item: _Item) -> None:
@@ -251,15 +253,13 @@ class _Room:
             self._words[item.words] = item.id
             self._listed += item.words + " \n "
             if item.words.count(" ") + 1 >= CONTAINED_MIN_WORDS:
-                self._starts.setdefault(" ".join(item.words.split()[:3]), []).append(item.words)
+                words = item.words.split()
+                self._lengths.setdefault(" ".join(words[:3]), set()).add(len(words))
 
     def unlist(self, item: _Item) -> None:
         if self._words.get(item.words) == item.id:
             del self._words[item.words]
             self._listed = self._listed.replace(f" \n {item.words} \n ", " \n ", 1)
-            start = self._starts.get(" ".join(item.words.split()[:3]), [])
-            if item.words in start:
-                start.remove(item.words)
 
 
 def _day_line(day: str) -> str:
