@@ -4,14 +4,34 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from memory_admin.services.keys import api_key_create
 from memory_admin.services.tenants import tenant_create
 
 _counter = itertools.count(1)
+
+
+def wait_until_database_quiet(timeout: float = 30.0) -> None:
+    """Wait until no other session of the test database is inside a transaction at two looks 0.25 s apart.
+
+    A real worker or server can still be writing after a test's assertions (e.g. the entity drawing a
+    batch's facts queue); the test database's flush at teardown (TRUNCATE of every table) would then
+    deadlock with it and fail the teardown, leaving rows for the next test. Call it before that flush."""
+    busy = (
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid() AND state IS NOT NULL AND state <> 'idle'"
+    )
+    deadline, quiet = time.monotonic() + timeout, 0
+    while quiet < 2 and time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(busy)
+            quiet = quiet + 1 if cursor.fetchone()[0] == 0 else 0
+        time.sleep(0.25)
 
 
 class Api:

@@ -27,6 +27,7 @@ from memory_admin.models import (
     Message,
     TenantSettings,
 )
+from tests.conftest import wait_until_database_quiet
 from tests.fake_openai import FakeOpenAI
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -148,7 +149,8 @@ def processes(django_db_setup, django_db_blocker, fake, tmp_path_factory):
 @pytest.fixture
 def procs(processes, transactional_db, fake):
     fake.reset()
-    return processes
+    yield processes
+    wait_until_database_quiet()  # the workers' last writes, before the test database is flushed
 
 
 def wait_for(predicate, timeout: float, procs: Processes, what: str):

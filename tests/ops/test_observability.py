@@ -29,6 +29,7 @@ from django.db import connection
 from memory_admin.models import Contradiction, Episode, ExtractionBatch, Fact, Heartbeat, Message, TenantSettings
 from memory_admin.services.keys import api_key_create
 from memory_admin.services.tenants import tenant_create
+from tests.conftest import wait_until_database_quiet
 from tests.fake_openai import FakeOpenAI
 from tests.ops.test_metrics import sample
 
@@ -177,6 +178,7 @@ def agent(stack, transactional_db, fake):
     with httpx.Client(base_url=f"{stack.url}/api/v1", headers={"Authorization": f"Bearer {key}"}, timeout=30) as c:
         c.tenant = tenant
         yield c
+    wait_until_database_quiet()  # the stack's last writes, before the test database is flushed
 
 
 def wait_for(predicate, timeout: float, stack: Stack, what: str):
