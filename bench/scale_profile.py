@@ -77,9 +77,9 @@ def run(kind: str, principal, user, text: str, vector: list[float]):
 
 
 def explain(sql: str, params) -> tuple[float, float, dict]:
-    from memory_admin.selectors.search import _vector_cursor
+    from memory_admin.db_cursors import vector_cursor
 
-    with _vector_cursor() as cursor:
+    with vector_cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)
         plan = cursor.fetchone()[0]
     plan = plan[0] if isinstance(plan, list) else json.loads(plan)[0]

@@ -29,7 +29,7 @@ from _harness import PYTHON, ROOT, Server, database_url, migrate, setup_django  
 from speed import drive, texts  # noqa: E402
 from write_throughput import Cpu  # noqa: E402
 
-_CURSOR_FRAMES = ("execute", "_send_query_prepared", "_vector_cursor", "prepared_cursor")
+_CURSOR_FRAMES = ("execute", "_send_query_prepared", "vector_cursor", "prepared_cursor")
 # (bucket, substrings of a frame "function (path:line)"), matched innermost frame first.
 BUCKETS = [
     ("embedding: onnxruntime run", ["run (onnxruntime/"]),

@@ -11,9 +11,9 @@ from typing import TypeVar
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
+from memory_admin.db_cursors import prepared_cursor
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
-from memory_admin.selectors.search import prepared_cursor
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
 T = TypeVar("T")

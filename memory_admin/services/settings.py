@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from memory_admin.db_cursors import prepared_cursor
 from memory_admin.errors import Invalid
 from memory_admin.models import PII_ACTIONS, PII_KINDS, TenantSettings
 from memory_admin.models.tenancy import default_search_weights
@@ -160,8 +161,6 @@ _SETTINGS_SQL = "SELECT {} FROM {} WHERE tenant_id = %s".format(
 def tenant_settings(tenant_id: int) -> TenantSettings:
     """The tenant's settings row, created with the defaults the first time it is asked for. Every write
     and search reads it: the statement is prepared (parsed and planned once per connection)."""
-    from memory_admin.selectors.search import prepared_cursor  # at call time: search imports this module
-
     with prepared_cursor() as cursor:
         cursor.execute(_SETTINGS_SQL, [tenant_id])
         rows = cursor.fetchall()

@@ -9,10 +9,10 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from memory_admin.db_cursors import prepared_cursor
 from memory_admin.models import Fact, Relation, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
 from memory_admin.selectors.access import Principal, from_rows
-from memory_admin.selectors.search import prepared_cursor
 from memory_admin.services.audit import audit_fact, fact_snapshot
 from memory_admin.services.entities import relations_end
 

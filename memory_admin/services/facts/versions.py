@@ -12,6 +12,7 @@ from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 from pgvector import Vector
 
+from memory_admin.db_cursors import prepared_cursor, vector_cursor
 from memory_admin.models import Edge, Fact, MemoryUser
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import relations_close
@@ -45,7 +46,6 @@ def insert_fact(fact: Fact) -> None:
     floats as text, built in Python and parsed by the server) and only the database defaults read back
     (not the generated tsvector). The same columns and values as the ORM's insert (each field's
     `pre_save` and `get_db_prep_save`), and the instance is left saved as the ORM leaves it."""
-    from memory_admin.selectors.search import _vector_cursor  # binary vector parameters, one home
 
     columns, values, params, defaults = [], [], [], []
     for field in _INSERTED:
@@ -64,7 +64,7 @@ def insert_fact(fact: Fact) -> None:
     sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join(values)})"
     if defaults:
         sql += " RETURNING " + ", ".join(connection.ops.quote_name(f.column) for f in defaults)
-    with _vector_cursor(prepared=True) as cursor:  # the same text for every fact: parsed once per connection
+    with vector_cursor(prepared=True) as cursor:  # the same text for every fact: parsed once per connection
         cursor.execute(sql, params)
         returned = cursor.fetchone() if defaults else ()
     for field, value in zip(defaults, returned, strict=True):
@@ -80,8 +80,6 @@ _LOCK_USER_SQL = "SELECT {pk} FROM {table} WHERE {pk} = %s FOR UPDATE".format(
 def lock_memory_user(memory_user_id: int) -> None:
     """Writes for one memory user are serialised: races on a key or a hash cannot double-insert. Fixed
     SQL (the row lock `select_for_update()` takes, without the ORM compiling it for every write), prepared."""
-    from memory_admin.selectors.search import prepared_cursor
-
     with prepared_cursor() as cursor:
         cursor.execute(_LOCK_USER_SQL, [memory_user_id])
 

@@ -20,13 +20,13 @@ from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
+from memory_admin.db_cursors import prepared_cursor, vector_cursor
 from memory_admin.embeddings import EmbedAhead, embed_one
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.models import WriteOutcome as Outcome
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, from_rows
-from memory_admin.selectors.search import _vector_cursor, prepared_cursor  # binary vectors, prepared: one home
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
@@ -147,7 +147,7 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
     # Prepared (one of two texts: with a key or without), rows in binary (a third of the parsing).
-    with _vector_cursor(binary_results=True, prepared=True) as cursor:
+    with vector_cursor(binary_results=True, prepared=True) as cursor:
         cursor.execute(sql, [Vector(fact.embedding), *slot, *exact_params, *slot])
         rows = cursor.fetchall()
     found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
