@@ -154,6 +154,7 @@ def main() -> int:
     mem0 = Mem0()
     ours_add, ours_search, ours_server, ours_embed, theirs_add, theirs_search = [], [], [], [], [], []
     ours_view: list[float] = []
+    ours_ahead: list[float] = []
     try:
         with Server(url, **env) as server:
             client = Client(server.port, key)
@@ -189,6 +190,8 @@ def main() -> int:
                         ours_search.append(ms)
                         ours_server.append(timing.get("server_ms_excluding_embed", float("nan")))
                         ours_embed.append(timing.get("embed_ms", float("nan")))
+                        # The model's run on the helper thread, when the query was embedded during the key check.
+                        ours_ahead.append(timing.get("embed_ahead_ms", timing.get("embed_ms", float("nan"))))
                         ours_view.append(timing.get("view_ms", float("nan")) - timing.get("embed_ms", 0.0))
                     else:
                         theirs_search.append(mem0.call("search", user, q))
@@ -212,7 +215,8 @@ def main() -> int:
     row("search k=10", ours_search, theirs_search)
     print(
         f"memory-admin search: server excluding embedding p50 {percentile(ours_server, 50):.1f} ms, "
-        f"query embedding p50 {percentile(ours_embed, 50):.1f} ms, whole API view excluding embedding p50 "
+        f"query embedding p50 {percentile(ours_ahead, 50):.1f} ms (waited for: {percentile(ours_embed, 50):.1f} ms, "
+        "the rest ran during the key check), whole API view excluding the wait p50 "
         f"{percentile(ours_view, 50):.1f} ms (load average {os.getloadavg()[0]:.1f})"
     )
     return 0

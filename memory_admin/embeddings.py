@@ -312,6 +312,13 @@ def _ahead_executor() -> ThreadPoolExecutor:
     return _pool("embed-ahead", max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2"))))
 
 
+def search_ahead_executor() -> ThreadPoolExecutor:
+    """The threads that embed a search's query while its API key is checked (selectors.search.
+    VectorsAhead): one per core, each run of the model being one thread. A request whose embedding has
+    not started by the time it needs it runs the embedding itself, so none waits in this queue."""
+    return _pool("embed-search", max(1, os.cpu_count() or 1))
+
+
 class EmbedAhead:
     """Texts embedded on a helper thread while the caller gets on with other work (screening the next
     facts, storing the previous ones): `add` queues a text, `vector(i)` waits for the i-th text's vector.

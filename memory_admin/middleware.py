@@ -82,3 +82,18 @@ class DashboardOnlyMiddleware:
             if response is not None:
                 return response
         return None
+
+
+class SearchAheadMiddleware:
+    """Starts a search's query embedding as its request arrives (api.embed_ahead), ahead of the rest of
+    the middleware, the URL resolver and the key check, which it then runs beside."""
+
+    def __init__(self, get_response):
+        from memory_admin.api import embed_ahead
+
+        self.get_response = get_response
+        self.embed_ahead = embed_ahead
+
+    def __call__(self, request):
+        self.embed_ahead(request)
+        return self.get_response(request)

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "memory_admin.requestlog.RequestIdMiddleware",
+    "memory_admin.middleware.SearchAheadMiddleware",  # a search's query embedding starts here (api.embed_ahead)
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "memory_admin.middleware.DatabaseUnavailableMiddleware",

@@ -233,3 +233,22 @@ def test_the_facts_carried_by_the_candidates_are_the_stored_facts(api, tenant):
     assert {h["fact"]["key"] for h in hits} == {"tea", None} and any(
         h["fact"]["metadata"] == {"n": [1, "x"]} for h in hits
     )
+
+
+def test_the_fixed_statements_are_scanned_for_placeholders_once(api, tenant):
+    """The prepared cursors cache psycopg's conversion of a statement (placeholders found, numbered)
+    whatever its length; psycopg's own cache stops at 4 kB, below the candidate statement's."""
+    from memory_admin.db_cursors import _fixed_query_class
+
+    converted = _fixed_query_class().converted
+    write(api, "sam", "Sam keeps bees in the garden")
+    org_fact(tenant, "The office has a rooftop garden")
+    search(api, "sam", "Does Sam keep bees?")  # warm: the shape's statement compiled and converted
+    before = converted.cache_info()
+    with CaptureQueriesContext(connection) as ctx:
+        r = search(api, "sam", "Where is Sam's garden?")
+    after = converted.cache_info()
+    candidates = next(q["sql"] for q in ctx.captured_queries if q["sql"].startswith("WITH search_qv"))
+    assert len(candidates) > 4096
+    assert after.misses == before.misses and after.hits >= before.hits + 2  # the key and candidate statements
+    assert {h["fact"]["content"] for h in r.json()["hits"]} >= {"Sam keeps bees in the garden"}

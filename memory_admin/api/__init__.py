@@ -16,9 +16,11 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from memory_admin.api import entities, entity_curation, facts, memory, messages, retrieval, system
-from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, ErrorOut
+from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, MAX_QUERY_CHARS, ErrorOut
 from memory_admin.errors import DomainError, RateLimited
-from memory_admin.services.keys import principal_for_request
+from memory_admin.selectors.search import VectorsAhead
+from memory_admin.services.keys import key_seen, principal_for_request
+from memory_admin.textnorm import unreadable_reason
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
 _WRITES = ("/facts", "/facts/batch")  # the write routes whose handler takes the user the key statement found
@@ -39,6 +41,26 @@ class BearerKey(HttpBearer):
             request.principal = principal
             request.known_user = known
         return principal
+
+
+# The search route's path (api.urls is mounted at /api/v1/; ninja's <user_id> is Django's str converter).
+SEARCH_PATH = re.compile(r"/api/v1/users/[^/]+/search")
+
+
+def embed_ahead(request: HttpRequest) -> None:
+    """A search's query embedding, started on a helper thread as the request arrives (middleware.
+    SearchAheadMiddleware), so that it runs while Django dispatches the request and the key statement
+    waits for Postgres; the handler takes it (`VectorsAhead`). Only for a bearer key that authenticated in
+    this process before (services.keys.key_seen) and a query the handler will accept: a request without
+    a valid key, or with an unreadable, blank or over-long query, costs no embedding."""
+    if request.method != "GET" or not SEARCH_PATH.fullmatch(request.path_info):
+        return
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    query = request.GET.get("q", "")
+    if scheme.lower() != "bearer" or not (0 < len(query) <= MAX_QUERY_CHARS and query.strip()):
+        return
+    if unreadable_reason(query) is None and key_seen(token):
+        request.vectors_ahead = VectorsAhead(query.strip())
 
 
 # Error answers each operation can give besides its own (SPEC §11: every status code a route can return

@@ -37,7 +37,8 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
+    ahead = getattr(request, "vectors_ahead", None)
+    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted, ahead=ahead)
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered without a second
     # pass of validation over every hit and fact (about a third of the Python time of a search); a test

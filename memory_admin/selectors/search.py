@@ -70,7 +70,7 @@ from pgvector import Vector
 
 from memory_admin import metrics, scoring
 from memory_admin.db_cursors import vector_cursor
-from memory_admin.embeddings import embed_query, embed_query_topic
+from memory_admin.embeddings import embed_query, embed_query_topic, search_ahead_executor
 from memory_admin.models import Entity, Fact, MemoryUser, Relation
 from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
@@ -261,6 +261,30 @@ def search_vectors(query: str) -> tuple[list[float], list[float]]:
     whole, rest = embed_query_topic(query, spans, topic)
     mixed = (1.0 - TOPIC_SHARE) * np.asarray(whole) + TOPIC_SHARE * np.asarray(rest)  # numpy: ~0.2 ms less
     return (mixed / (math.sqrt(mixed @ mixed) or 1.0)).tolist(), whole
+
+
+class VectorsAhead:
+    """`search_vectors(text)` started on a helper thread (`search_ahead_executor`) while the request's
+    API key is checked: the key statement waits for Postgres and onnxruntime lets go of the GIL, so the
+    embedding and the key check overlap instead of following each other. The API starts one only for a
+    key that authenticated in this process before (services.keys.key_seen), so a request without a
+    valid key never costs an embedding. `take` hands the vectors to a search of the same text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.future = search_ahead_executor().submit(self._run)
+
+    def _run(self) -> tuple[tuple[list[float], list[float]], float]:
+        started = time.perf_counter()
+        vectors = search_vectors(self.text)
+        return vectors, (time.perf_counter() - started) * 1000
+
+    def take(self, text: str) -> tuple[tuple[list[float], list[float]], float] | None:
+        """(`search_vectors(text)`, the helper's ms) once the helper is done; None for another text, or
+        when the helper has not started it yet (cancelled: the caller embeds it itself, at once)."""
+        if text != self.text or self.future.cancel():
+            return None
+        return self.future.result()
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -630,13 +654,14 @@ def fact_ranking(
     exclude_ids: set | None = None,
     carry: tuple[str, ...] = (),
     whole_vector: list[float] | None = None,
+    ahead: VectorsAhead | None = None,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
     block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
     row (after the scored ones), so that a caller can use the candidates without reading them again.
-    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
-    rounded."""
+    A caller that embedded the query itself gives both of `search_vectors`' vectors; `ahead`, vectors
+    being embedded for it meanwhile. Timings in ms, not rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -646,7 +671,12 @@ def fact_ranking(
     whole = whole_vector or query_vector
     if query and query_vector is None:
         t0 = time.perf_counter()
-        query_vector, whole = search_vectors(query)
+        taken = ahead.take(query) if ahead is not None else None
+        if taken is None:
+            query_vector, whole = search_vectors(query)
+        else:
+            (query_vector, whole), timings["embed_ahead_ms"] = taken
+        # What this request's thread spent on its vectors: the model's run, or the wait for the helper's.
         timings["embed_ms"] = (time.perf_counter() - t0) * 1000
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
@@ -695,11 +725,13 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
+    ahead: VectorsAhead | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
-    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
+    `ahead`: the query's vectors, being embedded while the request's key was checked."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -711,6 +743,7 @@ def fact_search(
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
         carry=() if with_notebook else _SHOWN,
+        ahead=ahead,
     )
     timings = ranking.timings
     top = ranking.scored[:k]

@@ -12,6 +12,7 @@ from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from memory_admin.db_cursors import prepared_cursor
+from memory_admin.errors import RateLimited
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
@@ -116,16 +117,28 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
         row = cursor.fetchone()
         names = [column.name for column in cursor.description]
     if row is None:
+        _remember(key_hash, None)  # unknown or revoked: no guess, nothing ahead for it any more
         return None, None
     n_key = _KEY_WIDTH
     principal = _principal(row[:n_key])
     if count is not None:
-        api_key_check(row[n_key], retry_after)
+        try:
+            api_key_check(row[n_key], retry_after)
+        except RateLimited:
+            _previous.pop(key_hash, None)  # no work ahead of the key's statement while it is over its limit
+            raise
         n_key += 1
     _remember(key_hash, principal)
     if guess is None or guess != principal:
         return principal, None
     return principal, known_memory_user(principal, user_id, names[n_key:], row[n_key:])
+
+
+def key_seen(raw: str) -> bool:
+    """Whether this key authenticated, within its rate limit, on its previous request in this process:
+    a request of it may start work before its key statement answers (search's query embedding). A key
+    never seen, revoked since (forgotten on its next request) or over its limit gets none."""
+    return bool(raw) and hash_key(raw) in _previous
 
 
 def _remember(key_hash: str, principal: Principal | None) -> None:

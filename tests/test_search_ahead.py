@@ -1,0 +1,159 @@
+"""A search's query is embedded while its API key is checked (selectors/search.py: VectorsAhead, started by
+api/__init__.py's BearerKey): the key statement waits for Postgres while onnxruntime runs the model on a
+helper thread. Only a key that authenticated in this process before, within its rate limit, and only a
+query the handler accepts, get one: a request without a valid key never costs an embedding."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from memory_admin.api.schemas import MAX_QUERY_CHARS
+from memory_admin.embeddings import search_ahead_executor
+from memory_admin.models import ApiKey
+from memory_admin.selectors.search import VectorsAhead, search_vectors
+from memory_admin.services.keys import api_key_revoke
+
+pytestmark = pytest.mark.django_db
+
+FACTS = (
+    "Priya adopted a rescue greyhound called Biscuit last spring.",
+    "Priya is allergic to shellfish.",
+    "The team retro moved to Thursday afternoons.",
+)
+QUESTION = "What is the name of Priya's dog?"
+
+
+def search(api, q, **params):
+    r = api.get("users/priya/search", q=q, k=10, **params)
+    return r, getattr(r.wsgi_request, "vectors_ahead", None)
+
+
+def ranked(r):
+    assert r.status_code == 200, r.content
+    return [(h["fact"]["content"], h["score"]) for h in r.json()["hits"]]
+
+
+def test_a_known_keys_search_is_embedded_ahead_and_ranks_as_without(tenant, make_api):
+    api, fresh = make_api(tenant), make_api(tenant, agent="fresh")
+    for content in FACTS:
+        assert api.post("users/priya/facts", {"content": content, "source": "user_stated"}).status_code in (200, 201)
+    # The key wrote before: its search's vectors were embedded while the key statement ran, and used.
+    r, ahead = search(api, QUESTION)
+    assert ahead is not None and ahead.text == QUESTION
+    assert "embed_ahead_ms" in r.json()["timings"] and "embed_ahead_ms" in r["Server-Timing"]
+    # A key's first request embeds in the handler, as before: the same hits, scores and order.
+    r2, ahead2 = search(fresh, QUESTION)
+    assert ahead2 is None and "embed_ahead_ms" not in r2.json()["timings"]
+    assert ranked(r) == ranked(r2)
+    assert ranked(r)[0][0] == FACTS[0]
+    # Surrounding blanks are stripped before embedding, as the search strips them.
+    r3, ahead3 = search(api, f"  {QUESTION}\n")
+    assert ahead3.text == QUESTION and ranked(r3) == ranked(r)
+
+
+def test_no_embedding_ahead_for_a_request_without_a_valid_key(tenant, make_api):
+    api = make_api(tenant)
+    assert api.get("users/priya/facts").status_code == 404  # authenticated once: known to this process
+    assert search(api, QUESTION)[1] is not None
+    for raw in ("mem_" + "x" * 43, "", "not-a-key", api.key + "x"):
+        r, ahead = search(type(api)(raw), QUESTION)
+        assert r.status_code == 401 and ahead is None
+    # Revoked: the first request after it is refused (and forgets the key), none after it embeds.
+    api_key_revoke(key=ApiKey.objects.get(prefix=api.key[:12]))
+    r, _ = search(api, QUESTION)
+    assert r.status_code == 401
+    r, ahead = search(api, QUESTION)
+    assert r.status_code == 401 and ahead is None
+
+
+def test_no_embedding_ahead_for_a_key_over_its_rate_limit(settings, tenant, make_api):
+    settings.API_RATE_LIMIT, settings.API_RATE_WINDOW_SECONDS = 3, 3600
+    api = make_api(tenant)
+    assert api.get("users/priya/facts").status_code == 404
+    assert search(api, QUESTION)[1] is not None
+    assert search(api, QUESTION)[0].status_code == 404  # the third request: still within the limit
+    # The first refused request was known from the one before it; it forgets the key, so none after embeds.
+    assert search(api, QUESTION)[0].status_code == 429
+    for _ in range(3):
+        r, ahead = search(api, QUESTION)
+        assert r.status_code == 429 and ahead is None
+
+
+@pytest.mark.parametrize(
+    ("q", "status"),
+    [
+        ("", 422),
+        ("   \n\t", 422),
+        ("a\x00b", 422),
+        ("bell\x07", 422),
+        ("x" * (MAX_QUERY_CHARS + 1), 422),
+    ],
+)
+def test_no_embedding_ahead_for_a_query_the_handler_refuses(tenant, make_api, q, status):
+    api = make_api(tenant)
+    assert api.get("users/priya/facts").status_code == 404
+    r, ahead = search(api, q)
+    assert r.status_code == status and ahead is None
+    assert r.json()["code"] == "invalid"
+
+
+def test_only_the_search_route_embeds_ahead(tenant, make_api):
+    api = make_api(tenant)
+    assert api.get("users/priya/facts").status_code == 404
+    r = api.get("users/priya/facts", q=QUESTION)
+    assert r.status_code == 422 and not hasattr(r.wsgi_request, "vectors_ahead")  # an unknown parameter there
+    r = api.get("users/priya/context", task=QUESTION)
+    assert not hasattr(r.wsgi_request, "vectors_ahead")
+    r = api.get("users/priya/search/", q=QUESTION)
+    assert r.status_code == 404 and not hasattr(r.wsgi_request, "vectors_ahead")
+    r = api.client.post("/api/v1/users/priya/search?q=x", HTTP_AUTHORIZATION=f"Bearer {api.key}")
+    assert r.status_code == 405 and not hasattr(r.wsgi_request, "vectors_ahead")
+    # Another scheme than Bearer: refused by the key check, never embedded.
+    r = api.client.get("/api/v1/users/priya/search", {"q": QUESTION}, HTTP_AUTHORIZATION=f"Basic {api.key}")
+    assert r.status_code == 401 and not hasattr(r.wsgi_request, "vectors_ahead")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/users/priya/search",
+        "/api/v1/users/a.b-c_d@e/search",
+        "/api/v1/users/priya/search/",
+        "/api/v1/users/priya/facts",
+        "/api/v1/users//search",
+        "/api/v1/users/a/b/search",
+        "/api/v1/users/priya/context",
+        "/api/v2/users/priya/search",
+        "/t/acme/users/priya/search",
+    ],
+)
+def test_the_path_the_middleware_starts_on_is_the_search_route(path):
+    from django.urls import Resolver404, resolve
+
+    from memory_admin.api import SEARCH_PATH
+
+    try:
+        route = resolve(path).route
+    except Resolver404:
+        route = None
+    assert (SEARCH_PATH.fullmatch(path) is not None) == (route == "api/v1/users/<user_id>/search")
+
+
+def test_take_gives_the_vectors_of_its_own_text_only_and_never_waits_in_the_queue():
+    ahead = VectorsAhead(QUESTION)
+    assert ahead.take("another question") is None
+    (vector, whole), ms = VectorsAhead(QUESTION).take(QUESTION)
+    assert (vector, whole) == search_vectors(QUESTION) and ms >= 0
+    # Every helper busy: a request's embedding has not started when the handler asks, so it is cancelled
+    # and the handler embeds (take gives None) rather than waiting behind the others.
+    pool, release = search_ahead_executor(), threading.Event()
+    busy = [pool.submit(release.wait, 10) for _ in range(pool._max_workers)]
+    try:
+        queued = VectorsAhead(QUESTION)
+        assert queued.take(QUESTION) is None and queued.future.cancelled()
+    finally:
+        release.set()
+        for future in busy:
+            future.result()
