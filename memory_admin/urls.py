@@ -79,6 +79,9 @@ tenant_patterns = [
     path("settings/", admin.settings_page, name="settings"),
 ]
 
+# Under /api/ a request Django refuses before any view (too many query parameters, a bad Host) gets JSON.
+handler400 = "memory_admin.api.bad_request"
+
 urlpatterns = [
     path("api/v1/", api.urls),
     path("metrics", metrics_view, name="metrics"),

@@ -7,10 +7,11 @@ import re
 import time
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse
 from django.urls import re_path
+from django.views import defaults
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
@@ -66,6 +67,7 @@ def embed_ahead(request: HttpRequest) -> None:
 # Error answers each operation can give besides its own (SPEC §11: every status code a route can return
 # is in its OpenAPI entry). Documented here once for all routes rather than on every decorator.
 _ERRORS_ALWAYS = {
+    400: "Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve.",
     422: "Invalid input: `field` names what was wrong, `errors` lists every problem.",
     503: "The database cannot be reached; nothing was written.",
 }
@@ -185,6 +187,18 @@ def _unknown_route(request, *args, **kwargs):
 
 
 _unknown_route.csrf_exempt = True
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None):
+    """Django's answer (urls.handler400) to a request it refuses before or around any view
+    (SuspiciousOperation: more query parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS, a Host header not
+    allowed, ...): under /api/ JSON with a stable code like every other API error, elsewhere Django's page."""
+    if not request.path_info.startswith("/api/"):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, TooManyFieldsSent):
+        limit = settings.DATA_UPLOAD_MAX_NUMBER_FIELDS
+        return JsonResponse(_invalid([{"field": "query", "reason": f"at most {limit} parameters"}]), status=422)
+    return JsonResponse({"code": "bad_request", "detail": "The request was refused as malformed."}, status=400)
 
 
 api = AgentApi(
