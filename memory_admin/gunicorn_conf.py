@@ -49,6 +49,12 @@ def post_worker_init(worker):
 
     embed_one("warm-up")
     count_tokens("warm-up")
+    # The broker's transport too (on embedded defaults kombu's SQLAlchemy one, ~0.3-0.5 s of imports),
+    # so that a worker's first write does not pay for it when it sends its entity drawing. Not connected.
+    from memory_admin.celery import app
+
+    with app.connection_for_write() as connection:
+        connection.transport  # noqa: B018 - creating it imports the transport's module
 
 
 def on_starting(server):

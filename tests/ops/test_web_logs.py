@@ -102,3 +102,23 @@ def test_access_log_asked_for(tmp_path):
     access = [line for line in lines if line["logger"] == "gunicorn.access"]
     assert len(access) == 2
     assert "/api/v1/users/*/search" in access[1]["message"]  # the path masked, the query dropped
+
+
+def test_a_web_worker_loads_the_brokers_transport_before_its_first_request():
+    """gunicorn's post_worker_init warms what a first write would otherwise load during its request: the
+    embedding model, the tokenizer, and the broker's transport (kombu's SQLAlchemy one on the embedded
+    defaults, which its entity drawing is sent through), without connecting to the broker."""
+    code = (
+        "import sys, django; django.setup()\n"
+        "before = 'kombu.transport.sqlalchemy' in sys.modules\n"
+        "from memory_admin import gunicorn_conf\n"
+        "gunicorn_conf.post_worker_init(None)\n"
+        "print(before, 'kombu.transport.sqlalchemy' in sys.modules)\n"
+    )
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "memory_admin.settings"}
+    environ.pop("CELERY_BROKER_URL", None)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environ, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["False", "True"], out.stdout
