@@ -1,6 +1,7 @@
-"""A search's query is embedded while its API key is checked (selectors/search.py: VectorsAhead, started by
-api/__init__.py's BearerKey): the key statement waits for Postgres while onnxruntime runs the model on a
-helper thread. Only a key that authenticated in this process before, within its rate limit, and only a
+"""A search's query (a context block's task) is embedded from the moment its request arrives
+(selectors/search.py: VectorsAhead, started by middleware.SearchAheadMiddleware through api.embed_ahead):
+Django dispatches the request and the key statement waits for Postgres while onnxruntime runs the model on
+a helper thread. Only a key that authenticated in this process before, within its rate limit, and only a
 query the handler accepts, get one: a request without a valid key never costs an embedding."""
 
 from __future__ import annotations
@@ -99,13 +100,32 @@ def test_no_embedding_ahead_for_a_query_the_handler_refuses(tenant, make_api, q,
     assert r.json()["code"] == "invalid"
 
 
-def test_only_the_search_route_embeds_ahead(tenant, make_api):
+def test_a_context_blocks_task_is_embedded_ahead_and_the_block_is_the_same(tenant, make_api):
+    api, fresh = make_api(tenant), make_api(tenant, agent="fresh")
+    for content in FACTS:
+        assert api.post("users/priya/facts", {"content": content, "source": "user_stated"}).status_code in (200, 201)
+    r = api.get("users/priya/context", task=f" {QUESTION} ", budget_tokens=500)
+    assert r.status_code == 200 and r.wsgi_request.vectors_ahead.text == QUESTION
+    assert "search_embed_ahead_ms" in r.json()["timings"]
+    r2 = fresh.get("users/priya/context", task=f" {QUESTION} ", budget_tokens=500)
+    assert not hasattr(r2.wsgi_request, "vectors_ahead") and "search_embed_ahead_ms" not in r2.json()["timings"]
+    drop = ("timings", "text", "tokens")  # the text's fence holds a nonce drawn per response (its tokens vary)
+    assert {k: v for k, v in r.json().items() if k not in drop} == {k: v for k, v in r2.json().items() if k not in drop}
+    assert FACTS[0] in r.json()["text"]
+    # No task: nothing to embed.
+    r = api.get("users/priya/context", budget_tokens=500)
+    assert r.status_code == 200 and not hasattr(r.wsgi_request, "vectors_ahead")
+
+
+def test_only_the_search_and_context_routes_embed_ahead(tenant, make_api):
     api = make_api(tenant)
     assert api.get("users/priya/facts").status_code == 404
     r = api.get("users/priya/facts", q=QUESTION)
     assert r.status_code == 422 and not hasattr(r.wsgi_request, "vectors_ahead")  # an unknown parameter there
-    r = api.get("users/priya/context", task=QUESTION)
-    assert not hasattr(r.wsgi_request, "vectors_ahead")
+    r = api.get("users/priya/context", q=QUESTION)  # search's parameter on the context route: refused
+    assert r.status_code == 422 and not hasattr(r.wsgi_request, "vectors_ahead")
+    r = api.get("users/priya/search", task=QUESTION)
+    assert r.status_code == 422 and not hasattr(r.wsgi_request, "vectors_ahead")
     r = api.get("users/priya/search/", q=QUESTION)
     assert r.status_code == 404 and not hasattr(r.wsgi_request, "vectors_ahead")
     r = api.client.post("/api/v1/users/priya/search?q=x", HTTP_AUTHORIZATION=f"Bearer {api.key}")
@@ -125,26 +145,31 @@ def test_only_the_search_route_embeds_ahead(tenant, make_api):
         "/api/v1/users//search",
         "/api/v1/users/a/b/search",
         "/api/v1/users/priya/context",
+        "/api/v1/users/priya/context/",
+        "/api/v1/users/priya/notebook",
         "/api/v2/users/priya/search",
         "/t/acme/users/priya/search",
     ],
 )
-def test_the_path_the_middleware_starts_on_is_the_search_route(path):
+def test_the_paths_the_middleware_starts_on_are_the_search_and_context_routes(path):
     from django.urls import Resolver404, resolve
 
-    from memory_admin.api import SEARCH_PATH
+    from memory_admin.api import AHEAD_PATH
 
     try:
         route = resolve(path).route
     except Resolver404:
         route = None
-    assert (SEARCH_PATH.fullmatch(path) is not None) == (route == "api/v1/users/<user_id>/search")
+    routes = ("api/v1/users/<user_id>/search", "api/v1/users/<user_id>/context")
+    assert (AHEAD_PATH.fullmatch(path) is not None) == (route in routes)
 
 
 def test_take_gives_the_vectors_of_its_own_text_only_and_never_waits_in_the_queue():
     ahead = VectorsAhead(QUESTION)
     assert ahead.take("another question") is None
-    (vector, whole), ms = VectorsAhead(QUESTION).take(QUESTION)
+    done = VectorsAhead(QUESTION)
+    done.future.result(timeout=60)  # started and finished (a take before it starts embeds in the caller)
+    (vector, whole), ms = done.take(QUESTION)
     assert (vector, whole) == search_vectors(QUESTION) and ms >= 0
     # Every helper busy: a request's embedding has not started when the handler asks, so it is cancelled
     # and the handler embeds (take gives None) rather than waiting behind the others.

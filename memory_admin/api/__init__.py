@@ -44,20 +44,23 @@ class BearerKey(HttpBearer):
         return principal
 
 
-# The search route's path (api.urls is mounted at /api/v1/; ninja's <user_id> is Django's str converter).
-SEARCH_PATH = re.compile(r"/api/v1/users/[^/]+/search")
+# The routes whose query is embedded ahead, and the parameter that holds it (api.urls is mounted at
+# /api/v1/; ninja's <user_id> is Django's str converter).
+AHEAD_PATH = re.compile(r"/api/v1/users/[^/]+/(search|context)")
+AHEAD_PARAMETER = {"search": "q", "context": "task"}
 
 
 def embed_ahead(request: HttpRequest) -> None:
-    """A search's query embedding, started on a helper thread as the request arrives (middleware.
-    SearchAheadMiddleware), so that it runs while Django dispatches the request and the key statement
-    waits for Postgres; the handler takes it (`VectorsAhead`). Only for a bearer key that authenticated in
-    this process before (services.keys.key_seen) and a query the handler will accept: a request without
-    a valid key, or with an unreadable, blank or over-long query, costs no embedding."""
-    if request.method != "GET" or not SEARCH_PATH.fullmatch(request.path_info):
+    """A search's query (a context block's task) embedding, started on a helper thread as the request
+    arrives (middleware.SearchAheadMiddleware), so that it runs while Django dispatches the request and the
+    key statement waits for Postgres; the handler takes it (`VectorsAhead`). Only for a bearer key that
+    authenticated in this process before (services.keys.key_seen) and a query the handler will accept: a
+    request without a valid key, or with an unreadable, blank or over-long query, costs no embedding."""
+    match = AHEAD_PATH.fullmatch(request.path_info) if request.method == "GET" else None
+    if match is None:
         return
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    query = request.GET.get("q", "")
+    query = request.GET.get(AHEAD_PARAMETER[match[1]], "")
     if scheme.lower() != "bearer" or not (0 < len(query) <= MAX_QUERY_CHARS and query.strip()):
         return
     if unreadable_reason(query) is None and key_seen(token):

@@ -82,6 +82,9 @@ def context(request, response: HttpResponse, user_id: UserId, task: Text = "", b
     if len(task) > MAX_QUERY_CHARS:
         raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
+    ahead = getattr(request, "vectors_ahead", None)
+    block = context_block(
+        principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens, ahead=ahead
+    )
     _server_timing(response, block["timings"])
     return block

@@ -287,6 +287,21 @@ class VectorsAhead:
         return self.future.result()
 
 
+def vectors_for(query: str, ahead: VectorsAhead | None) -> tuple[list[float], list[float], dict[str, float]]:
+    """`search_vectors(query)`, taken from `ahead` when it embedded this text, and timings in ms: `embed_ms`,
+    what this thread spent getting them (the run, or the wait for the helper's); `embed_ahead_ms`, the
+    helper's run, when they came from it."""
+    started = time.perf_counter()
+    taken = ahead.take(query) if ahead is not None else None
+    timings: dict[str, float] = {}
+    if taken is None:
+        vector, whole = search_vectors(query)
+    else:
+        (vector, whole), timings["embed_ahead_ms"] = taken
+    timings["embed_ms"] = (time.perf_counter() - started) * 1000
+    return vector, whole, timings
+
+
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
     if not include:
         return ()
@@ -670,14 +685,8 @@ def fact_ranking(
     query = (query or "").strip()
     whole = whole_vector or query_vector
     if query and query_vector is None:
-        t0 = time.perf_counter()
-        taken = ahead.take(query) if ahead is not None else None
-        if taken is None:
-            query_vector, whole = search_vectors(query)
-        else:
-            (query_vector, whole), timings["embed_ahead_ms"] = taken
-        # What this request's thread spent on its vectors: the model's run, or the wait for the helper's.
-        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        query_vector, whole, embedded = vectors_for(query, ahead)
+        timings.update(embedded)
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
 

@@ -59,7 +59,7 @@ from django.db.models.functions import Abs, Least
 from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
 from memory_admin.selectors.access import Principal, visible
-from memory_admin.selectors.search import DOC_LEN, NEIGHBOUR_MINUTES, WORD, Ranking, fact_ranking
+from memory_admin.selectors.search import DOC_LEN, NEIGHBOUR_MINUTES, WORD, Ranking, VectorsAhead, fact_ranking
 from memory_admin.services.guard import verdict
 from memory_admin.textnorm import fold, strip_invisible
 from memory_admin.tokens import count_tokens, truncate_to_tokens
@@ -644,24 +644,23 @@ def _fit_entities(section: _Section, room: _Room, budget_tokens: int) -> None:
 
 
 def _gather(
-    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, ahead: VectorsAhead | None
 ) -> tuple[list[_Section], Ranking]:
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
-    from memory_admin.selectors.search import name_keys, search_vectors
+    from memory_admin.selectors.search import name_keys, vectors_for
 
     sections = {name: _Section(name) for name in SECTION_ORDER}
     query = (task or "").strip()
     keys = name_keys(task) if task else []
-    vector, whole, embed_ms = None, None, None
+    vector, whole, embedded = None, None, {}
     with _pipeline():
         side = _send_side(principal, memory_user)
         named = _send_named_entities(principal, memory_user, keys) if keys else list
         if query:
-            # The task's embedding is computed while Postgres runs the two statements above.
-            started = time.perf_counter()
-            vector, whole = search_vectors(query)
-            embed_ms = (time.perf_counter() - started) * 1000
+            # The task's embedding is computed (or, started ahead, finished) while Postgres runs the two
+            # statements above.
+            vector, whole, embedded = vectors_for(query, ahead)
     pinned = _gather_side(principal, memory_user, task, sections, side())
     _gather_entities(principal, memory_user, named(), sections["entities"])
     ranking = _rank(
@@ -674,8 +673,8 @@ def _gather(
         n_shared=SHARED_CANDIDATES,
         carry=_CARRY,
     )
-    if embed_ms is not None:
-        ranking.timings = {"embed_ms": embed_ms, **ranking.timings}
+    if embedded:
+        ranking.timings = {**embedded, **ranking.timings}
     sections["facts"].sequence = _fact_sequence(principal, memory_user, ranking, pinned)
     return [sections[name] for name in SECTION_ORDER], ranking
 
@@ -949,7 +948,13 @@ def _section_out(section: _Section) -> dict[str, Any]:
 
 @metrics.observe_context
 def context_block(
-    *, principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, record: bool | None = None
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    task: str,
+    budget_tokens: int,
+    record: bool | None = None,
+    ahead: VectorsAhead | None = None,
 ) -> dict[str, Any]:
     """Assemble the context block for `memory_user` and `task` within `budget_tokens` (cl100k_base).
 
@@ -959,10 +964,10 @@ def context_block(
     notebook is never dropped silently: if it alone exceeds the budget it is truncated,
     `notebook_truncated` is true and a warning says so. Reads of included facts are counted
     (services.access_counts) when `record` is true; by default only agents' reads count, so a dashboard
-    preview leaves memory as it was.
+    preview leaves memory as it was. `ahead`: the task's vectors, being embedded since the request arrived.
     """
     started = time.perf_counter()
-    sections, ranking = _gather(principal, memory_user, task, budget_tokens)
+    sections, ranking = _gather(principal, memory_user, task, budget_tokens, ahead)
     warnings: list[str] = []
     _fit(sections, ranking, budget_tokens, warnings)
     timings = {f"search_{name}": round(value, 3) for name, value in ranking.timings.items()}
