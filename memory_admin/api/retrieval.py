@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
-from uuid import UUID
 
-from django.core.serializers.json import DjangoJSONEncoder
+import orjson
 from django.http import HttpResponse
 from ninja import Router
+from ninja.responses import NinjaJSONEncoder
 
 from memory_admin.api.schemas import MAX_K, MAX_QUERY_CHARS, ContextOut, FactOut, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
@@ -50,29 +49,28 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
         "include": list(wanted),
         "weights": {name: float(value) for name, value in result.weights.items()},
         "candidates": result.candidates,
-        "hits": [{"fact": _encoded(FactOut.of(h.fact)), "score": h.components()} for h in result.hits],
+        "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
         "timings": result.timings,
     }
     from memory_admin.api import api  # at call time: router modules never import the api package at load
 
-    return api.create_response(request, body, temporal_response=response)
+    try:
+        response.content = _rendered(body)
+    except orjson.JSONEncodeError:
+        return api.create_response(request, body, temporal_response=response)  # e.g. an integer past 64 bits
+    return response
 
 
-# Django's spelling of a datetime in JSON ('…T10:04:05.123Z'), which the API's renderer writes.
-_json_datetime = DjangoJSONEncoder().default
+# The API renderer's encoder: ids as text, datetimes in Django's spelling ('…T10:04:05.123Z').
+_ENCODER = NinjaJSONEncoder()
 
 
-def _encoded(fact: dict[str, Any]) -> dict[str, Any]:
-    """A fact's UUIDs and datetimes as the renderer's encoder writes them, ahead of it: the encoder
-    otherwise calls its `default` hook for each (ninja's chain of isinstance checks, then Django's), ~50
-    times a search. Any other value is left to the encoder."""
-    for name, value in fact.items():
-        kind = type(value)
-        if kind is UUID:
-            fact[name] = str(value)
-        elif kind is datetime:
-            fact[name] = _json_datetime(value)
-    return fact
+def _rendered(body: dict[str, Any]) -> bytes:
+    """The search body as JSON by orjson: the values the API's renderer writes (what orjson does not write
+    itself, datetimes included, goes through the renderer's encoder), compact, in ~a fifth of the time of
+    json's encoder on 10 hits. A value orjson refuses (an integer in a fact's metadata past 64 bits) raises
+    orjson.JSONEncodeError, and the caller renders the body as every other route does."""
+    return orjson.dumps(body, default=_ENCODER.default, option=orjson.OPT_PASSTHROUGH_DATETIME)
 
 
 @router.get("/users/{user_id}/context", response=ContextOut)
