@@ -12,7 +12,9 @@ took the connection, parsed it, the WSGI call, each middleware in and out, Djang
 auth and parameters, the key statement, the user statement, the search's parts, the rendering, the log
 line, the response written) are put in time order; each step between two consecutive marks is one row:
 wall time p50 / p95 and, between two server marks, the thread's CPU time p50 (the difference is
-waiting: for Postgres, for a core, for the GIL).
+waiting: for Postgres, for a core, for the GIL). Last, the CPU per search of the whole server (every
+thread of every gunicorn process: the request's thread and the one embedding its query ahead) and of its
+Postgres backends, from /proc over the timed requests: what a search costs whatever the load.
 """
 
 from __future__ import annotations
@@ -83,6 +85,34 @@ def start_server(url: str, workers: int, threads: int, probe_dir: str, log) -> t
     raise RuntimeError("the server did not answer")
 
 
+def process_cpu(group: int) -> tuple[dict[int, float], dict[int, float]]:
+    """CPU seconds so far (user + system, every thread) of each process in the server's process group, and
+    of each Postgres backend connected to the benchmark's database, by pid (from /proc)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        backends = {row[0] for row in cursor.fetchall()}
+    server: dict[int, float] = {}
+    postgres: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid, seconds = int(entry), (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+        if int(fields[2]) == group:
+            server[pid] = seconds
+        elif pid in backends:
+            postgres[pid] = seconds
+    return server, postgres
+
+
 def timed_search(conn: http.client.HTTPConnection, key: str, path: str, rid: str) -> tuple[list, dict]:
     headers = {"Authorization": f"Bearer {key}", "X-Request-ID": rid}
     marks = [("client send", time.perf_counter())]
@@ -146,6 +176,7 @@ def main() -> int:
             for i, q in enumerate(queries):
                 timed_search(conn, key, "/api/v1/users/u0/search?" + urllib.parse.urlencode({"q": q}), f"lru-{i:05d}")
         load = os.getloadavg()
+        cpu_before = process_cpu(proc.pid)
         junk = bytearray(args.thrash_mb * 1024 * 1024)
         for i in range(args.requests):
             if junk:
@@ -156,6 +187,7 @@ def main() -> int:
             path = "/api/v1/users/u0/search?" + urllib.parse.urlencode({"q": q, "k": 10})
             client_marks[rid], timing = timed_search(conn, key, path, rid)
             timings.append(timing)
+        cpu_after = process_cpu(proc.pid)
     finally:
         import signal
 
@@ -167,6 +199,14 @@ def main() -> int:
             record = json.loads(line)
             server_marks[record["rid"]] = record["marks"]
     report(client_marks, server_marks, timings, load, args)
+    server, postgres = (
+        sum(after[pid] - before.get(pid, 0.0) for pid in after)
+        for before, after in zip(cpu_before, cpu_after, strict=True)
+    )
+    print(
+        f"CPU per search, every thread of the server's processes {server / args.requests * 1000:.3f} ms, "
+        f"its Postgres backends {postgres / args.requests * 1000:.3f} ms (/proc, {os.sysconf('SC_CLK_TCK')} ticks/s)"
+    )
     return 0
 
 
