@@ -13,7 +13,7 @@ from ninja.responses import NinjaJSONEncoder
 
 from memory_admin.api.retrieval import SearchOut
 from memory_admin.embeddings import embed_one
-from memory_admin.models import Fact
+from memory_admin.models import Fact, MemoryUser
 
 pytestmark = pytest.mark.django_db
 
@@ -233,3 +233,15 @@ def test_the_facts_carried_by_the_candidates_are_the_stored_facts(api, tenant):
     assert {h["fact"]["key"] for h in hits} == {"tea", None} and any(
         h["fact"]["metadata"] == {"n": [1, "x"]} for h in hits
     )
+
+
+def test_a_search_without_candidates_answers_the_tenants_weights(api, admin_api, tenant):
+    # The candidate statement carries the weights on its rows: with no row at all (a user without facts,
+    # no shared fact), they come from the tenant's settings, not the defaults.
+    weights = {"vector": 0.7, "keyword": 0.1, "recency": 0.15, "importance": 0.05}
+    r = admin_api.patch("settings", {"search_weights": weights})
+    assert r.status_code == 200, r.content
+    MemoryUser.objects.create(tenant=tenant, external_id="ada")
+    r = search(api, "ada", "tomatoes in the greenhouse")
+    assert r.json()["hits"] == []
+    assert r.json()["weights"] == weights

@@ -319,7 +319,10 @@ _ROW_SQL = (
 _STATEMENT = (
     "WITH search_qv AS (SELECT %s::vector AS v), {lexemes}, search_weights AS"
     " (SELECT search_weights::text AS w FROM memory_admin_tenantsettings WHERE tenant_id = %s)"
-    "{entities} SELECT (SELECT w FROM search_weights), r.* FROM (SELECT 1) AS one LEFT JOIN ({rows}) AS r ON true"
+    # The weights ride on every candidate row (an InitPlan, evaluated once); a search without candidates
+    # reads them from the settings instead (`_weights`). A LEFT JOIN to one row, which gave them even then,
+    # cost Postgres ~0.4 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
+    "{entities} SELECT (SELECT w FROM search_weights), r.* FROM ({rows}) AS r"
 )
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -520,9 +523,10 @@ def _candidates(
     carry: tuple[str, ...] = (),
     entity_vector: list[float] | None = None,
 ) -> tuple[str | None, list[tuple]]:
-    """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
-    `src`) holds the own facts of memory_users[i]; the shared branches come after them. Entities are
-    recognised by `entity_vector` (the whole query's embedding; `vector` when not given)."""
+    """(tenant search weights as JSON text, None without candidates; candidate rows) in one statement.
+    Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches come after
+    them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
+    given)."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
@@ -550,7 +554,7 @@ def _candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    return weights, [row[1:] for row in result if row[1] is not None]
+    return weights, [row[1:] for row in result]
 
 
 def _as_vector(values: list[float] | None) -> Vector | None:
