@@ -814,8 +814,8 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     if not rows:
         return []
     n = len(rows)
-    width = max(rows, key=lambda r: r[MATCHED])[MATCHED].bit_length()
-    df = [sum(1 for r in rows if r[MATCHED] >> i & 1) for i in range(width)]
+    masks = Counter(r[MATCHED] for r in rows)  # few distinct masks: the document frequencies from them
+    df = [sum(count for mask, count in masks.items() if mask >> i & 1) for i in range(max(masks).bit_length())]
     idf = [_idf(n, c) for c in df]
     avg_len = sum(r[DOC_LEN] for r in rows) / n or 1.0
     bm25 = []
@@ -841,25 +841,32 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     entity = _entity_scores(rows)
     specific = _specificity(rows)
     out = []
+    w_vector, w_keyword, w_recency, w_importance = (
+        weights.get(name, 0.0) for name in ("vector", "keyword", "recency", "importance")
+    )
+    stale_status, stale_threshold = Fact.Status.STALE, scoring.STALE_THRESHOLD
     for row, kw, cosine, ent, spec in zip(rows, bm25, cosines, entity, specific, strict=True):
         stale_score = float(row[STALE_SCORE])
+        vector = (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0)
+        keyword = kw / best_keyword
+        recency = math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS)
+        importance = float(row[IMPORTANCE])
         parts = {
-            "vector": (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0),
+            "vector": vector,
             "cosine": cosine,
-            "keyword": kw / best_keyword,
-            "recency": math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS),
-            "importance": float(row[IMPORTANCE]),
+            "keyword": keyword,
+            "recency": recency,
+            "importance": importance,
             "entity": ent,
             "specificity": spec,
             "spread": 1.0,  # _spread sets the factor of each of the best it re-ranks
             "effective_confidence": float(row[EFF_CONF]),
             "staleness": stale_score,
             # scoring.is_stale, on the SQL score.
-            "stale": row[STATUS] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
+            "stale": row[STATUS] == stale_status or stale_score > stale_threshold,
+            # The weighted sum in the order (and from the 0) of a sum() over the four.
+            "relevance": 0 + w_vector * vector + w_keyword * keyword + w_recency * recency + w_importance * importance,
         }
-        parts["relevance"] = sum(
-            weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency", "importance")
-        )
         out.append((row, parts))
 
     _support(out, n)
@@ -926,14 +933,25 @@ def _specificity(rows: list[tuple]) -> list[float]:
     n = len(rows)
     lexemes = [row[LEXEMES] or () for row in rows]
     df = Counter(itertools.chain.from_iterable(lexemes))
-    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score).
-    idf = [0.0] + [_idf(n, c) for c in range(1, n + 1)]
+    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score), for
+    # the frequencies that occur.
+    idf = {c: _idf(n, c) for c in set(df.values())}
     rarest = (sorted(map(df.__getitem__, own))[:SPECIFIC_TOP] for own in lexemes)
     means = [sum(map(idf.__getitem__, counts)) / SPECIFIC_TOP for counts in rarest]
     average = sum(means) / n
     if not average:
         return [1.0] * n
     return [max(SPECIFICITY_FLOOR, mean / average) ** SPECIFICITY_PRIOR for mean in means]
+
+
+def _neighbour_support(relevance: list[float], minutes: list[float], pos: int, lo_pos: int, hi_pos: int) -> float:
+    """The support of the candidate at `pos` (by time) from the others within NEIGHBOUR_MINUTES of it,
+    `lo_pos`..`hi_pos` (at least one); 0.0 without any, as `_support` takes it then."""
+    best = sorted(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], reverse=True)[:NEIGHBOUR_TOP]
+    support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
+    lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
+    hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
+    return support + ADJACENT_SHARE * max(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], default=0.0)
 
 
 def _support(out: list[tuple[tuple, dict]], n: int) -> None:
@@ -947,11 +965,7 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
     for pos, i in enumerate(by_time):
         lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES, 0, pos)
         hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES, pos)
-        best = sorted(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], reverse=True)[:NEIGHBOUR_TOP]
-        support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
-        lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
-        hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
-        support += ADJACENT_SHARE * max(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], default=0.0)
+        support = _neighbour_support(relevance, minutes, pos, lo_pos, hi_pos) if hi_pos - lo_pos > 1 else 0.0
         row, parts = out[i]
         parts["neighbour"] = support
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
