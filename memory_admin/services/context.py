@@ -688,8 +688,21 @@ def _notes(fact: Fact, content: str, effective: float, stale: bool) -> list[str]
     return notes + ["contested"] * fact.contested + ["stale"] * stale
 
 
+# ASCII text: every character but a letter or a digit separates words, as for WORD (`[^\W_]+`).
+_ASCII_SEPARATORS = str.maketrans({chr(c): " " for c in range(128) if not chr(c).isalnum()})
+
+
 def _words(content: str) -> str:
+    if content.isascii():
+        # What the general form gives on ASCII (fold only collapses spaces, casefold is lower), in a
+        # third of its time: a context block renders ~50 lines.
+        return " ".join(content.lower().translate(_ASCII_SEPARATORS).split())
     return " ".join(WORD.findall(fold(content).casefold()))
+
+
+def _day(at: datetime) -> str:
+    """The date a line is listed under (`%Y-%m-%d`; isoformat is the same from year 1000 on, and faster)."""
+    return at.date().isoformat() if at.year >= 1000 else f"{at:%Y-%m-%d}"
 
 
 def _pinned_item(row: dict) -> _Item:
@@ -719,7 +732,7 @@ def _rendered(item: _Item) -> _Item:
     # The block's note comes first: nothing in the content can stand in for it.
     item.lead = f"- [{', '.join(notes)}] " if notes else _QUOTE
     item.text = (item.lead + content).rstrip() + "\n"
-    item.day, item.at, item.words = f"{fact.valid_from:%Y-%m-%d}", fact.valid_from.timestamp(), _words(content)
+    item.day, item.at, item.words = _day(fact.valid_from), fact.valid_from.timestamp(), _words(content)
     return item
 
 
