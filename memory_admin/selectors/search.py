@@ -281,13 +281,11 @@ def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[st
 
 _QV = "(SELECT v FROM search_qv)"
 _DISTANCE = f"memory_admin_fact.embedding <=> {_QV}"
-# The query's lexemes (english configuration: stemmed, stopwords dropped), each as a one-lexeme tsquery
-# quoted the way tsquery input expects ('...' with backslash and quote doubled), at most MAX_LEXEMES.
-_LEXEMES_CTE = (
-    "search_lx AS (SELECT ARRAY(SELECT ('''' || replace(replace(l, E'\\\\', E'\\\\\\\\'), '''', '''''') || '''')"
-    "::tsquery FROM unnest((tsvector_to_array(to_tsvector('english', %s)))[1:" + str(MAX_LEXEMES) + "])"
-    " WITH ORDINALITY AS u(l, i) ORDER BY i) AS q)"
-)
+# The query's lexemes (english configuration: stemmed, stopwords dropped), at most MAX_LEXEMES: which of
+# them a candidate contains (`matched`, bit i for the i-th) is what its lexemes say (`_matched`), the
+# same as a one-lexeme tsquery per lexeme matched against its search_vector in a per-row subquery, which
+# cost Postgres ~0.5 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
+_LEXEMES_CTE = "search_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:" + str(MAX_LEXEMES) + "] AS q)"
 # What each branch carries, so that the candidates are described without a second visit to the table.
 _CARRIED = (
     "id",
@@ -306,8 +304,7 @@ _CARRIED = (
 _ROW_SQL = (
     "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
     " {stale} AS stale_score, GREATEST(0, date_part('epoch', now() - c.valid_from) / 86400.0)::float8 AS age_days,"
-    " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
-    " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
+    " c.distance, 0::bigint AS matched,"  # set by _matched
     " COALESCE(length(c.search_vector), 0) AS doc_len,"
     # The fact's lexemes (text[]), for the specificity prior's IDF: one function call per row, where a
     # per-row subquery hashing each lexeme cost Postgres ~2 ms per search at 1.1M facts (bench/README.md).
@@ -322,7 +319,7 @@ _STATEMENT = (
     # The weights ride on every candidate row (an InitPlan, evaluated once); a search without candidates
     # reads them from the settings instead (`_weights`). A LEFT JOIN to one row, which gave them even then,
     # cost Postgres ~0.4 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
-    "{entities} SELECT (SELECT w FROM search_weights), r.* FROM ({rows}) AS r"
+    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.* FROM ({rows}) AS r"
 )
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -554,7 +551,20 @@ def _candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    return weights, [row[1:] for row in result]
+    return weights, _matched(result)
+
+
+def _matched(result: list[tuple]) -> list[tuple]:
+    """The candidate rows of the statement's result, `matched` set: bit i when the fact's lexemes hold the
+    query's i-th lexeme (the query's lexemes are every result row's second column)."""
+    bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][1] or ())} if result else {}
+    if not bits:
+        return [row[2:] for row in result]
+    get = bits.get
+    return [
+        (*row[2 : 2 + MATCHED], sum(get(lexeme, 0) for lexeme in row[2 + LEXEMES] or ()), *row[3 + MATCHED :])
+        for row in result
+    ]
 
 
 def _as_vector(values: list[float] | None) -> Vector | None:
