@@ -166,6 +166,30 @@ def test_the_lines_a_fact_holds_are_the_listed_runs_of_its_words():
                 listed[words] = item.id
 
 
+def test_a_lines_words_and_day_are_their_definitions():
+    """The words a line is compared by (near-duplicates, held runs) are the WORD runs of its folded,
+    casefolded text, whatever the text (the ASCII shortcut included), and its day is `%Y-%m-%d` of its
+    time, whatever the year."""
+    import random
+    from datetime import UTC, datetime
+
+    from memory_admin.selectors.search import WORD
+    from memory_admin.textnorm import fold
+
+    rng = random.Random(11)
+    alphabet = "ab Z9_-'.,:;!?\t\n\x0b\x1f\x7f/\\\"()[]<>" + "éßİ\u00a0\u200bﬁ２Ω"
+    texts = ["", "Ana: I  like green-tea!", "don't_stop 42x", "İstanbul ﬁne", "tab\tand\x0bvt"]
+    texts += [
+        "".join(rng.choice(alphabet[: rng.choice((30, len(alphabet)))]) for _ in range(rng.randint(0, 40)))
+        for _ in range(3000)
+    ]
+    for text in texts:
+        assert context_service._words(text) == " ".join(WORD.findall(fold(text).casefold())), repr(text)
+    for year in (1, 9, 999, 1000, 1999, 2026, 9999):
+        at = datetime(year, rng.randint(1, 12), rng.randint(1, 28), rng.randint(0, 23), tzinfo=UTC)
+        assert context_service._day(at) == f"{at:%Y-%m-%d}"
+
+
 def test_related_memory_brings_the_turns_around_the_best_match(api, tenant):
     user = new_user(tenant)
     now = timezone.now()

@@ -13,7 +13,7 @@ from ninja.responses import NinjaJSONEncoder
 
 from memory_admin.api.retrieval import SearchOut
 from memory_admin.embeddings import embed_one
-from memory_admin.models import Fact
+from memory_admin.models import Fact, MemoryUser
 
 pytestmark = pytest.mark.django_db
 
@@ -269,3 +269,52 @@ def test_the_fixed_statements_are_scanned_for_placeholders_once(api, tenant):
     assert len(candidates) > 4096
     assert after.misses == before.misses and after.hits >= before.hits + 2  # the key and candidate statements
     assert {h["fact"]["content"] for h in r.json()["hits"]} >= {"Sam keeps bees in the garden"}
+
+
+def test_a_search_without_candidates_answers_the_tenants_weights(api, admin_api, tenant):
+    # The candidate statement carries the weights on its rows: with no row at all (a user without facts,
+    # no shared fact), they come from the tenant's settings, not the defaults.
+    weights = {"vector": 0.7, "keyword": 0.1, "recency": 0.15, "importance": 0.05}
+    r = admin_api.patch("settings", {"search_weights": weights})
+    assert r.status_code == 200, r.content
+    MemoryUser.objects.create(tenant=tenant, external_id="ada")
+    r = search(api, "ada", "tomatoes in the greenhouse")
+    assert r.json()["hits"] == []
+    assert r.json()["weights"] == weights
+
+
+def test_which_query_lexemes_a_candidate_holds_is_what_postgres_matches(api, tenant):
+    """`matched` (bit i: the fact holds the query's i-th lexeme, read from the candidates' lexemes in
+    Python) against Postgres' own match of each query lexeme as a one-lexeme tsquery, on words with
+    quotes, backslashes, colons, signs and accents."""
+    from memory_admin.selectors.access import Principal
+    from memory_admin.selectors.search import ID, MATCHED, fact_ranking
+
+    contents = [
+        "O'Brien's café serves naïve crêpes",
+        "a back\\slash and C:\\temp\\path in notes",
+        "x:y ratio, A&B company, it's 50% off",
+        "Crêpes at O'Brien's, again! c++ and c# talk",
+        "nothing relevant here",
+    ]
+    for content in contents:
+        write(api, "oli", content)
+    user = MemoryUser.objects.get(tenant=tenant, external_id="oli")
+    staff = Principal(tenant_id=tenant.pk, role="operator", actor="op@example.com", actor_type="staff")
+    query = "O'Brien crêpes back\\slash C:\\temp x:y A&B 50% c++ naïve café"
+    ranking = fact_ranking(principal=staff, memory_user=user, query=query)
+    assert len(ranking.scored) == len(contents)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [query])
+        lexemes = cursor.fetchone()[0]
+        for _, row, _ in ranking.scored:
+            cursor.execute(
+                # The one-lexeme tsquery of each query lexeme, quoted as tsquery input expects.
+                "SELECT search_vector @@ ('''' || replace(replace(l, E'\\\\', E'\\\\\\\\'), '''', '''''')"
+                " || '''')::tsquery"
+                " FROM memory_admin_fact, unnest(%s::text[]) WITH ORDINALITY AS u(l, i) WHERE id = %s ORDER BY i",
+                [lexemes, row[ID]],
+            )
+            expected = sum(1 << i for i, (hit,) in enumerate(cursor.fetchall()) if hit)
+            assert row[MATCHED] == expected
+    assert any(row[MATCHED] for _, row, _ in ranking.scored)

@@ -204,3 +204,41 @@ def test_a_statement_past_the_best_twenty_comes_before_picks_that_yielded(api, t
     assert yielded
     last_yielded = max(order.index(i) for i in yielded)
     assert min(order.index(str(f.pk)) for f in second) < last_yielded  # ... and before a pick that yielded
+
+
+def test_each_hits_neighbour_support_is_its_definition_over_the_candidates(api, tenant):
+    # Support computed from every candidate's reported relevance (all of them are hits here): the best
+    # within NEIGHBOUR_MINUTES plus the mean of the best three, plus the best within ADJACENT_MINUTES; a
+    # fact with no other within NEIGHBOUR_MINUTES gets none.
+    user = new_user(tenant)
+    start = timezone.now() - timedelta(days=3)
+    minutes = {
+        0: "Lena bakes sourdough bread",
+        4: "the oven runs hot",
+        5: "Lena sells bread at the market",
+        20: "the weather was rainy",
+        49: "Lena bakes rye bread",
+        600: "Lena plans a trip to Porto",
+        1440: "bread again today",
+        1441: "the starter is alive",
+        3000: "nothing about baking at all",
+    }
+    for minute, content in minutes.items():
+        fact_row(user, content, start + timedelta(minutes=minute))
+    r = api.get(f"users/{user.external_id}/search", q="Lena bread", k=20)
+    assert r.status_code == 200, r.content
+    hits = r.json()["hits"]
+    assert len(hits) == len(minutes)
+    at = {h["fact"]["id"]: timezone.datetime.fromisoformat(h["fact"]["valid_from"]) for h in hits}
+    relevance = {h["fact"]["id"]: h["score"]["relevance"] for h in hits}
+    for h in hits:
+        me = h["fact"]["id"]
+        gap = {o: abs((at[o] - at[me]).total_seconds()) / 60 for o in at if o != me}
+        best = sorted((relevance[o] for o in gap if gap[o] <= 30), reverse=True)[:3]
+        expected = (best[0] + sum(best) / 3 if best else 0.0) + max(
+            (relevance[o] for o in gap if gap[o] <= 1.25), default=0.0
+        )
+        assert h["score"]["neighbour"] == pytest.approx(expected, abs=1e-5), h["fact"]["content"]
+    by_content = {h["fact"]["content"]: h["score"]["neighbour"] for h in hits}
+    assert by_content["Lena plans a trip to Porto"] == by_content["nothing about baking at all"] == 0
+    assert by_content["the oven runs hot"] > by_content["Lena bakes rye bread"] > 0

@@ -320,13 +320,11 @@ def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[st
 
 _QV = "(SELECT v FROM search_qv)"
 _DISTANCE = f"memory_admin_fact.embedding <=> {_QV}"
-# The query's lexemes (english configuration: stemmed, stopwords dropped), each as a one-lexeme tsquery
-# quoted the way tsquery input expects ('...' with backslash and quote doubled), at most MAX_LEXEMES.
-_LEXEMES_CTE = (
-    "search_lx AS (SELECT ARRAY(SELECT ('''' || replace(replace(l, E'\\\\', E'\\\\\\\\'), '''', '''''') || '''')"
-    "::tsquery FROM unnest((tsvector_to_array(to_tsvector('english', %s)))[1:" + str(MAX_LEXEMES) + "])"
-    " WITH ORDINALITY AS u(l, i) ORDER BY i) AS q)"
-)
+# The query's lexemes (english configuration: stemmed, stopwords dropped), at most MAX_LEXEMES: which of
+# them a candidate contains (`matched`, bit i for the i-th) is what its lexemes say (`_matched`), the
+# same as a one-lexeme tsquery per lexeme matched against its search_vector in a per-row subquery, which
+# cost Postgres ~0.5 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
+_LEXEMES_CTE = "search_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:" + str(MAX_LEXEMES) + "] AS q)"
 # What each branch carries, so that the candidates are described without a second visit to the table.
 _CARRIED = (
     "id",
@@ -345,8 +343,7 @@ _CARRIED = (
 _ROW_SQL = (
     "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
     " {stale} AS stale_score, GREATEST(0, date_part('epoch', now() - c.valid_from) / 86400.0)::float8 AS age_days,"
-    " c.distance, (SELECT COALESCE(bit_or(1::bigint << (u.i - 1)::int), 0) FROM unnest((SELECT q FROM search_lx))"
-    " WITH ORDINALITY AS u(t, i) WHERE c.search_vector @@ u.t) AS matched,"
+    " c.distance, 0::bigint AS matched,"  # set by _matched
     " COALESCE(length(c.search_vector), 0) AS doc_len,"
     # The fact's lexemes (text[]), for the specificity prior's IDF: one function call per row, where a
     # per-row subquery hashing each lexeme cost Postgres ~2 ms per search at 1.1M facts (bench/README.md).
@@ -358,7 +355,10 @@ _ROW_SQL = (
 _STATEMENT = (
     "WITH search_qv AS (SELECT %s::vector AS v), {lexemes}, search_weights AS"
     " (SELECT search_weights::text AS w FROM memory_admin_tenantsettings WHERE tenant_id = %s)"
-    "{entities} SELECT (SELECT w FROM search_weights), r.* FROM (SELECT 1) AS one LEFT JOIN ({rows}) AS r ON true"
+    # The weights ride on every candidate row (an InitPlan, evaluated once); a search without candidates
+    # reads them from the settings instead (`_weights`). A LEFT JOIN to one row, which gave them even then,
+    # cost Postgres ~0.4 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
+    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.* FROM ({rows}) AS r"
 )
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -559,9 +559,10 @@ def _candidates(
     carry: tuple[str, ...] = (),
     entity_vector: list[float] | None = None,
 ) -> tuple[str | None, list[tuple]]:
-    """(tenant search weights as JSON text, candidate rows) in one statement. Branch i (the row's
-    `src`) holds the own facts of memory_users[i]; the shared branches come after them. Entities are
-    recognised by `entity_vector` (the whole query's embedding; `vector` when not given)."""
+    """(tenant search weights as JSON text, None without candidates; candidate rows) in one statement.
+    Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches come after
+    them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
+    given)."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
@@ -589,7 +590,20 @@ def _candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    return weights, [row[1:] for row in result if row[1] is not None]
+    return weights, _matched(result)
+
+
+def _matched(result: list[tuple]) -> list[tuple]:
+    """The candidate rows of the statement's result, `matched` set: bit i when the fact's lexemes hold the
+    query's i-th lexeme (the query's lexemes are every result row's second column)."""
+    bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][1] or ())} if result else {}
+    if not bits:
+        return [row[2:] for row in result]
+    get = bits.get
+    return [
+        (*row[2 : 2 + MATCHED], sum(get(lexeme, 0) for lexeme in row[2 + LEXEMES] or ()), *row[3 + MATCHED :])
+        for row in result
+    ]
 
 
 def _as_vector(values: list[float] | None) -> Vector | None:
@@ -852,8 +866,8 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     if not rows:
         return []
     n = len(rows)
-    width = max(rows, key=lambda r: r[MATCHED])[MATCHED].bit_length()
-    df = [sum(1 for r in rows if r[MATCHED] >> i & 1) for i in range(width)]
+    masks = Counter(r[MATCHED] for r in rows)  # few distinct masks: the document frequencies from them
+    df = [sum(count for mask, count in masks.items() if mask >> i & 1) for i in range(max(masks).bit_length())]
     idf = [_idf(n, c) for c in df]
     avg_len = sum(r[DOC_LEN] for r in rows) / n or 1.0
     bm25 = []
@@ -879,25 +893,32 @@ def _score(rows: list[tuple], weights: dict[str, float]) -> list[tuple[float, tu
     entity = _entity_scores(rows)
     specific = _specificity(rows)
     out = []
+    w_vector, w_keyword, w_recency, w_importance = (
+        weights.get(name, 0.0) for name in ("vector", "keyword", "recency", "importance")
+    )
+    stale_status, stale_threshold = Fact.Status.STALE, scoring.STALE_THRESHOLD
     for row, kw, cosine, ent, spec in zip(rows, bm25, cosines, entity, specific, strict=True):
         stale_score = float(row[STALE_SCORE])
+        vector = (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0)
+        keyword = kw / best_keyword
+        recency = math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS)
+        importance = float(row[IMPORTANCE])
         parts = {
-            "vector": (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0),
+            "vector": vector,
             "cosine": cosine,
-            "keyword": kw / best_keyword,
-            "recency": math.exp(-float(row[AGE_DAYS]) / RECENCY_DAYS),
-            "importance": float(row[IMPORTANCE]),
+            "keyword": keyword,
+            "recency": recency,
+            "importance": importance,
             "entity": ent,
             "specificity": spec,
             "spread": 1.0,  # _spread sets the factor of each of the best it re-ranks
             "effective_confidence": float(row[EFF_CONF]),
             "staleness": stale_score,
             # scoring.is_stale, on the SQL score.
-            "stale": row[STATUS] == Fact.Status.STALE or stale_score > scoring.STALE_THRESHOLD,
+            "stale": row[STATUS] == stale_status or stale_score > stale_threshold,
+            # The weighted sum in the order (and from the 0) of a sum() over the four.
+            "relevance": 0 + w_vector * vector + w_keyword * keyword + w_recency * recency + w_importance * importance,
         }
-        parts["relevance"] = sum(
-            weights.get(name, 0.0) * parts[name] for name in ("vector", "keyword", "recency", "importance")
-        )
         out.append((row, parts))
 
     _support(out, n)
@@ -964,14 +985,25 @@ def _specificity(rows: list[tuple]) -> list[float]:
     n = len(rows)
     lexemes = [row[LEXEMES] or () for row in rows]
     df = Counter(itertools.chain.from_iterable(lexemes))
-    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score).
-    idf = [0.0] + [_idf(n, c) for c in range(1, n + 1)]
+    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score), for
+    # the frequencies that occur.
+    idf = {c: _idf(n, c) for c in set(df.values())}
     rarest = (sorted(map(df.__getitem__, own))[:SPECIFIC_TOP] for own in lexemes)
     means = [sum(map(idf.__getitem__, counts)) / SPECIFIC_TOP for counts in rarest]
     average = sum(means) / n
     if not average:
         return [1.0] * n
     return [max(SPECIFICITY_FLOOR, mean / average) ** SPECIFICITY_PRIOR for mean in means]
+
+
+def _neighbour_support(relevance: list[float], minutes: list[float], pos: int, lo_pos: int, hi_pos: int) -> float:
+    """The support of the candidate at `pos` (by time) from the others within NEIGHBOUR_MINUTES of it,
+    `lo_pos`..`hi_pos` (at least one); 0.0 without any, as `_support` takes it then."""
+    best = sorted(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], reverse=True)[:NEIGHBOUR_TOP]
+    support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
+    lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
+    hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
+    return support + ADJACENT_SHARE * max(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], default=0.0)
 
 
 def _support(out: list[tuple[tuple, dict]], n: int) -> None:
@@ -985,11 +1017,7 @@ def _support(out: list[tuple[tuple, dict]], n: int) -> None:
     for pos, i in enumerate(by_time):
         lo_pos = bisect.bisect_left(minutes, minutes[pos] - NEIGHBOUR_MINUTES, 0, pos)
         hi_pos = bisect.bisect_right(minutes, minutes[pos] + NEIGHBOUR_MINUTES, pos)
-        best = sorted(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], reverse=True)[:NEIGHBOUR_TOP]
-        support = best[0] + sum(best) / NEIGHBOUR_TOP if best else 0.0
-        lo_pos = bisect.bisect_left(minutes, minutes[pos] - ADJACENT_MINUTES, lo_pos, pos)
-        hi_pos = bisect.bisect_right(minutes, minutes[pos] + ADJACENT_MINUTES, pos, hi_pos)
-        support += ADJACENT_SHARE * max(relevance[lo_pos:pos] + relevance[pos + 1 : hi_pos], default=0.0)
+        support = _neighbour_support(relevance, minutes, pos, lo_pos, hi_pos) if hi_pos - lo_pos > 1 else 0.0
         row, parts = out[i]
         parts["neighbour"] = support
         parts["length"] = (max(1, row[DOC_LEN]) / avg_len) ** LENGTH_PRIOR
