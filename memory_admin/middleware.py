@@ -85,8 +85,9 @@ class DashboardOnlyMiddleware:
 
 
 class SearchAheadMiddleware:
-    """Starts a search's query embedding as its request arrives (api.embed_ahead), ahead of the rest of
-    the middleware, the URL resolver and the key check, which it then runs beside."""
+    """Starts the embedding of a search's query or a context block's task as its request arrives
+    (api.embed_ahead), ahead of the rest of the middleware, the URL resolver and the key check, which it
+    then runs beside."""
 
     def __init__(self, get_response):
         from memory_admin.api import embed_ahead

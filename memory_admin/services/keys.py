@@ -125,7 +125,7 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
         try:
             api_key_check(row[n_key], retry_after)
         except RateLimited:
-            _previous.pop(key_hash, None)  # no work ahead of the key's statement while it is over its limit
+            _remember(key_hash, None)  # no work ahead of the key's statement while it is over its limit
             raise
         n_key += 1
     _remember(key_hash, principal)
