@@ -24,6 +24,40 @@ def mark(label: str) -> None:
         marks.append((label, time.perf_counter(), time.thread_time()))
 
 
+class _HelperMarks:
+    """The marks of a helper thread working for a request (the query embedded ahead), put on that
+    request's list: labelled `helper:`, without a CPU time (another thread's clock)."""
+
+    def __init__(self, marks: list) -> None:
+        self._marks = marks
+
+    def append(self, entry: tuple) -> None:
+        label, wall, _cpu = entry
+        self._marks.append((f"helper: {label}", wall, None))
+
+
+def _wrap_ahead(search) -> None:
+    original_init, original_run = search.VectorsAhead.__init__, search.VectorsAhead._run
+
+    def init(self, text: str) -> None:
+        self._probe_marks = getattr(_local, "marks", None)
+        mark("ahead submit>")
+        original_init(self, text)
+        mark("<ahead submit")
+
+    def run(self):
+        marks = self._probe_marks
+        _local.marks = _HelperMarks(marks) if marks is not None else None
+        mark("run>")
+        try:
+            return original_run(self)
+        finally:
+            mark("<run")
+            _local.marks = None
+
+    search.VectorsAhead.__init__, search.VectorsAhead._run = init, run
+
+
 def _wrap(owner, name: str, label: str) -> None:
     original = getattr(owner, name)
 
@@ -91,6 +125,8 @@ def install(worker) -> None:
     _wrap(retrieval, "memory_user_for", "user SQL")
     _wrap(retrieval, "fact_search", "fact_search")
     _wrap(search, "embed_query", "embed_query")
+    _wrap(search, "name_spans", "name_spans")
+    _wrap_ahead(search)
     _wrap(search, "_candidates", "candidates SQL")
     _wrap(search, "_score", "score")
     _wrap(search, "_facts_by_id", "facts SQL")
@@ -103,6 +139,8 @@ def install(worker) -> None:
     _wrap(access_counts, "record_usage", "record_usage")
     embedder = embeddings.get_embedder()
     _wrap(embedder, "embed", "engine.embed")
+    if hasattr(embedder, "embed_pair"):
+        _wrap(embedder, "embed_pair", "engine.embed_pair")
     _wrap(requestlog.log, "info", "log line")
     from django.http import response as django_response
     from gunicorn.http import wsgi as gunicorn_wsgi

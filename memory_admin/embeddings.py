@@ -12,6 +12,7 @@ cosine distance is 1 - dot.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from collections import OrderedDict
@@ -316,7 +317,34 @@ def search_ahead_executor() -> ThreadPoolExecutor:
     """The threads that embed a search's query while its API key is checked (selectors.search.
     VectorsAhead): one per core, each run of the model being one thread. A request whose embedding has
     not started by the time it needs it runs the embedding itself, so none waits in this queue."""
-    return _pool("embed-search", max(1, os.cpu_count() or 1))
+    return _pool("embed-search", _search_helpers())
+
+
+@lru_cache(maxsize=1)
+def _search_helpers() -> int:
+    return max(1, os.cpu_count() or 1)  # os.cpu_count reads sysfs: ~10 µs a call
+
+
+# Runs submitted to search_ahead_executor and not yet done (or cancelled), by process: a forked child starts
+# from none, as its pool does.
+_search_busy: dict[int, int] = {}
+_search_busy_lock = threading.Lock()
+
+
+def search_ahead_submit(fn) -> tuple[Future, bool]:  # noqa: ANN001 - any callable without arguments
+    """`fn` submitted to search_ahead_executor, and whether a helper thread was idle to take it at once."""
+    pid = os.getpid()
+    with _search_busy_lock:
+        busy = _search_busy.get(pid, 0)
+        _search_busy[pid] = busy + 1
+    future = search_ahead_executor().submit(fn)
+    future.add_done_callback(functools.partial(_search_done, pid))
+    return future, busy < _search_helpers()
+
+
+def _search_done(pid: int, _future: Future) -> None:
+    with _search_busy_lock:
+        _search_busy[pid] -= 1
 
 
 class EmbedAhead:

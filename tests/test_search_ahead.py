@@ -6,13 +6,18 @@ query the handler accepts, get one: a request without a valid key never costs an
 
 from __future__ import annotations
 
+import functools
+import os
 import threading
+import time
 
 import pytest
 
+from memory_admin import embeddings
 from memory_admin.api.schemas import MAX_QUERY_CHARS
-from memory_admin.embeddings import search_ahead_executor
+from memory_admin.embeddings import _search_helpers, search_ahead_executor, search_ahead_submit
 from memory_admin.models import ApiKey
+from memory_admin.selectors import search as search_module
 from memory_admin.selectors.search import VectorsAhead, search_vectors
 from memory_admin.services.keys import api_key_revoke
 
@@ -182,3 +187,36 @@ def test_take_gives_the_vectors_of_its_own_text_only_and_never_waits_in_the_queu
         release.set()
         for future in busy:
             future.result()
+
+
+def wait_until(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def test_an_idle_helper_has_the_gil_before_the_request_goes_on_and_busy_helpers_are_not_waited_for(monkeypatch):
+    """The request hands the GIL to an idle helper at once (its Python before the model would otherwise
+    wait for the request's next wait on I/O); with every helper busy it goes straight on."""
+    monkeypatch.setattr(search_module, "HANDOFF_WAIT_S", 30.0)  # the bound never decides this test
+    ahead = VectorsAhead(QUESTION)
+    assert ahead._started.is_set()
+    assert ahead.take(QUESTION)[0] == search_vectors(QUESTION)
+    release = threading.Event()
+    busy = [search_ahead_submit(functools.partial(release.wait, 30))[0] for _ in range(_search_helpers())]
+    try:
+        started = time.monotonic()
+        queued = VectorsAhead(QUESTION)
+        assert time.monotonic() - started < 10  # did not sit out the 30 s bound
+        assert not queued._started.is_set()
+        assert queued.take(QUESTION) is None and queued.future.cancelled()
+    finally:
+        release.set()
+        for future in busy:
+            future.result()
+    # Finished and cancelled runs alike are counted out: the next request finds its helpers idle again.
+    assert wait_until(lambda: embeddings._search_busy.get(os.getpid(), 0) == 0)
+    assert VectorsAhead(QUESTION)._started.is_set()
