@@ -337,12 +337,16 @@ def search_ahead_submit(fn) -> tuple[Future, bool]:  # noqa: ANN001 - any callab
     with _search_busy_lock:
         busy = _search_busy.get(pid, 0)
         _search_busy[pid] = busy + 1
-    future = search_ahead_executor().submit(fn)
+    try:
+        future = search_ahead_executor().submit(fn)
+    except RuntimeError:  # the pool is shutting down (interpreter exit): not counted as busy forever
+        _search_done(pid, None)
+        raise
     future.add_done_callback(functools.partial(_search_done, pid))
     return future, busy < _search_helpers()
 
 
-def _search_done(pid: int, _future: Future) -> None:
+def _search_done(pid: int, _future: Future | None) -> None:
     with _search_busy_lock:
         _search_busy[pid] -= 1
 

@@ -220,3 +220,15 @@ def test_an_idle_helper_has_the_gil_before_the_request_goes_on_and_busy_helpers_
     # Finished and cancelled runs alike are counted out: the next request finds its helpers idle again.
     assert wait_until(lambda: embeddings._search_busy.get(os.getpid(), 0) == 0)
     assert VectorsAhead(QUESTION)._started.is_set()
+
+
+def test_a_submission_the_pool_refuses_is_not_counted_as_a_busy_helper(monkeypatch):
+    class ShutDown:
+        def submit(self, fn):  # noqa: ANN001
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    before = embeddings._search_busy.get(os.getpid(), 0)
+    monkeypatch.setattr(embeddings, "search_ahead_executor", ShutDown)
+    with pytest.raises(RuntimeError):
+        search_ahead_submit(lambda: None)
+    assert embeddings._search_busy.get(os.getpid(), 0) == before

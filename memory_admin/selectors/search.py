@@ -614,7 +614,7 @@ def _matched(result: list[tuple]) -> list[tuple]:
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][1] or ())} if result else {}
     if not bits:
         return [row[2:] for row in result]
-    query_lexemes = bits.keys()
+    query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
     return [
         (
             *row[2 : 2 + MATCHED],
