@@ -12,13 +12,12 @@ cosine distance is 1 - dot.
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from django.conf import settings
 
@@ -331,7 +330,7 @@ _search_busy: dict[int, int] = {}
 _search_busy_lock = threading.Lock()
 
 
-def search_ahead_submit(fn) -> tuple[Future, bool]:  # noqa: ANN001 - any callable without arguments
+def search_ahead_submit(fn: Callable[[], object]) -> tuple[Future, bool]:
     """`fn` submitted to search_ahead_executor, and whether a helper thread was idle to take it at once."""
     pid = os.getpid()
     with _search_busy_lock:
@@ -342,7 +341,7 @@ def search_ahead_submit(fn) -> tuple[Future, bool]:  # noqa: ANN001 - any callab
     except RuntimeError:  # the pool is shutting down (interpreter exit): not counted as busy forever
         _search_done(pid, None)
         raise
-    future.add_done_callback(functools.partial(_search_done, pid))
+    future.add_done_callback(partial(_search_done, pid))
     return future, busy < _search_helpers()
 
 
