@@ -16,7 +16,6 @@ import fcntl
 import hashlib
 import json
 import logging
-import math
 import os
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 # Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
-RECIPE = "minilm-l6-v2/bert-graph-v3-tokens/smooth-p99-pow2-calib2/dynamic-int8-per-channel/matmul+gather/all"
+RECIPE = "minilm-l6-v2/bert-graph-v4-tokens-mha-gelu/smooth-p99-pow2-calib2/dynamic-int8-per-channel/matmul+gather/all"
 MODEL_FILE = "all-MiniLM-L6-v2.int8.onnx"
 # The graph's outputs: the sentence vector, and the last hidden state of every token (for a second
 # pooling over some of them, e.g. a question's words without its names: embeddings.OnnxEmbedder.embed_pair).
@@ -164,6 +163,7 @@ def _locked(path: Path):
 
 def build(directory: Path) -> Path:
     """Write the fp32 graph, quantise it, and install file + manifest atomically."""
+    from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     src = source_dir()
@@ -183,6 +183,9 @@ def build(directory: Path) -> Path:
             per_channel=True,
             weight_type=QuantType.QInt8,
             op_types_to_quantize=["MatMul", "Gather"],
+            # onnx's shape inference does not type the outputs of onnxruntime's own operators
+            # (MultiHeadAttention): every tensor of the graph is float32 where it is not said.
+            extra_options={"DefaultTensorType": TensorProto.FLOAT},
         )
         digest = sha256_file(int8)
         os.replace(int8, directory / MODEL_FILE)
@@ -253,7 +256,7 @@ def _write_fp32_graph(
     w = load_file(str(src / "model.safetensors"))
     w = {k.removeprefix("bert."): v for k, v in w.items()}
     hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    head_dim, eps = hidden // heads, float(config["layer_norm_eps"])
+    eps = float(config["layer_norm_eps"])
 
     nodes: list = []
     inits: list = []
@@ -302,15 +305,11 @@ def _write_fp32_graph(
     x = node("Add", [node("Gather", ["word_emb", "input_ids"], "word_rows"), pos], "emb_sum")
     x = layer_norm(x, "embeddings.LayerNorm", "emb_ln")
 
-    # Additive attention mask [B,1,1,S]: 0 where attended, a large negative where padded.
+    # The attention's key mask [B, S] (1 attended, 0 padded), as MultiHeadAttention takes it; and as floats
+    # for the pooling.
     maskf = node("Cast", ["attention_mask"], "maskf", to=TensorProto.FLOAT)
-    inv = node("Sub", [const("onef", np.array(1.0, dtype=np.float32)), maskf], "mask_inv")
-    bias = node("Mul", [inv, const("neg", np.array(np.finfo(np.float32).min, dtype=np.float32))], "mask_bias_2d")
-    bias = node("Unsqueeze", [bias, const("axes12", np.array([1, 2], dtype=np.int64))], "mask_bias")
+    node("Cast", ["attention_mask"], "key_mask", to=TensorProto.INT32)
 
-    split_shape = const("split_heads", np.array([0, 0, heads, head_dim], dtype=np.int64))
-    merge_shape = const("merge_heads", np.array([0, 0, hidden], dtype=np.int64))
-    scale = const("scale", np.array(1.0 / math.sqrt(head_dim), dtype=np.float32))
     for i in range(config["num_hidden_layers"]):
         p = f"encoder.layer.{i}"
         # Q, K and V in one MatMul (one quantised weight, one kernel call), then split.
@@ -326,35 +325,33 @@ def _write_fp32_graph(
                 axis=-1,
             )
         )
-        q = node("Transpose", [node("Reshape", [f"l{i}_q", split_shape], f"l{i}_q4")], f"l{i}_qt", perm=[0, 2, 1, 3])
-        k = node("Transpose", [node("Reshape", [f"l{i}_k", split_shape], f"l{i}_k4")], f"l{i}_kt", perm=[0, 2, 3, 1])
-        v = node("Transpose", [node("Reshape", [f"l{i}_v", split_shape], f"l{i}_v4")], f"l{i}_vt", perm=[0, 2, 1, 3])
-        scores = node(
-            "Add", [node("Mul", [node("MatMul", [q, k], f"l{i}_qk"), scale], f"l{i}_scaled"), bias], f"l{i}_scores"
+        # Scaled dot-product attention over the heads in one kernel (onnxruntime's MultiHeadAttention:
+        # Q, K and V as [B, S, hidden], padded keys masked by `key_mask`), in place of the 12 reshapes,
+        # transposes, MatMuls and the softmax it computes.
+        ctx = node(
+            "MultiHeadAttention",
+            [f"l{i}_q", f"l{i}_k", f"l{i}_v", "", "key_mask"],
+            f"l{i}_ctx",
+            domain="com.microsoft",
+            num_heads=heads,
         )
-        probs = node("Softmax", [scores], f"l{i}_probs", axis=-1)
-        ctx = node("MatMul", [probs, v], f"l{i}_ctx4")
-        ctx = node("Reshape", [node("Transpose", [ctx], f"l{i}_ctxt", perm=[0, 2, 1, 3]), merge_shape], f"l{i}_ctx")
         attn = linear(ctx, f"{p}.attention.output.dense", f"l{i}_attn_out")
         x = layer_norm(node("Add", [attn, x], f"l{i}_res1"), f"{p}.attention.output.LayerNorm", f"l{i}_ln1")
         h = linear(x, f"{p}.intermediate.dense", f"l{i}_ff1")
-        # GELU (erf form, as BERT): 0.5 * h * (1 + erf(h / sqrt 2)); the FFN output's smoothing divides
-        # the 0.5 (one constant per channel instead of a scalar), so it costs no extra node.
+        # GELU (erf form, as BERT: 0.5 * h * (1 + erf(h / sqrt 2))) in one kernel (onnxruntime's Gelu); the
+        # FFN output's smoothing divides it per channel (a power of two: exact), one Mul more.
         gelu_name = f"l{i}_gelu"
-        half = np.array(0.5, dtype=np.float32) if gelu_name not in smooth else 0.5 / smooth[gelu_name]
-        erf = node(
-            "Erf",
-            [node("Mul", [h, const(f"l{i}_rsqrt2", np.array(1 / math.sqrt(2), dtype=np.float32))], f"l{i}_gs")],
-            f"l{i}_erf",
-        )
-        gelu = node(
-            "Mul",
-            [
-                node("Mul", [h, node("Add", [erf, "onef"], f"l{i}_erf1")], f"l{i}_g1"),
-                const(f"l{i}_half", half.astype(np.float32)),
-            ],
-            gelu_name,
-        )
+        if gelu_name in smooth:
+            gelu = node(
+                "Mul",
+                [
+                    node("Gelu", [h], f"l{i}_gelu_erf", domain="com.microsoft"),
+                    const(f"l{i}_unsmooth", (1.0 / smooth[gelu_name]).astype(np.float32)),
+                ],
+                gelu_name,
+            )
+        else:
+            gelu = node("Gelu", [h], gelu_name, domain="com.microsoft")
         ff2 = linear(gelu, f"{p}.output.dense", f"l{i}_ff2", folded=True)
         last = i == config["num_hidden_layers"] - 1
         x = layer_norm(node("Add", [ff2, x], f"l{i}_res2"), f"{p}.output.LayerNorm", TOKENS if last else f"l{i}_ln2")
@@ -396,7 +393,9 @@ def _write_fp32_graph(
         ],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="memory-admin")
+    # onnxruntime's own operators (MultiHeadAttention, Gelu) are in its com.microsoft domain, version 1.
+    opsets = [helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="memory-admin")
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, str(out))
