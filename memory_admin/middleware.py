@@ -85,9 +85,10 @@ class DashboardOnlyMiddleware:
 
 
 class SearchAheadMiddleware:
-    """Starts the embedding of a search's query or a context block's task as its request arrives
-    (api.embed_ahead), ahead of the rest of the middleware, the URL resolver and the key check, which it
-    then runs beside."""
+    """Hands a search's query (a context block's task) embedding to its request (api.embed_ahead): the one
+    the WSGI entry (memory_admin.wsgi) started before Django built the request, or, under a server that does
+    not go through that entry (Django's test client), one started here, ahead of the rest of the
+    middleware, the URL resolver and the key check, which it then runs beside."""
 
     def __init__(self, get_response):
         from memory_admin.api import embed_ahead

@@ -1,5 +1,6 @@
 """A search's query (a context block's task) is embedded from the moment its request arrives
-(selectors/search.py: VectorsAhead, started by middleware.SearchAheadMiddleware through api.embed_ahead):
+(selectors/search.py: VectorsAhead, started by the WSGI entry, or else by middleware.SearchAheadMiddleware,
+through api.start_ahead):
 Django dispatches the request and the key statement waits for Postgres while onnxruntime runs the model on
 a helper thread. Only a key that authenticated in this process before, within its rate limit, and only a
 query the handler accepts, get one: a request without a valid key never costs an embedding."""
@@ -232,3 +233,93 @@ def test_a_submission_the_pool_refuses_is_not_counted_as_a_busy_helper(monkeypat
     with pytest.raises(RuntimeError):
         search_ahead_submit(lambda: None)
     assert embeddings._search_busy.get(os.getpid(), 0) == before
+
+
+def wsgi_get(path: str, key: str, query: str = "") -> tuple[int, dict, list[str]]:
+    """A GET through the WSGI application exactly as gunicorn calls it, and the order in which the query's
+    embedding was started and Django's request built ("ahead", "request")."""
+    import io
+    import json
+    import sys
+    from unittest import mock
+
+    from django.core.handlers.wsgi import WSGIRequest
+
+    import memory_admin.api as api_module
+    from memory_admin.wsgi import application
+
+    events: list[str] = []
+    original_ahead, original_request = api_module.VectorsAhead.__init__, WSGIRequest.__init__
+
+    def ahead_init(self, text):  # noqa: ANN001
+        events.append("ahead")
+        original_ahead(self, text)
+
+    def request_init(self, environ):  # noqa: ANN001
+        events.append("request")
+        original_request(self, environ)
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": path,
+        "QUERY_STRING": query,
+        "SERVER_NAME": "localhost",
+        "SERVER_PORT": "80",
+        "SERVER_PROTOCOL": "HTTP/1.1",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "localhost",
+        "HTTP_AUTHORIZATION": f"Bearer {key}",
+        "wsgi.input": io.BytesIO(b""),
+        "wsgi.errors": sys.stderr,
+        "wsgi.url_scheme": "http",
+        "wsgi.version": (1, 0),
+        "wsgi.multithread": True,
+        "wsgi.multiprocess": True,
+        "wsgi.run_once": False,
+    }
+    status: list[int] = []
+    with (
+        mock.patch.object(api_module.VectorsAhead, "__init__", ahead_init),
+        mock.patch.object(WSGIRequest, "__init__", request_init),
+    ):
+        body = b"".join(application(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0]))))
+    assert api_module.AHEAD_ENVIRON_KEY not in environ  # taken by the request, not left in its META
+    return status[0], json.loads(body), events
+
+
+@pytest.mark.django_db(transaction=True)  # Django's request signals run, as in a gunicorn thread
+def test_under_the_server_the_embedding_starts_before_django_builds_the_request(tenant, make_api):
+    """Through the WSGI entry (what gunicorn calls), a known key's search starts its query's embedding
+    before Django's request exists, once, under the same rules as the middleware, and ranks as without."""
+    from urllib.parse import urlencode
+
+    api, fresh = make_api(tenant), make_api(tenant, agent="fresh")
+    for content in FACTS:
+        assert api.post("users/priya/facts", {"content": content, "source": "user_stated"}).status_code in (200, 201)
+    status, body, events = wsgi_get("/api/v1/users/priya/search", api.key, urlencode({"q": QUESTION, "k": 10}))
+    assert status == 200 and events == ["ahead", "request"]
+    assert "embed_ahead_ms" in body["timings"]
+    status, body_fresh, events = wsgi_get("/api/v1/users/priya/search", fresh.key, urlencode({"q": QUESTION, "k": 10}))
+    assert status == 200 and events == ["request"] and "embed_ahead_ms" not in body_fresh["timings"]
+    assert [(h["fact"]["content"], h["score"]) for h in body["hits"]] == [
+        (h["fact"]["content"], h["score"]) for h in body_fresh["hits"]
+    ]
+    status, body, events = wsgi_get("/api/v1/users/priya/context", api.key, urlencode({"task": QUESTION}))
+    assert status == 200 and events == ["ahead", "request"] and "search_embed_ahead_ms" in body["timings"]
+    # Bytes that are not UTF-8 read as replacement characters here as in Django's request: the same text.
+    status, body, events = wsgi_get("/api/v1/users/priya/search", api.key, "q=%ff%fe")
+    assert (status, body["query"], events) == (200, "\ufffd\ufffd", ["ahead", "request"])
+    assert "embed_ahead_ms" in body["timings"]
+    # Nothing started (and nothing started again by the middleware) where the rules say no.
+    refused = [
+        ("/api/v1/users/priya/search", "mem_" + "x" * 43, urlencode({"q": QUESTION}), 401),  # unknown key
+        ("/api/v1/users/priya/search", api.key, "q=a%00b", 422),  # NUL
+        ("/api/v1/users/priya/search", api.key, "q=%20%20", 422),  # blank
+        ("/api/v1/users/priya/search", api.key, urlencode({"q": "x" * (MAX_QUERY_CHARS + 1)}), 422),
+        ("/api/v1/users/priya/search", api.key, urlencode({"task": QUESTION}), 422),  # the other route's name
+        ("/api/v1/users/priya/search/", api.key, urlencode({"q": QUESTION}), 404),
+        ("/api/v1/users/priya/facts", api.key, urlencode({"q": QUESTION}), 422),
+    ]
+    for path, key, query, expected in refused:
+        status, body, events = wsgi_get(path, key, query)
+        assert (status, events) == (expected, ["request"]), (path, query, body)

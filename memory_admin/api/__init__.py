@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections.abc import Mapping
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.handlers.wsgi import get_bytes_from_wsgi
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, JsonResponse, QueryDict
 from django.urls import re_path
 from django.views import defaults
 from ninja import NinjaAPI
@@ -50,21 +52,53 @@ AHEAD_PATH = re.compile(r"/api/v1/users/[^/]+/(search|context)")
 AHEAD_PARAMETER = {"search": "q", "context": "task"}
 
 
-def embed_ahead(request: HttpRequest) -> None:
+# Where the WSGI entry (memory_admin.wsgi) leaves what it started for a request, in its environ (never a
+# header's key: those are HTTP_*). Present, even as None, when the entry already looked at the request.
+AHEAD_ENVIRON_KEY = "memory_admin.vectors_ahead"
+
+
+def start_ahead(method: str, path_info: str, params: Mapping[str, str], authorization: str) -> VectorsAhead | None:
     """A search's query (a context block's task) embedding, started on a helper thread as the request
-    arrives (middleware.SearchAheadMiddleware), so that it runs while Django dispatches the request and the
-    key statement waits for Postgres; the handler takes it (`VectorsAhead`). Only for a bearer key that
-    authenticated in this process before (services.keys.key_seen) and a query the handler will accept: a
-    request without a valid key, or with an unreadable, blank or over-long query, costs no embedding."""
-    match = AHEAD_PATH.fullmatch(request.path_info) if request.method == "GET" else None
+    arrives, so that it runs while Django dispatches the request and the key statement waits for Postgres;
+    the handler takes it (`VectorsAhead`). Only for a bearer key that authenticated in this process before
+    (services.keys.key_seen) and a query the handler will accept: a request without a valid key, or with an
+    unreadable, blank or over-long query, costs no embedding."""
+    match = AHEAD_PATH.fullmatch(path_info) if method == "GET" else None
     if match is None:
-        return
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    query = request.GET.get(AHEAD_PARAMETER[match[1]], "")
+        return None
+    scheme, _, token = authorization.partition(" ")
+    query = params.get(AHEAD_PARAMETER[match[1]], "")
     if scheme.lower() != "bearer" or not (0 < len(query) <= MAX_QUERY_CHARS and query.strip()):
-        return
+        return None
     if unreadable_reason(query) is None and key_seen(token):
-        request.vectors_ahead = VectorsAhead(query.strip())
+        return VectorsAhead(query.strip())
+    return None
+
+
+def embed_ahead_wsgi(environ: dict) -> None:
+    """`start_ahead` from the WSGI environ, before Django builds its request (memory_admin.wsgi): the
+    earliest point of a request the product's server hands over. The values are the ones Django's request
+    will read (its path, its GET parameters, its Authorization header); the handler takes the vectors only
+    for its own query's text, whatever happened here."""
+    path_info = environ.get("PATH_INFO", "")
+    if environ.get("REQUEST_METHOD") != "GET" or AHEAD_PATH.fullmatch(path_info) is None:
+        environ[AHEAD_ENVIRON_KEY] = None
+        return
+    params = QueryDict(get_bytes_from_wsgi(environ, "QUERY_STRING", ""), encoding=settings.DEFAULT_CHARSET)
+    environ[AHEAD_ENVIRON_KEY] = start_ahead("GET", path_info, params, environ.get("HTTP_AUTHORIZATION", ""))
+
+
+def embed_ahead(request: HttpRequest) -> None:
+    """The request's `start_ahead` (middleware.SearchAheadMiddleware): the one the WSGI entry started, or,
+    under a server that does not go through it (Django's test client), one started now."""
+    if AHEAD_ENVIRON_KEY in request.META:
+        ahead = request.META.pop(AHEAD_ENVIRON_KEY)
+    else:
+        ahead = start_ahead(
+            request.method or "", request.path_info, request.GET, request.headers.get("Authorization", "")
+        )
+    if ahead is not None:
+        request.vectors_ahead = ahead
 
 
 # Error answers each operation can give besides its own (SPEC §11: every status code a route can return
