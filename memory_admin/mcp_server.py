@@ -284,7 +284,9 @@ def _register(server: MCPServer) -> None:  # noqa: C901 - one block of thin tool
                     "query": query,
                     "k": k,
                     "candidates": result.candidates,
-                    "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
+                    "hits": [
+                        {"fact": FactOut.of(h.fact, h.fact_scores()), "score": h.components()} for h in result.hits
+                    ],
                 }
             )
 

@@ -346,3 +346,53 @@ def test_search_writes_every_datetime_as_the_apis_renderer_does():
     ]
     for value in values:
         assert _default(value) == encoder.default(value), value
+
+
+def test_a_hits_fact_shows_the_scores_its_ranking_used(api):
+    """A hit's fact shows the effective confidence, staleness and stale flag of its score (Postgres's
+    evaluation of scoring's formulas for the candidate), which agree with scoring's Python form of them:
+    fresh and old, read and unread, pinned, contested, fully decayed, dated far back, marked stale."""
+    from datetime import timedelta
+
+    from memory_admin import scoring
+
+    now = timezone.now()
+    variants = [
+        {},
+        {"valid_from": now - timedelta(days=400), "created_at": now - timedelta(days=400)},
+        {"last_accessed_at": now - timedelta(days=45), "access_count": 7},
+        {"pinned": True, "created_at": now - timedelta(days=900)},
+        {"contested": True, "valid_from": now - timedelta(days=200)},
+        {"kind": "inference", "created_at": now - timedelta(days=3000), "confidence": 0.4},
+        {"valid_from": now.replace(year=1500), "created_at": now.replace(year=1500)},
+        {"status": Fact.Status.STALE},
+    ]
+    contents = [
+        "Sam grows cherry tomatoes on the balcony",
+        "Sam's garden shed needs a new roof",
+        "Sam waters the garden before breakfast",
+        "Sam planted basil next to the tomatoes",
+        "The allotment committee fined Sam for tall hedges",
+        "Sam thinks slugs ate the lettuce seedlings",
+        "Sam inherited a greenhouse from an aunt",
+        "Compost from the garden goes to Sam's neighbour",
+    ]
+    ids = []
+    for content, change in zip(contents, variants, strict=True):
+        fact_id = write(api, "sam", content)
+        Fact.objects.filter(pk=fact_id).update(**change)
+        ids.append(fact_id)
+    assert len(set(ids)) == len(variants)
+    before = {str(f.pk): scoring.scores(f) for f in Fact.objects.filter(pk__in=ids)}  # the search counts a read
+    hits = search(api, "sam", "Sam's garden and tomatoes", k=len(variants)).json()["hits"]
+    assert sorted(h["fact"]["id"] for h in hits) == sorted(ids)
+    for hit in hits:
+        fact, score = hit["fact"], hit["score"]
+        assert (fact["effective_confidence"], fact["staleness"], fact["stale"]) == (
+            score["effective_confidence"],
+            score["staleness"],
+            score["stale"],
+        )
+        effective, staleness, stale = before[fact["id"]]
+        assert fact["effective_confidence"] == pytest.approx(effective, abs=1e-4)
+        assert fact["staleness"] == pytest.approx(staleness, abs=1e-4) and fact["stale"] == stale

@@ -50,7 +50,15 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
         "include": list(wanted),
         "weights": {name: float(value) for name, value in result.weights.items()},
         "candidates": result.candidates,
-        "hits": [{"fact": FactOut.of(h.fact), "score": h.components()} for h in result.hits],
+        # A hit's fact shows the effective confidence, staleness and stale flag its ranking used (scoring's
+        # formulas, evaluated by Postgres for the candidate), not a second evaluation a moment later.
+        "hits": [
+            {
+                "fact": FactOut.of(h.fact, h.fact_scores()),
+                "score": h.components(),
+            }
+            for h in result.hits
+        ],
         "timings": result.timings,
     }
     from memory_admin.api import api  # at call time: router modules never import the api package at load

@@ -214,8 +214,10 @@ class FactOut(Schema):
     access_count: int
 
     @staticmethod
-    def of(fact: Fact) -> dict[str, Any]:
-        effective, staleness, stale = scoring.scores(fact)
+    def of(fact: Fact, scores: tuple[float, float, bool] | None = None) -> dict[str, Any]:
+        """`scores`: (effective confidence, staleness, stale) as computed already (a search's, by Postgres
+        with the same formulas); by default scoring's, now."""
+        effective, staleness, stale = scores if scores is not None else scoring.scores(fact)
         return {
             "id": fact.pk,
             "user_id": fact.memory_user.external_id if fact.memory_user_id else None,

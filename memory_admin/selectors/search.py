@@ -166,6 +166,12 @@ class Hit:
     stale: bool
     final: float
 
+    def fact_scores(self) -> tuple[float, float, bool]:
+        """(effective confidence, staleness, stale) of the fact as its ranking used them (scoring's formulas,
+        evaluated by Postgres for the candidate), for showing the fact (FactOut.of) without evaluating them
+        again a moment later; staleness rounded as scoring rounds it."""
+        return self.effective_confidence, round(self.staleness, 4), self.stale
+
     def components(self) -> dict[str, Any]:
         return {
             "vector": round(self.vector, 4),
