@@ -162,8 +162,11 @@ def effective_confidence_sql(table: str = "memory_admin_fact", now: str = "now()
     days = _days_sql(_last_access_sql(table), now)
     confidence = _unit_sql(f"{table}.confidence")
     decay = _exp_neg_sql(f"{_lambda_sql(table + '.kind')} * {days}")
-    reads = _exp_neg_sql(f"{table}.access_count / {REINFORCEMENT_SCALE}")
-    reinforcement = f"(1 + {REINFORCEMENT_MAX} * (1 - {reads}))"
+    # In float8, as Python computes it: `access_count / 5.0` would be numeric, and numeric exp() costs
+    # ~4 µs a row (a search describes every candidate), for a value that then differs from Python's in its
+    # last bits.
+    reads = _exp_neg_sql(f"{table}.access_count::float8 / {REINFORCEMENT_SCALE}::float8")
+    reinforcement = f"(1 + {REINFORCEMENT_MAX}::float8 * (1 - {reads}))"
     decayed = f"LEAST(1.0, {confidence} * {decay} * {reinforcement})"
     return f"(CASE WHEN {table}.pinned THEN {confidence} ELSE {decayed} END)"
 
@@ -174,7 +177,8 @@ def staleness_sql(table: str = "memory_admin_fact") -> str:
     age_factor = f"(1 - {_exp_neg_sql(f'{age_days} / {AGE_SCALE_DAYS}')})"
     access_decay = f"(1 - {_exp_neg_sql(f'{access_days} / {ACCESS_SCALE_DAYS}')})"
     return (
-        f"LEAST(1.0, 0.4 * {age_factor} + 0.3 * {access_decay} + 0.3 * (CASE WHEN {table}.contested THEN 1 ELSE 0 END))"
+        f"LEAST(1.0, 0.4 * {age_factor} + 0.3 * {access_decay}"
+        f" + 0.3::float8 * (CASE WHEN {table}.contested THEN 1.0::float8 ELSE 0.0::float8 END))"
     )
 
 

@@ -79,3 +79,23 @@ def test_fact_detail_shows_the_terms_of_the_score_it_reports(facts, client):
     client.force_login(account)
     page = client.get(reverse("fact_detail", args=["scoring", fact.pk])).content.decode()
     assert "× 0.0 days since last read" in page  # stored today, never read: no decay yet
+
+
+def test_the_sql_form_of_effective_confidence_is_pythons_to_the_bit(facts):
+    """Evaluated at the same instant, Postgres's effective confidence is the very float Python computes:
+    the same float8 operations in the same order (no numeric arithmetic on the way), for read counts from
+    none to a million, every kind, pinned or not."""
+    from django.db import connection
+
+    fact = facts[2]
+    now = timezone.now()
+    sql = f"SELECT {scoring.effective_confidence_sql(now='%s::timestamptz')} FROM memory_admin_fact WHERE id = %s"
+    for kind in scoring.DECAY_LAMBDA:
+        for reads in (0, 1, 2, 3, 7, 9, 13, 42, 99, 250, 1000, 10**6):
+            for pinned in (False, True):
+                Fact.objects.filter(pk=fact.pk).update(access_count=reads, kind=kind, pinned=pinned)
+                stored = Fact.objects.get(pk=fact.pk)
+                with connection.cursor() as cursor:
+                    cursor.execute(sql, [now, fact.pk])
+                    (in_sql,) = cursor.fetchone()
+                assert in_sql == scoring.effective_confidence(stored, now), (kind, reads, pinned)
