@@ -592,11 +592,14 @@ def _candidates(
         statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, entities, carry
     )
     statement, cached = _statement(principal, shape)
+    bound = _as_vector(vector)
+    # A query without names has one vector for both: converted once.
+    entity_bound = bound if not entity_vector or entity_vector is vector else _as_vector(entity_vector)
     params: list[Any] = [
-        _as_vector(vector),
+        bound,
         query[:2000],
         principal.tenant_id,
-        *_bind(cached, [u.pk for u in memory_users], tsq, keys, _as_vector(entity_vector or vector)),
+        *_bind(cached, [u.pk for u in memory_users], tsq, keys, entity_bound),
     ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only
@@ -681,9 +684,10 @@ def _facts_carried(rows: list[tuple], memory_user: MemoryUser) -> dict[Any, Fact
     """The facts of candidate rows that carry `_SHOWN`, by id, the memory user attached when it is theirs."""
     width = len(_SHOWN)
     facts = from_rows(Fact, ["id", *_SHOWN], [(row[0], *row[-width:]) for row in rows])
+    cache = Fact.memory_user.field.set_cached_value  # what assigning it ends with, without its checks
     for fact in facts:
         if fact.memory_user_id == memory_user.pk:
-            fact.memory_user = memory_user
+            cache(fact, memory_user)
     return {fact.pk: fact for fact in facts}
 
 
