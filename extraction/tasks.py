@@ -135,6 +135,16 @@ def broker_cleanup() -> int:
 
 
 @worker_init.connect
+@worker_process_init.connect
+def _switch_interval(**_kwargs) -> None:
+    """The GIL switch interval of the worker (settings.GIL_SWITCH_INTERVAL_MS), in its main process and
+    in each pool child: a batch's texts are embedded on helper threads beside the task's Python."""
+    from memory_admin.embeddings import use_switch_interval
+
+    use_switch_interval()
+
+
+@worker_init.connect
 def _load_embedder_before_fork(**_kwargs) -> None:
     """Load the local embedding model once in the worker's main process, before the pool forks:
     children share it copy-on-write instead of each spending ~6 s (and memory) loading their own.

