@@ -25,7 +25,7 @@ def web_process(value: str | None) -> subprocess.CompletedProcess:
 def test_a_web_process_takes_the_switch_interval_of_its_setting():
     default = web_process(None)
     assert default.returncode == 0, default.stderr
-    assert float(default.stdout.strip().splitlines()[-1]) == pytest.approx(0.0002)
+    assert float(default.stdout.strip().splitlines()[-1]) == pytest.approx(0.001)
     chosen = web_process("1.5")
     assert chosen.returncode == 0, chosen.stderr
     assert float(chosen.stdout.strip().splitlines()[-1]) == pytest.approx(0.0015)
