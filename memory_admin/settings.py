@@ -163,7 +163,7 @@ EMBEDDER = os.environ.get("EMBEDDER", "onnx")
 # How long a thread may keep the GIL while another waits for it, in ms (sys.setswitchinterval; Python's
 # default is 5): set in web and worker processes (embeddings.use_switch_interval). Their helper threads run
 # the model without the GIL but need it between two texts, while the request's thread runs the write path's
-# Python; at 5 ms they waited for it in turn. 1 ms: batch route ~162 -> ~171 facts/s, 4 clients ~88 -> ~104
+# Python; at 5 ms they waited for it in turn. 1 ms: batch route ~160 -> ~168 facts/s, 4 clients ~84 -> ~104
 # writes/s, search unchanged; 0.2 ms slowed search by ~0.3 ms (bench/README.md, round 10).
 try:
     GIL_SWITCH_INTERVAL_MS = float(os.environ.get("GIL_SWITCH_INTERVAL_MS", "1"))
