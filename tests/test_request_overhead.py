@@ -7,9 +7,7 @@ connection that Postgres dropped between two requests is still replaced without 
 
 from __future__ import annotations
 
-import io
 import json
-import sys
 
 import psycopg
 import pytest
@@ -17,6 +15,7 @@ from django.db import connection
 
 from memory_admin.services.keys import api_key_create
 from memory_admin.services.tenants import tenant_create
+from tests.wsgi_call import wsgi_get
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,29 +42,8 @@ def admin_key() -> str:
 
 
 def _get(path: str, key: str, query: str = "") -> tuple[int, dict]:
-    from memory_admin.wsgi import application
-
-    environ = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": path,
-        "QUERY_STRING": query,
-        "SERVER_NAME": "localhost",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_HOST": "localhost",
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "wsgi.input": io.BytesIO(b""),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    status = []
-    body = b"".join(application(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0]))))
-    return status[0], json.loads(body)
+    status, body, _ = wsgi_get(path, key, query)
+    return status, json.loads(body)
 
 
 def test_key_statement_is_the_health_check(admin_key, statements):

@@ -21,6 +21,7 @@ from memory_admin.models import ApiKey
 from memory_admin.selectors import search as search_module
 from memory_admin.selectors.search import VectorsAhead, search_vectors
 from memory_admin.services.keys import api_key_revoke
+from tests.wsgi_call import wsgi_get
 
 pytestmark = pytest.mark.django_db
 
@@ -235,18 +236,15 @@ def test_a_submission_the_pool_refuses_is_not_counted_as_a_busy_helper(monkeypat
     assert embeddings._search_busy.get(os.getpid(), 0) == before
 
 
-def wsgi_get(path: str, key: str, query: str = "") -> tuple[int, dict, list[str]]:
+def traced_get(path: str, key: str, query: str = "") -> tuple[int, dict, list[str]]:
     """A GET through the WSGI application exactly as gunicorn calls it, and the order in which the query's
     embedding was started and Django's request built ("ahead", "request")."""
-    import io
     import json
-    import sys
     from unittest import mock
 
     from django.core.handlers.wsgi import WSGIRequest
 
     import memory_admin.api as api_module
-    from memory_admin.wsgi import application
 
     events: list[str] = []
     original_ahead, original_request = api_module.VectorsAhead.__init__, WSGIRequest.__init__
@@ -259,32 +257,13 @@ def wsgi_get(path: str, key: str, query: str = "") -> tuple[int, dict, list[str]
         events.append("request")
         original_request(self, environ)
 
-    environ = {
-        "REQUEST_METHOD": "GET",
-        "PATH_INFO": path,
-        "QUERY_STRING": query,
-        "SERVER_NAME": "localhost",
-        "SERVER_PORT": "80",
-        "SERVER_PROTOCOL": "HTTP/1.1",
-        "REMOTE_ADDR": "127.0.0.1",
-        "HTTP_HOST": "localhost",
-        "HTTP_AUTHORIZATION": f"Bearer {key}",
-        "wsgi.input": io.BytesIO(b""),
-        "wsgi.errors": sys.stderr,
-        "wsgi.url_scheme": "http",
-        "wsgi.version": (1, 0),
-        "wsgi.multithread": True,
-        "wsgi.multiprocess": True,
-        "wsgi.run_once": False,
-    }
-    status: list[int] = []
     with (
         mock.patch.object(api_module.VectorsAhead, "__init__", ahead_init),
         mock.patch.object(WSGIRequest, "__init__", request_init),
     ):
-        body = b"".join(application(environ, lambda s, headers, exc_info=None: status.append(int(s.split()[0]))))
+        status, body, environ = wsgi_get(path, key, query)
     assert api_module.AHEAD_ENVIRON_KEY not in environ  # taken by the request, not left in its META
-    return status[0], json.loads(body), events
+    return status, json.loads(body), events
 
 
 @pytest.mark.django_db(transaction=True)  # Django's request signals run, as in a gunicorn thread
@@ -296,18 +275,19 @@ def test_under_the_server_the_embedding_starts_before_django_builds_the_request(
     api, fresh = make_api(tenant), make_api(tenant, agent="fresh")
     for content in FACTS:
         assert api.post("users/priya/facts", {"content": content, "source": "user_stated"}).status_code in (200, 201)
-    status, body, events = wsgi_get("/api/v1/users/priya/search", api.key, urlencode({"q": QUESTION, "k": 10}))
+    status, body, events = traced_get("/api/v1/users/priya/search", api.key, urlencode({"q": QUESTION, "k": 10}))
     assert status == 200 and events == ["ahead", "request"]
     assert "embed_ahead_ms" in body["timings"]
-    status, body_fresh, events = wsgi_get("/api/v1/users/priya/search", fresh.key, urlencode({"q": QUESTION, "k": 10}))
+    query = urlencode({"q": QUESTION, "k": 10})
+    status, body_fresh, events = traced_get("/api/v1/users/priya/search", fresh.key, query)
     assert status == 200 and events == ["request"] and "embed_ahead_ms" not in body_fresh["timings"]
     assert [(h["fact"]["content"], h["score"]) for h in body["hits"]] == [
         (h["fact"]["content"], h["score"]) for h in body_fresh["hits"]
     ]
-    status, body, events = wsgi_get("/api/v1/users/priya/context", api.key, urlencode({"task": QUESTION}))
+    status, body, events = traced_get("/api/v1/users/priya/context", api.key, urlencode({"task": QUESTION}))
     assert status == 200 and events == ["ahead", "request"] and "search_embed_ahead_ms" in body["timings"]
     # Bytes that are not UTF-8 read as replacement characters here as in Django's request: the same text.
-    status, body, events = wsgi_get("/api/v1/users/priya/search", api.key, "q=%ff%fe")
+    status, body, events = traced_get("/api/v1/users/priya/search", api.key, "q=%ff%fe")
     assert (status, body["query"], events) == (200, "\ufffd\ufffd", ["ahead", "request"])
     assert "embed_ahead_ms" in body["timings"]
     # Nothing started (and nothing started again by the middleware) where the rules say no.
@@ -321,5 +301,5 @@ def test_under_the_server_the_embedding_starts_before_django_builds_the_request(
         ("/api/v1/users/priya/facts", api.key, urlencode({"q": QUESTION}), 422),
     ]
     for path, key, query, expected in refused:
-        status, body, events = wsgi_get(path, key, query)
+        status, body, events = traced_get(path, key, query)
         assert (status, events) == (expected, ["request"]), (path, query, body)
