@@ -299,6 +299,10 @@ def test_under_the_server_the_embedding_starts_before_django_builds_the_request(
         ("/api/v1/users/priya/search", api.key, urlencode({"task": QUESTION}), 422),  # the other route's name
         ("/api/v1/users/priya/search/", api.key, urlencode({"q": QUESTION}), 404),
         ("/api/v1/users/priya/facts", api.key, urlencode({"q": QUESTION}), 422),
+        # More parameters than Django reads: the entry starts nothing and does not fail the request either;
+        # Django answers it as the API does (api.bad_request), for a known key and an unknown one alike.
+        ("/api/v1/users/priya/search", api.key, "q=tea&" + "&".join(["a"] * 1200), 422),
+        ("/api/v1/users/priya/search", "mem_" + "x" * 43, "q=tea&" + "&".join(["a"] * 1200), 422),
     ]
     for path, key, query, expected in refused:
         status, body, events = traced_get(path, key, query)

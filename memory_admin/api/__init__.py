@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
 from django.core.handlers.wsgi import get_bytes_from_wsgi
 from django.db import DatabaseError, InterfaceError, OperationalError
 from django.http import HttpRequest, JsonResponse, QueryDict
@@ -57,20 +57,23 @@ AHEAD_PARAMETER = {"search": "q", "context": "task"}
 AHEAD_ENVIRON_KEY = "memory_admin.vectors_ahead"
 
 
-def start_ahead(method: str, path_info: str, params: Mapping[str, str], authorization: str) -> VectorsAhead | None:
+def start_ahead(
+    method: str, path_info: str, params: Callable[[], Mapping[str, str]], authorization: str
+) -> VectorsAhead | None:
     """A search's query (a context block's task) embedding, started on a helper thread as the request
     arrives, so that it runs while Django dispatches the request and the key statement waits for Postgres;
     the handler takes it (`VectorsAhead`). Only for a bearer key that authenticated in this process before
     (services.keys.key_seen) and a query the handler will accept: a request without a valid key, or with an
-    unreadable, blank or over-long query, costs no embedding."""
+    unreadable, blank or over-long query, costs no embedding. `params` gives the request's GET parameters,
+    read only for such a key on such a route."""
     match = AHEAD_PATH.fullmatch(path_info) if method == "GET" else None
     if match is None:
         return None
     scheme, _, token = authorization.partition(" ")
-    query = params.get(AHEAD_PARAMETER[match[1]], "")
-    if scheme.lower() != "bearer" or not (0 < len(query) <= MAX_QUERY_CHARS and query.strip()):
+    if scheme.lower() != "bearer" or not key_seen(token):
         return None
-    if unreadable_reason(query) is None and key_seen(token):
+    query = params().get(AHEAD_PARAMETER[match[1]], "")
+    if 0 < len(query) <= MAX_QUERY_CHARS and query.strip() and unreadable_reason(query) is None:
         return VectorsAhead(query.strip())
     return None
 
@@ -79,13 +82,21 @@ def embed_ahead_wsgi(environ: dict) -> None:
     """`start_ahead` from the WSGI environ, before Django builds its request (memory_admin.wsgi): the
     earliest point of a request the product's server hands over. The values are the ones Django's request
     will read (its path, its GET parameters, its Authorization header); the handler takes the vectors only
-    for its own query's text, whatever happened here."""
-    path_info = environ.get("PATH_INFO", "")
-    if environ.get("REQUEST_METHOD") != "GET" or AHEAD_PATH.fullmatch(path_info) is None:
+    for its own query's text, whatever happened here. A query string Django refuses (more parameters than
+    DATA_UPLOAD_MAX_NUMBER_FIELDS) starts nothing: Django's request answers it as the API does."""
+
+    def params() -> QueryDict:
+        return QueryDict(get_bytes_from_wsgi(environ, "QUERY_STRING", ""), encoding=settings.DEFAULT_CHARSET)
+
+    try:
+        environ[AHEAD_ENVIRON_KEY] = start_ahead(
+            environ.get("REQUEST_METHOD", ""),
+            environ.get("PATH_INFO", ""),
+            params,
+            environ.get("HTTP_AUTHORIZATION", ""),
+        )
+    except SuspiciousOperation:  # TooManyFieldsSent
         environ[AHEAD_ENVIRON_KEY] = None
-        return
-    params = QueryDict(get_bytes_from_wsgi(environ, "QUERY_STRING", ""), encoding=settings.DEFAULT_CHARSET)
-    environ[AHEAD_ENVIRON_KEY] = start_ahead("GET", path_info, params, environ.get("HTTP_AUTHORIZATION", ""))
 
 
 def embed_ahead(request: HttpRequest) -> None:
@@ -95,7 +106,7 @@ def embed_ahead(request: HttpRequest) -> None:
         ahead = request.META.pop(AHEAD_ENVIRON_KEY)
     else:
         ahead = start_ahead(
-            request.method or "", request.path_info, request.GET, request.headers.get("Authorization", "")
+            request.method or "", request.path_info, lambda: request.GET, request.headers.get("Authorization", "")
         )
     if ahead is not None:
         request.vectors_ahead = ahead
