@@ -170,9 +170,8 @@ try:
 except ValueError:
     GIL_SWITCH_INTERVAL_MS = float("nan")
 if not 0.01 <= GIL_SWITCH_INTERVAL_MS <= 100:  # NaN fails too
-    raise ImproperlyConfigured(
-        f"GIL_SWITCH_INTERVAL_MS: milliseconds between 0.01 and 100 (got {os.environ.get('GIL_SWITCH_INTERVAL_MS')!r})."
-    )
+    _given = os.environ.get("GIL_SWITCH_INTERVAL_MS", "")[:40]
+    raise ImproperlyConfigured(f"GIL_SWITCH_INTERVAL_MS: milliseconds between 0.01 and 100 (got {_given!r}).")
 EMBEDDING_DIM = 384
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL") or None

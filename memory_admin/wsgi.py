@@ -16,6 +16,6 @@ use_switch_interval()
 
 def application(environ, start_response):
     # A search's query embedding starts here, before Django builds its request and runs its middleware
-    # (~0.2-0.3 ms earlier than SearchAheadMiddleware could; api.embed_ahead_wsgi has the rules).
+    # (~0.2 ms earlier than SearchAheadMiddleware could; api.embed_ahead_wsgi has the rules).
     embed_ahead_wsgi(environ)
     return django_application(environ, start_response)

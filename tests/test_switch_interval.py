@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -45,7 +46,9 @@ def test_worker_processes_take_it_too(settings):
     import extraction.tasks as tasks
 
     for signal in (worker_init, worker_process_init):
-        assert tasks._switch_interval in [receiver() for _, receiver in signal.receivers]
+        # Weakly connected receivers are stored as references; strong ones (tracing's) as the function.
+        receivers = [r() if isinstance(r, weakref.ref) else r for _, r in signal.receivers]
+        assert tasks._switch_interval in receivers
     before = sys.getswitchinterval()
     settings.GIL_SWITCH_INTERVAL_MS = 0.7
     try:
