@@ -2,11 +2,11 @@
 
 The BERT encoder plus sentence-transformers' mean pooling and L2 normalisation is written out as an
 ONNX graph directly from `model.safetensors` (numpy and `onnx` only: no torch, no exporter, nothing
-fetched), then quantised with onnxruntime's dynamic quantisation (int8 weights per channel; every MatMul,
-after moving the few outlier channels of each MatMul's input into its weights: `_smoothing`). The file
-is cached in the data directory next to a manifest holding its sha256; a file whose hash does not match
-(truncated, corrupted, edited) is rebuilt. Building takes a few seconds and happens once per data
-directory, either with `manage.py build_embedder` or lazily on first use.
+fetched), then quantised with onnxruntime's dynamic quantisation (int8 weights per channel; every MatMul
+and the attention's Q/K/V projection, after moving the few outlier channels of each one's input into its
+weights: `_smoothing`). The file is cached in the data directory next to a manifest holding its sha256; a
+file whose hash does not match (truncated, corrupted, edited) is rebuilt. Building takes a few seconds and
+happens once per data directory, either with `manage.py build_embedder` or lazily on first use.
 """
 
 from __future__ import annotations
@@ -176,10 +176,10 @@ def build(directory: Path) -> Path:
         _write_fp32_graph(src, probe, expose_matmul_inputs=True)
         _write_fp32_graph(src, fp32, smooth=_smoothing(src, probe))
         # int8 weights per output channel; activations are quantised per run (dynamic, one uint8 scale per
-        # tensor), every MatMul. Without the smoothing the per-tensor scale is set by a few outlier channels
-        # (the FFN input and the GELU output reach 20-30 where the other channels stay under 6), so the FFN
-        # output MatMuls had to stay float32 (mean cosine to torch 0.996) for ~1.5x the time; smoothed and
-        # all int8: 0.998.
+        # tensor), every MatMul and the attention's projection (Attention becomes QAttention). Without the
+        # smoothing the per-tensor scale is set by a few outlier channels (the FFN input and the GELU output
+        # reach 20-30 where the other channels stay under 6), so the FFN output MatMuls had to stay float32
+        # (mean cosine to torch 0.996) for ~1.5x the time; smoothed and all int8: 0.998.
         quantize_dynamic(
             str(fp32),
             str(int8),
