@@ -88,7 +88,8 @@ class Server:
                 "gunicorn",
                 # The product's configuration (`manage.py up`), so its hooks run here as there: above all
                 # post_worker_init, which loads the model and the broker's transport before a worker's first
-                # request (without it, a benchmark's first write to a worker paid ~0.4 s of imports).
+                # request (without it, write_profile.py's batch phase charged the transport's one-time import,
+                # ~17 % of its Python samples, to the write path).
                 "-c",
                 "python:memory_admin.gunicorn_conf",
                 "memory_admin.wsgi:application",
