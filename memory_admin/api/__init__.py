@@ -19,6 +19,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
 from memory_admin.api import entities, entity_curation, facts, memory, messages, retrieval, system
+from memory_admin.api.docs import OfflineSwagger
 from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, MAX_QUERY_CHARS, ErrorOut
 from memory_admin.errors import DomainError, RateLimited
 from memory_admin.selectors.search import VectorsAhead
@@ -255,6 +256,7 @@ api = AgentApi(
     description="Memory for AI agents: write facts, search, fetch a token-capped context block.",
     auth=BearerKey(),
     urls_namespace="api",
+    docs=OfflineSwagger(),
 )
 
 
