@@ -164,6 +164,24 @@ def _locked(path: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+class _DropPreprocessingAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Please consider to run pre-processing before quantization")
+
+
+@contextlib.contextmanager
+def _quiet_preprocessing_advice():
+    """onnxruntime's quantiser logs a WARNING on the root logger advising shape pre-processing (meant for
+    image models; this graph is typed by hand). On `up`'s first start it read as a failure; it is dropped
+    while the quantiser runs, and every other record passes."""
+    advice = _DropPreprocessingAdvice()
+    logging.getLogger().addFilter(advice)
+    try:
+        yield
+    finally:
+        logging.getLogger().removeFilter(advice)
+
+
 def build(directory: Path) -> Path:
     """Write the fp32 graph, quantise it, and install file + manifest atomically."""
     from onnx import TensorProto
@@ -180,16 +198,17 @@ def build(directory: Path) -> Path:
         # smoothing the per-tensor scale is set by a few outlier channels (the FFN input and the GELU output
         # reach 20-30 where the other channels stay under 6), so the FFN output MatMuls had to stay float32
         # (mean cosine to torch 0.996) for ~1.5x the time; smoothed and all int8: 0.998.
-        quantize_dynamic(
-            str(fp32),
+        with _quiet_preprocessing_advice():
+            quantize_dynamic(
+                str(fp32),
             str(int8),
-            per_channel=True,
-            weight_type=QuantType.QInt8,
-            op_types_to_quantize=["MatMul", "Gather", "Attention"],
-            # onnx's shape inference does not type the outputs of onnxruntime's own operators
-            # (Attention, Gelu): every tensor of the graph is float32 where it is not said.
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
+                per_channel=True,
+                weight_type=QuantType.QInt8,
+                op_types_to_quantize=["MatMul", "Gather", "Attention"],
+                # onnx's shape inference does not type the outputs of onnxruntime's own operators
+                # (Attention, Gelu): every tensor of the graph is float32 where it is not said.
+                extra_options={"DefaultTensorType": TensorProto.FLOAT},
+            )
         digest = sha256_file(int8)
         os.replace(int8, directory / MODEL_FILE)
     manifest = {

