@@ -201,7 +201,7 @@ def build(directory: Path) -> Path:
         with _quiet_preprocessing_advice():
             quantize_dynamic(
                 str(fp32),
-            str(int8),
+                str(int8),
                 per_channel=True,
                 weight_type=QuantType.QInt8,
                 op_types_to_quantize=["MatMul", "Gather", "Attention"],

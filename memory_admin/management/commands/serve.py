@@ -46,4 +46,5 @@ class Command(BaseCommand):
             raise CommandError(f"Unknown role {role!r}: serve runs one of {', '.join(role_names())}.")
         argv = children[role].argv
         sys.stdout.flush()
-        os.execvpe(argv[0], argv, children[role].env)
+        # The role replaces this process (no shell): signals from the container runtime reach it directly.
+        os.execvpe(argv[0], argv, children[role].env)  # noqa: S606
