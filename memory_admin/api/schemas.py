@@ -91,7 +91,8 @@ UserId = text(
 )
 # A cursor is an opaque token this API returned: short, URL-safe.
 Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
-Limit = Annotated[StrictInt, Field(ge=1, le=200)]
+# A page size in a query string, where every value arrives as text: lax (`?limit=5`), unlike body fields.
+Limit = Annotated[int, Field(ge=1, le=200)]
 
 
 def _plausible(value: datetime) -> datetime:
