@@ -83,10 +83,16 @@ IDENTIFIER_MAX = 200
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:@+=|-]*$"
 # A user, thread or task id: letters, digits and `_ . : @ + = | -`, at most 200 characters.
 Identifier = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN)
-UserId = text(min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN, examples=["alice"])
+# Its example is OpenAPI's `example` (one value), not JSON Schema's `examples` list: ninja copies a path
+# parameter's schema example onto the Parameter Object, where `examples` must be a map of Example Objects,
+# and a list there makes the document invalid (generators such as openapi-python-client refuse it).
+UserId = text(
+    min_length=1, max_length=IDENTIFIER_MAX, pattern=IDENTIFIER_PATTERN, json_schema_extra={"example": "alice"}
+)
 # A cursor is an opaque token this API returned: short, URL-safe.
 Cursor = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_=-]+$")
-Limit = Annotated[StrictInt, Field(ge=1, le=200)]
+# A page size in a query string, where every value arrives as text: lax (`?limit=5`), unlike body fields.
+Limit = Annotated[int, Field(ge=1, le=200)]
 
 
 def _plausible(value: datetime) -> datetime:
@@ -742,7 +748,9 @@ class ExportIn(StrictIn):
     format: Literal["memory-admin/export-v1"]
     exported_at: Timestamp | None = None
     user_id: text(max_length=200) = ""  # the user it was exported from (informational)
-    notebook: ExportedNotebookIn = ExportedNotebookIn()
+    # A factory, not an instance: OpenAPI then states no object default, which generators cannot take
+    # (openapi-python-client drops a model with one, and the import operation with it).
+    notebook: ExportedNotebookIn = Field(default_factory=ExportedNotebookIn)
     facts: list[ExportedFactIn] = []
     episodes: list[ExportedEpisodeIn] = []
     messages: list[ExportedMessageIn] = []

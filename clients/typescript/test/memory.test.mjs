@@ -1,0 +1,129 @@
+// Retrieval, conversations, the notebook, skills, users, export/import/erase and settings on the live server.
+import assert from "node:assert/strict";
+import { test } from "node:test";
+
+import { Forbidden, MemoryAdmin, NotFound, Unauthorized, VersionConflict } from "../dist/index.js";
+import { admin, mem, url, user } from "../testing/live.mjs";
+
+test("search ranks the fact that answers, and the context block holds what the task needs", async () => {
+  const erin = user("erin");
+  await mem.facts.add(erin, "Erin lives in Lisbon", { source: "user_stated" });
+  await mem.facts.add(erin, "Erin is allergic to peanuts", { source: "user_stated" });
+  const result = await mem.search(erin, "where does Erin live?", { k: 5 });
+  assert.equal(result.hits[0].fact.content, "Erin lives in Lisbon");
+  assert.ok(result.hits[0].score.final > 0);
+  assert.ok(result.hits[0].score.final >= result.hits.at(-1).score.final);
+
+  const context = await mem.context(erin, { task: "plan a dinner", budget_tokens: 500 });
+  assert.ok(context.tokens <= 500);
+  assert.ok(context.text.includes("Erin is allergic to peanuts"));
+});
+
+test("messages go to a thread, closing it schedules its episode, episodes are listed", async () => {
+  const jo = user("jo");
+  const accepted = await mem.messages.add(jo, "t1", [
+    { role: "user", content: "I just moved to Porto, by the way." },
+    { role: "assistant", content: "Noted: Porto." },
+  ]);
+  assert.equal(accepted.thread_id, "t1");
+  assert.equal(accepted.accepted, 2);
+  assert.equal(accepted.message_ids.length, 2);
+  const closed = await mem.threads.close(jo, "t1", { outcome: "success" });
+  assert.equal(closed.thread_id, "t1");
+  assert.ok(closed.closed_at);
+  const episodes = await mem.episodes.list(jo, { thread_id: "t1" });
+  assert.ok(Array.isArray(episodes.items));
+  for (const episode of episodes.items) assert.deepEqual((await mem.episodes.get(episode.id)).id, episode.id);
+  await assert.rejects(mem.episodes.get("00000000-0000-4000-8000-000000000000"), NotFound);
+});
+
+test("the notebook is saved over a version and a stale save is a VersionConflict", async () => {
+  const fay = user("fay");
+  await assert.rejects(mem.notebook.get(fay), NotFound); // reads never create a user
+  const first = await mem.notebook.put(fay, "# Fay\n- lives in Oslo", { version: 0 });
+  assert.equal(first.version, 1);
+  const second = await mem.notebook.put(fay, "# Fay\n- lives in Bergen", { version: 1, note: "moved" });
+  assert.equal(second.version, 2);
+  await assert.rejects(mem.notebook.put(fay, "# Fay\n- lives in Paris", { version: 1 }), (error) => {
+    assert.ok(error instanceof VersionConflict);
+    assert.equal(error.currentVersion, 2);
+    assert.equal(error.status, 409);
+    return true;
+  });
+  assert.equal((await mem.notebook.get(fay)).content, "# Fay\n- lives in Bergen");
+});
+
+test("skills keep the slashes of their path and their versions", async () => {
+  const dir = user("deploy");
+  const skill = await mem.skills.put(`${dir}/kubernetes.md`, "kubectl apply -f deploy.yaml");
+  assert.equal(skill.version, 1);
+  assert.equal((await mem.skills.get(`${dir}/kubernetes.md`)).content, "kubectl apply -f deploy.yaml");
+  await assert.rejects(
+    mem.skills.put(`${dir}/kubernetes.md`, "helm install", { version: 0 }),
+    (error) => error instanceof VersionConflict && error.currentVersion === 1,
+  );
+  await mem.skills.put(`${dir}/fly.md`, "fly deploy");
+  assert.deepEqual(
+    (await mem.skills.list({ prefix: `${dir}/` })).map((s) => s.path),
+    [`${dir}/fly.md`, `${dir}/kubernetes.md`],
+  );
+  const owner = user("fay");
+  const mine = await mem.skills.put(`${dir}/notes.md`, "Fay's shortcuts", { user_id: owner });
+  assert.equal(mine.scope, "user");
+  assert.equal((await mem.skills.get(`${dir}/notes.md`, { user_id: owner })).user_id, owner);
+});
+
+test("memory users are listed by prefix and walked by the cursor", async () => {
+  const prefix = user("team");
+  for (const name of ["ann", "bob", "cat"]) {
+    await mem.facts.add(`${prefix}.${name}`, `${name} likes green tea`, { source: "user_stated" });
+  }
+  const page = await mem.users.list({ prefix, limit: 2 });
+  assert.equal(page.items.length, 2);
+  assert.ok(page.next_cursor);
+  const ids = [];
+  for await (const u of mem.users.iter({ prefix, limit: 2 })) ids.push(u.user_id);
+  assert.deepEqual(ids, [`${prefix}.ann`, `${prefix}.bob`, `${prefix}.cat`]);
+});
+
+test("export and erase need an admin key; an export imports into another user", async () => {
+  const gus = user("gus");
+  await mem.facts.add(gus, "Gus plays the oboe", { key: "hobby", source: "user_stated" });
+  await mem.facts.add(gus, "Gus plays the bassoon", { key: "hobby", source: "user_stated" });
+  await assert.rejects(mem.export(gus), (error) => error instanceof Forbidden && error.status === 403);
+  const exported = await admin.export(gus);
+  assert.equal(exported.format, "memory-admin/export-v1");
+  const copy = user("gus-copy");
+  const report = await mem.importUser(copy, exported);
+  assert.deepEqual(report.imported, { facts: 2 });
+  assert.deepEqual((await mem.importUser(copy, exported)).imported, {});
+  const moved = (await mem.facts.list(copy, { status: "any" })).items.map((f) => [f.version, f.content, f.status]);
+  assert.deepEqual(moved.sort(), [
+    [1, "Gus plays the oboe", "superseded"],
+    [2, "Gus plays the bassoon", "active"],
+  ]);
+  const erased = await admin.erase(gus);
+  assert.equal(erased.erased, true);
+  await assert.rejects(mem.facts.list(gus), NotFound);
+});
+
+test("settings are read and changed with an admin key only", async () => {
+  await assert.rejects(mem.settings.get(), Forbidden);
+  const before = await admin.settings.get();
+  const changed = await admin.settings.patch({ confidence_threshold: 0.65 });
+  assert.equal(changed.confidence_threshold, 0.65);
+  await admin.settings.patch({ confidence_threshold: before.confidence_threshold });
+  assert.ok(Array.isArray(await admin.batches.list({ status: "failed" })));
+});
+
+test("health answers without a key, and a wrong key is Unauthorized", async () => {
+  const anonymous = new MemoryAdmin({ baseUrl: url, apiKey: "" });
+  const health = await anonymous.health();
+  assert.ok(["ok", "starting"].includes(health.status));
+  assert.equal((await anonymous.call("health_live")).status, "alive");
+  const wrong = new MemoryAdmin({ baseUrl: `${url}/api/v1/`, apiKey: "mem_not-a-real-key" });
+  await assert.rejects(
+    wrong.facts.list("dana"),
+    (error) => error instanceof Unauthorized && error.code === "unauthorized",
+  );
+});
