@@ -1,0 +1,222 @@
+"""LangGraph checkpoints (models/checkpoints.py): a thread's execution state, kept so that an agent resumes
+where it stopped, in another process or on another host.
+
+The server stores what the client's serde produced and never reads inside it. A checkpoint belongs to a
+memory user's thread (the same `Thread` its messages go to, so the dashboard's conversation page shows
+both); reads go through the one access check like every other row. Retention: after each put the thread
+keeps its newest `keep_last` checkpoints per namespace (the client may ask for fewer than the server's
+`CHECKPOINT_KEEP_LAST`), and none older than `CHECKPOINT_MAX_AGE_DAYS` except each namespace's newest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models.functions import Length
+from django.utils import timezone
+
+from memory_admin.errors import NotFound
+from memory_admin.models import Checkpoint, CheckpointWrite, Thread
+from memory_admin.selectors.access import WRITE_MEMORY, Principal, memory_user_for, visible
+from memory_admin.services.audit import audit
+from memory_admin.services.screening import screen_identifier
+
+ROUTE = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Blob:
+    type: str
+    data: bytes
+
+
+@dataclass(frozen=True)
+class CheckpointDraft:
+    user_id: str
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str
+    checkpoint: Blob
+    metadata: dict[str, Any]
+    metadata_blob: Blob
+
+
+@dataclass(frozen=True)
+class WriteDraft:
+    idx: int
+    channel: str
+    value: Blob
+
+
+@dataclass(frozen=True)
+class CheckpointQuery:
+    user_id: str | None = None
+    thread_id: str | None = None
+    checkpoint_ns: str | None = None
+    checkpoint_id: str | None = None
+    before: str | None = None
+    filter: dict[str, Any] | None = None
+    limit: int | None = None
+
+
+def keep_last_for(requested: int | None) -> int:
+    cap = settings.CHECKPOINT_KEEP_LAST
+    return min(requested, cap) if requested else cap
+
+
+def _prune(thread: Thread, checkpoint_ns: str, keep_last: int) -> int:
+    """Delete the namespace's checkpoints beyond the newest `keep_last` and, the newest excepted, those
+    older than CHECKPOINT_MAX_AGE_DAYS (their writes go with them)."""
+    ours = Checkpoint.objects.filter(thread=thread, checkpoint_ns=checkpoint_ns)
+    newest = list(ours.order_by("-checkpoint_id").values_list("pk", flat=True)[:keep_last])
+    stale = ours.exclude(pk__in=newest)
+    if settings.CHECKPOINT_MAX_AGE_DAYS:
+        cutoff = timezone.now() - timedelta(days=settings.CHECKPOINT_MAX_AGE_DAYS)
+        stale = ours.filter(~Q(pk__in=newest) | Q(created_at__lt=cutoff)).exclude(pk=newest[0])
+    deleted, _ = stale.delete()
+    return deleted
+
+
+def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: int | None = None) -> Checkpoint:
+    """Store a checkpoint (a second put of the same id replaces it) and apply the retention."""
+    principal.require(WRITE_MEMORY)
+    user = memory_user_for(principal, draft.user_id, create=True)
+    for what, value in (("thread id", draft.thread_id), ("checkpoint namespace", draft.checkpoint_ns)):
+        screen_identifier(principal, value, what=what, route=ROUTE, memory_user_id=user.pk)
+    with transaction.atomic():
+        thread, _ = Thread.objects.get_or_create(
+            tenant_id=principal.tenant_id, memory_user=user, external_id=draft.thread_id
+        )
+        checkpoint, created = Checkpoint.objects.update_or_create(
+            thread=thread,
+            checkpoint_ns=draft.checkpoint_ns,
+            checkpoint_id=draft.checkpoint_id,
+            defaults={
+                "tenant_id": principal.tenant_id,
+                "memory_user": user,
+                "parent_checkpoint_id": draft.parent_checkpoint_id,
+                "type": draft.checkpoint.type,
+                "data": draft.checkpoint.data,
+                "metadata": draft.metadata,
+                "metadata_type": draft.metadata_blob.type,
+                "metadata_data": draft.metadata_blob.data,
+            },
+        )
+        pruned = _prune(thread, draft.checkpoint_ns, keep_last_for(keep_last))
+        if created and draft.parent_checkpoint_id == "":
+            # A thread's first checkpoint is the event worth an audit line; every step would flood the log.
+            audit(principal, "checkpoint.thread_started", outcome="created", target=thread, memory_user_id=user.pk)
+    if pruned:
+        checkpoint.pruned = pruned  # type: ignore[attr-defined]
+    return checkpoint
+
+
+def _checkpoint_of(principal: Principal, user_id: str, thread_id: str, ns: str, checkpoint_id: str) -> Checkpoint:
+    try:
+        return visible(principal, Checkpoint.objects).get(
+            memory_user__external_id=user_id,
+            thread__external_id=thread_id,
+            checkpoint_ns=ns,
+            checkpoint_id=checkpoint_id,
+        )
+    except Checkpoint.DoesNotExist as exc:
+        raise NotFound("No checkpoint with that id is visible to you; put the checkpoint first.") from exc
+
+
+def checkpoint_writes_put(
+    *,
+    principal: Principal,
+    user_id: str,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    writes: list[WriteDraft],
+) -> int:
+    """Store a task's pending writes against a checkpoint, as LangGraph's savers do: a write of a regular
+    channel (`idx` >= 0) is kept as first written; a special channel's (`idx` < 0) replaces the last."""
+    principal.require(WRITE_MEMORY)
+    checkpoint = _checkpoint_of(principal, user_id, thread_id, checkpoint_ns, checkpoint_id)
+    screen_identifier(principal, task_id, what="task id", route=ROUTE, memory_user_id=checkpoint.memory_user_id)
+    rows = [
+        CheckpointWrite(
+            checkpoint=checkpoint,
+            task_id=task_id,
+            task_path=task_path,
+            idx=w.idx,
+            channel=w.channel,
+            type=w.value.type,
+            data=w.value.data,
+        )
+        for w in writes
+    ]
+    with transaction.atomic():
+        CheckpointWrite.objects.bulk_create([r for r in rows if r.idx >= 0], ignore_conflicts=True)
+        CheckpointWrite.objects.bulk_create(
+            [r for r in rows if r.idx < 0],
+            update_conflicts=True,
+            unique_fields=["checkpoint", "task_id", "idx"],
+            update_fields=["channel", "type", "data", "task_path"],
+        )
+    return len(rows)
+
+
+def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> QuerySet[Checkpoint]:
+    """The checkpoints a query names, newest first, with their pending writes (in task order)."""
+    checkpoints = visible(principal, Checkpoint.objects).select_related("thread", "memory_user")
+    if query.user_id is not None:
+        checkpoints = checkpoints.filter(memory_user__external_id=query.user_id)
+    if query.thread_id is not None:
+        checkpoints = checkpoints.filter(thread__external_id=query.thread_id)
+    if query.checkpoint_ns is not None:
+        checkpoints = checkpoints.filter(checkpoint_ns=query.checkpoint_ns)
+    if query.checkpoint_id is not None:
+        checkpoints = checkpoints.filter(checkpoint_id=query.checkpoint_id)
+    if query.before is not None:
+        checkpoints = checkpoints.filter(checkpoint_id__lt=query.before)
+    if query.filter:
+        checkpoints = checkpoints.filter(metadata__contains=query.filter)
+    writes = CheckpointWrite.objects.order_by("task_path", "task_id", "idx")
+    checkpoints = checkpoints.prefetch_related(Prefetch("writes", queryset=writes)).order_by(
+        "-checkpoint_id", "checkpoint_ns"
+    )
+    return checkpoints[: query.limit] if query.limit else checkpoints
+
+
+def checkpoint_thread_delete(*, principal: Principal, user_id: str, thread_id: str) -> int:
+    """Delete every checkpoint (and pending write) of the thread; its messages stay."""
+    principal.require(WRITE_MEMORY)
+    ours = visible(principal, Checkpoint.objects).filter(
+        memory_user__external_id=user_id, thread__external_id=thread_id
+    )
+    with transaction.atomic():
+        thread = ours.values_list("thread_id", "memory_user_id").first()
+        deleted, _ = Checkpoint.objects.filter(pk__in=ours.values("pk")).delete()
+        if thread:
+            audit(
+                principal,
+                "checkpoint.thread_deleted",
+                outcome="deleted",
+                target_type="thread",
+                target_id=str(thread[0]),
+                memory_user_id=thread[1],
+            )
+    return deleted
+
+
+def thread_checkpoints(*, principal: Principal, thread: Thread, limit: int = 50) -> list[Checkpoint]:
+    """A thread's newest checkpoints for the dashboard, each with its number of pending writes; one query."""
+    return list(
+        visible(principal, Checkpoint.objects)
+        .filter(thread=thread)
+        .annotate(write_count=Count("writes"), size=Length("data"))
+        .defer("data", "metadata_data")
+        .order_by("-checkpoint_id")[:limit]
+    )
