@@ -151,7 +151,7 @@ class CheckpointPage(Schema):
 
 
 class ThreadRef(Schema):
-    user_id: UserId  # type: ignore[valid-type]
+    user_id: UserId | None = None  # type: ignore[valid-type]
     thread_id: Identifier  # type: ignore[valid-type]
 
 
@@ -207,7 +207,8 @@ def query_checkpoints(request, payload: CheckpointQueryIn):
 
 @router.delete("/checkpoints", response=DeletedOut)
 def delete_checkpoints(request, ref: Query[ThreadRef]):
-    """Delete every checkpoint of a thread (its messages stay)."""
+    """Delete every checkpoint of a thread (its messages stay): of the user's thread with that id, or without
+    `user_id` of every thread with that id the key reaches."""
     return {
         "deleted": checkpoint_thread_delete(principal=request.principal, user_id=ref.user_id, thread_id=ref.thread_id)
     }

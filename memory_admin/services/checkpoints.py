@@ -79,8 +79,7 @@ def _prune(thread: Thread, checkpoint_ns: str, keep_last: int) -> int:
     if settings.CHECKPOINT_MAX_AGE_DAYS:
         cutoff = timezone.now() - timedelta(days=settings.CHECKPOINT_MAX_AGE_DAYS)
         stale = ours.filter(~Q(pk__in=newest) | Q(created_at__lt=cutoff)).exclude(pk=newest[0])
-    deleted, _ = stale.delete()
-    return deleted
+    return stale.delete()[1].get("memory_admin.Checkpoint", 0)
 
 
 def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: int | None = None) -> Checkpoint:
@@ -190,23 +189,24 @@ def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> QueryS
     return checkpoints[: query.limit] if query.limit else checkpoints
 
 
-def checkpoint_thread_delete(*, principal: Principal, user_id: str, thread_id: str) -> int:
-    """Delete every checkpoint (and pending write) of the thread; its messages stay."""
+def checkpoint_thread_delete(*, principal: Principal, user_id: str | None, thread_id: str) -> int:
+    """Delete every checkpoint (and pending write) of the thread (of every visible thread with that id when
+    no user is named); its messages stay. Answers how many checkpoints went."""
     principal.require(WRITE_MEMORY)
-    ours = visible(principal, Checkpoint.objects).filter(
-        memory_user__external_id=user_id, thread__external_id=thread_id
-    )
+    ours = visible(principal, Checkpoint.objects).filter(thread__external_id=thread_id)
+    if user_id is not None:
+        ours = ours.filter(memory_user__external_id=user_id)
     with transaction.atomic():
-        thread = ours.values_list("thread_id", "memory_user_id").first()
-        deleted, _ = Checkpoint.objects.filter(pk__in=ours.values("pk")).delete()
-        if thread:
+        threads = set(ours.values_list("thread_id", "memory_user_id"))
+        deleted = Checkpoint.objects.filter(pk__in=ours.values("pk")).delete()[1].get("memory_admin.Checkpoint", 0)
+        for thread_pk, memory_user_id in sorted(threads):
             audit(
                 principal,
                 "checkpoint.thread_deleted",
                 outcome="deleted",
                 target_type="thread",
-                target_id=str(thread[0]),
-                memory_user_id=thread[1],
+                target_id=str(thread_pk),
+                memory_user_id=memory_user_id,
             )
     return deleted
 
