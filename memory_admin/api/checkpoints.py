@@ -137,7 +137,7 @@ class CheckpointOut(Schema):
                 PendingWriteOut(
                     task_id=w.task_id, task_path=w.task_path, channel=w.channel, value=_blob(w.type, w.data)
                 )
-                for w in c.writes.all()
+                for w in c.pending
             ],
         )
 
@@ -183,7 +183,7 @@ def put_checkpoint(request, payload: CheckpointIn):
 
 @router.post("/checkpoints/writes", response=WritesOut)
 def put_checkpoint_writes(request, payload: WritesIn):
-    """Store a task's pending writes against a stored checkpoint (404 if there is none)."""
+    """Store a task's pending writes against a checkpoint of the thread (which may still be on its way)."""
     stored = checkpoint_writes_put(
         principal=request.principal,
         user_id=payload.user_id,

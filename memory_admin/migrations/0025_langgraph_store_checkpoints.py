@@ -14,37 +14,6 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Checkpoint',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('checkpoint_ns', models.CharField(blank=True, db_collation='C', default='', max_length=500)),
-                ('checkpoint_id', models.CharField(db_collation='C', max_length=100)),
-                ('parent_checkpoint_id', models.CharField(blank=True, default='', max_length=100)),
-                ('type', models.CharField(max_length=50)),
-                ('data', models.BinaryField()),
-                ('metadata', models.JSONField(default=dict)),
-                ('metadata_type', models.CharField(max_length=50)),
-                ('metadata_data', models.BinaryField()),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('memory_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.memoryuser')),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.tenant')),
-                ('thread', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.thread')),
-            ],
-        ),
-        migrations.CreateModel(
-            name='CheckpointWrite',
-            fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('task_id', models.CharField(db_collation='C', max_length=200)),
-                ('task_path', models.CharField(blank=True, db_collation='C', default='', max_length=500)),
-                ('idx', models.IntegerField()),
-                ('channel', models.CharField(max_length=200)),
-                ('type', models.CharField(max_length=50)),
-                ('data', models.BinaryField()),
-                ('checkpoint', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='writes', to='memory_admin.checkpoint')),
-            ],
-        ),
-        migrations.CreateModel(
             name='StoreItem',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
@@ -68,13 +37,44 @@ class Migration(migrations.Migration):
                 ('item', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='vectors', to='memory_admin.storeitem')),
             ],
         ),
-        migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'checkpoint_id'), name='checkpoint_unique_id'),
+        migrations.CreateModel(
+            name='Checkpoint',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('checkpoint_ns', models.CharField(blank=True, db_collation='C', default='', max_length=500)),
+                ('checkpoint_id', models.CharField(db_collation='C', max_length=100)),
+                ('parent_checkpoint_id', models.CharField(blank=True, default='', max_length=100)),
+                ('type', models.CharField(max_length=50)),
+                ('data', models.BinaryField()),
+                ('metadata', models.JSONField(default=dict)),
+                ('metadata_type', models.CharField(max_length=50)),
+                ('metadata_data', models.BinaryField()),
+                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ('memory_user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.memoryuser')),
+                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.tenant')),
+                ('thread', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='memory_admin.thread')),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'checkpoint_id'), name='checkpoint_unique_id')],
+            },
         ),
-        migrations.AddConstraint(
-            model_name='checkpointwrite',
-            constraint=models.UniqueConstraint(fields=('checkpoint', 'task_id', 'idx'), name='checkpoint_write_unique_idx'),
+        migrations.CreateModel(
+            name='CheckpointWrite',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('checkpoint_ns', models.CharField(blank=True, db_collation='C', default='', max_length=500)),
+                ('checkpoint_id', models.CharField(db_collation='C', max_length=100)),
+                ('task_id', models.CharField(db_collation='C', max_length=200)),
+                ('task_path', models.CharField(blank=True, db_collation='C', default='', max_length=500)),
+                ('idx', models.IntegerField()),
+                ('channel', models.CharField(max_length=200)),
+                ('type', models.CharField(max_length=50)),
+                ('data', models.BinaryField()),
+                ('thread', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoint_writes', to='memory_admin.thread')),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('thread', 'checkpoint_ns', 'checkpoint_id', 'task_id', 'idx'), name='checkpoint_write_unique_idx')],
+            },
         ),
         migrations.AddIndex(
             model_name='storeitem',

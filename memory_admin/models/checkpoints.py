@@ -88,9 +88,12 @@ class Checkpoint(models.Model):
 
 class CheckpointWrite(models.Model):
     """A pending write of a task against a checkpoint (`idx` < 0: LangGraph's special channels, which a
-    later write of the same task replaces; others are kept as first written)."""
+    later write of the same task replaces; others are kept as first written). Not a foreign key to the
+    checkpoint: LangGraph may send a task's writes while the checkpoint's own put is still on its way."""
 
-    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="writes")
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="checkpoint_writes")
+    checkpoint_ns = models.CharField(max_length=500, blank=True, default="", db_collation="C")
+    checkpoint_id = models.CharField(max_length=100, db_collation="C")
     task_id = models.CharField(max_length=200, db_collation="C")
     task_path = models.CharField(max_length=500, blank=True, default="", db_collation="C")
     idx = models.IntegerField()
@@ -100,8 +103,11 @@ class CheckpointWrite(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["checkpoint", "task_id", "idx"], name="checkpoint_write_unique_idx"),
+            models.UniqueConstraint(
+                fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
+                name="checkpoint_write_unique_idx",
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.checkpoint_id}:{self.task_id}:{self.idx}"
+        return f"{self.thread_id}/{self.checkpoint_ns}/{self.checkpoint_id}:{self.task_id}:{self.idx}"

@@ -10,23 +10,31 @@ keeps its newest `keep_last` checkpoints per namespace (the client may ask for f
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Length
 from django.utils import timezone
 
-from memory_admin.errors import NotFound
 from memory_admin.models import Checkpoint, CheckpointWrite, Thread
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, memory_user_for, visible
 from memory_admin.services.audit import audit
 from memory_admin.services.screening import screen_identifier
 
 ROUTE = "checkpoint"
+# LangGraph names threads, tasks and store keys with UUIDs, whose digit runs the PII scan can read as a phone
+# number (one in a few hundred): the UUIDs are taken out before the scan, the rest of the id is screened.
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+
+
+def screen_graph_id(principal: Principal, value: str, *, what: str, route: str, memory_user_id: int) -> None:
+    """`screen_identifier` for an id LangGraph makes (thread, task, namespace label, store key)."""
+    screen_identifier(principal, _UUID.sub("", value), what=what, route=route, memory_user_id=memory_user_id)
 
 
 @dataclass(frozen=True)
@@ -79,7 +87,11 @@ def _prune(thread: Thread, checkpoint_ns: str, keep_last: int) -> int:
     if settings.CHECKPOINT_MAX_AGE_DAYS:
         cutoff = timezone.now() - timedelta(days=settings.CHECKPOINT_MAX_AGE_DAYS)
         stale = ours.filter(~Q(pk__in=newest) | Q(created_at__lt=cutoff)).exclude(pk=newest[0])
-    return stale.delete()[1].get("memory_admin.Checkpoint", 0)
+    gone = list(stale.values_list("checkpoint_id", flat=True))
+    if gone:
+        CheckpointWrite.objects.filter(thread=thread, checkpoint_ns=checkpoint_ns, checkpoint_id__in=gone).delete()
+        stale.delete()
+    return len(gone)
 
 
 def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: int | None = None) -> Checkpoint:
@@ -87,7 +99,7 @@ def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: i
     principal.require(WRITE_MEMORY)
     user = memory_user_for(principal, draft.user_id, create=True)
     for what, value in (("thread id", draft.thread_id), ("checkpoint namespace", draft.checkpoint_ns)):
-        screen_identifier(principal, value, what=what, route=ROUTE, memory_user_id=user.pk)
+        screen_graph_id(principal, value, what=what, route=ROUTE, memory_user_id=user.pk)
     with transaction.atomic():
         thread, _ = Thread.objects.get_or_create(
             tenant_id=principal.tenant_id, memory_user=user, external_id=draft.thread_id
@@ -116,18 +128,6 @@ def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: i
     return checkpoint
 
 
-def _checkpoint_of(principal: Principal, user_id: str, thread_id: str, ns: str, checkpoint_id: str) -> Checkpoint:
-    try:
-        return visible(principal, Checkpoint.objects).get(
-            memory_user__external_id=user_id,
-            thread__external_id=thread_id,
-            checkpoint_ns=ns,
-            checkpoint_id=checkpoint_id,
-        )
-    except Checkpoint.DoesNotExist as exc:
-        raise NotFound("No checkpoint with that id is visible to you; put the checkpoint first.") from exc
-
-
 def checkpoint_writes_put(
     *,
     principal: Principal,
@@ -142,11 +142,15 @@ def checkpoint_writes_put(
     """Store a task's pending writes against a checkpoint, as LangGraph's savers do: a write of a regular
     channel (`idx` >= 0) is kept as first written; a special channel's (`idx` < 0) replaces the last."""
     principal.require(WRITE_MEMORY)
-    checkpoint = _checkpoint_of(principal, user_id, thread_id, checkpoint_ns, checkpoint_id)
-    screen_identifier(principal, task_id, what="task id", route=ROUTE, memory_user_id=checkpoint.memory_user_id)
+    user = memory_user_for(principal, user_id, create=True)
+    for what, value in (("thread id", thread_id), ("checkpoint namespace", checkpoint_ns), ("task id", task_id)):
+        screen_graph_id(principal, value, what=what, route=ROUTE, memory_user_id=user.pk)
+    thread, _ = Thread.objects.get_or_create(tenant_id=principal.tenant_id, memory_user=user, external_id=thread_id)
     rows = [
         CheckpointWrite(
-            checkpoint=checkpoint,
+            thread=thread,
+            checkpoint_ns=checkpoint_ns,
+            checkpoint_id=checkpoint_id,
             task_id=task_id,
             task_path=task_path,
             idx=w.idx,
@@ -161,14 +165,15 @@ def checkpoint_writes_put(
         CheckpointWrite.objects.bulk_create(
             [r for r in rows if r.idx < 0],
             update_conflicts=True,
-            unique_fields=["checkpoint", "task_id", "idx"],
+            unique_fields=["thread", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
             update_fields=["channel", "type", "data", "task_path"],
         )
     return len(rows)
 
 
-def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> QuerySet[Checkpoint]:
-    """The checkpoints a query names, newest first, with their pending writes (in task order)."""
+def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> list[Checkpoint]:
+    """The checkpoints a query names, newest first, each with its pending writes (`pending`, in task
+    order); two queries."""
     checkpoints = visible(principal, Checkpoint.objects).select_related("thread", "memory_user")
     if query.user_id is not None:
         checkpoints = checkpoints.filter(memory_user__external_id=query.user_id)
@@ -182,11 +187,26 @@ def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> QueryS
         checkpoints = checkpoints.filter(checkpoint_id__lt=query.before)
     if query.filter:
         checkpoints = checkpoints.filter(metadata__contains=query.filter)
-    writes = CheckpointWrite.objects.order_by("task_path", "task_id", "idx")
-    checkpoints = checkpoints.prefetch_related(Prefetch("writes", queryset=writes)).order_by(
-        "-checkpoint_id", "checkpoint_ns"
-    )
-    return checkpoints[: query.limit] if query.limit else checkpoints
+    checkpoints = checkpoints.order_by("-checkpoint_id", "checkpoint_ns")
+    found = list(checkpoints[: query.limit] if query.limit else checkpoints)
+    _attach_writes(found)
+    return found
+
+
+def _attach_writes(found: list[Checkpoint]) -> None:
+    """Each checkpoint's pending writes as `pending` (in task order), in one query."""
+    keys = {(c.thread_id, c.checkpoint_ns, c.checkpoint_id): c for c in found}
+    for c in found:
+        c.pending = []  # type: ignore[attr-defined]
+    if not found:
+        return
+    writes = CheckpointWrite.objects.filter(
+        thread_id__in={c.thread_id for c in found}, checkpoint_id__in={c.checkpoint_id for c in found}
+    ).order_by("task_path", "task_id", "idx")
+    for w in writes:
+        owner = keys.get((w.thread_id, w.checkpoint_ns, w.checkpoint_id))
+        if owner is not None:
+            owner.pending.append(w)  # type: ignore[attr-defined]
 
 
 def checkpoint_thread_delete(*, principal: Principal, user_id: str | None, thread_id: str) -> int:
@@ -198,6 +218,7 @@ def checkpoint_thread_delete(*, principal: Principal, user_id: str | None, threa
         ours = ours.filter(memory_user__external_id=user_id)
     with transaction.atomic():
         threads = set(ours.values_list("thread_id", "memory_user_id"))
+        CheckpointWrite.objects.filter(thread_id__in={t for t, _ in threads}).delete()
         deleted = Checkpoint.objects.filter(pk__in=ours.values("pk")).delete()[1].get("memory_admin.Checkpoint", 0)
         for thread_pk, memory_user_id in sorted(threads):
             audit(
@@ -213,10 +234,19 @@ def checkpoint_thread_delete(*, principal: Principal, user_id: str | None, threa
 
 def thread_checkpoints(*, principal: Principal, thread: Thread, limit: int = 50) -> list[Checkpoint]:
     """A thread's newest checkpoints for the dashboard, each with its number of pending writes; one query."""
+    writes = (
+        CheckpointWrite.objects.filter(
+            thread=OuterRef("thread"), checkpoint_ns=OuterRef("checkpoint_ns"), checkpoint_id=OuterRef("checkpoint_id")
+        )
+        .order_by()
+        .values("thread")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
     return list(
         visible(principal, Checkpoint.objects)
         .filter(thread=thread)
-        .annotate(write_count=Count("writes"), size=Length("data"))
+        .annotate(write_count=Subquery(writes), size=Length("data"))
         .defer("data", "metadata_data")
         .order_by("-checkpoint_id")[:limit]
     )

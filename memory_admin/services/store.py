@@ -31,9 +31,10 @@ from memory_admin.errors import Invalid
 from memory_admin.models import MemoryUser, StoreItem, StoreVector
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, memory_user_for, visible
 from memory_admin.services.audit import audit, buffered_audits
+from memory_admin.services.checkpoints import screen_graph_id
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.pii import scan
-from memory_admin.services.screening import screen_identifier, screen_text
+from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
 
 ROUTE = "store"
@@ -108,7 +109,7 @@ def _redacted(value: Any, policy: dict[str, str]) -> Any:
 def _screened(principal: Principal, put: StorePut, memory_user: MemoryUser) -> StorePut:
     """The put as it may be stored: raises Blocked / Invalid, or returns it with PII redacted."""
     for label in (*put.namespace, put.key):
-        screen_identifier(principal, label, what="store namespace or key", route=ROUTE, memory_user_id=memory_user.pk)
+        screen_graph_id(principal, label, what="store namespace or key", route=ROUTE, memory_user_id=memory_user.pk)
     if put.value is None:
         return put
     strings = _leaves(put.value) + [text for _, text in put.texts]
