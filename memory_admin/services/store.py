@@ -15,7 +15,9 @@ each a batch of one kind of operation, with the semantics of LangGraph's own `In
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -122,6 +124,76 @@ def _screened(principal: Principal, put: StorePut, memory_user: MemoryUser) -> S
     return StorePut(put.user_id, put.namespace, put.key, _redacted(put.value, policy), texts, put.ttl_minutes)
 
 
+def _ref(user: MemoryUser, put: StorePut) -> Q:
+    return Q(memory_user=user, namespace=list(put.namespace), key=put.key)
+
+
+def _delete(principal: Principal, puts: list[StorePut], users: dict[str, MemoryUser]) -> int:
+    if not puts:
+        return 0
+    q = functools.reduce(operator.or_, (_ref(users[p.user_id], p) for p in puts))
+    doomed = list(StoreItem.objects.filter(q, tenant_id=principal.tenant_id).values_list("pk", "memory_user_id", "key"))
+    StoreItem.objects.filter(pk__in=[pk for pk, _, _ in doomed]).delete()
+    for _, memory_user_id, key in doomed:
+        audit(
+            principal,
+            "store.delete",
+            outcome="deleted",
+            target_type="storeitem",
+            target_id=key[:200],
+            memory_user_id=memory_user_id,
+        )
+    return len(doomed)
+
+
+def _write(principal: Principal, puts: list[StorePut], users: dict[str, MemoryUser], vectors: list) -> int:
+    """Upsert the items in one statement (an existing item keeps its `created_at`), then replace their
+    vectors: five statements whatever the batch's size."""
+    if not puts:
+        return 0
+    q = functools.reduce(operator.or_, (_ref(users[p.user_id], p) for p in puts))
+    rows_before = StoreItem.objects.filter(q, tenant_id=principal.tenant_id)
+    existing = {(u, k, tuple(n)) for u, k, n in rows_before.values_list("memory_user_id", "key", "namespace")}
+    now = timezone.now()
+    rows = [
+        StoreItem(
+            tenant_id=principal.tenant_id,
+            memory_user=users[p.user_id],
+            namespace=list(p.namespace),
+            key=p.key,
+            value=p.value,
+            created_at=now,
+            updated_at=now,
+            ttl_minutes=p.ttl_minutes,
+            expires_at=now + timedelta(minutes=p.ttl_minutes) if p.ttl_minutes is not None else None,
+        )
+        for p in puts
+    ]
+    StoreItem.objects.bulk_create(
+        rows,
+        update_conflicts=True,
+        unique_fields=["tenant", "memory_user", "namespace", "key"],
+        update_fields=["value", "updated_at", "ttl_minutes", "expires_at"],
+    )
+    StoreVector.objects.filter(item__in=[r.pk for r in rows]).delete()
+    vector = iter(vectors)
+    StoreVector.objects.bulk_create(
+        StoreVector(item=row, path=path[:200], embedding=next(vector))
+        for row, p in zip(rows, puts, strict=True)
+        for path, _ in p.texts
+    )
+    for row, p in zip(rows, puts, strict=True):
+        known = (row.memory_user_id, p.key, p.namespace) in existing
+        audit(
+            principal,
+            "store.put",
+            outcome="updated" if known else "created",
+            target=row,
+            after={"namespace": list(p.namespace), "key": p.key[:200], "indexed": len(p.texts)},
+        )
+    return len(rows)
+
+
 def store_put(*, principal: Principal, puts: list[StorePut]) -> dict[str, int]:
     """Write a batch of puts (the last put of a (user, namespace, key) wins), all or nothing."""
     principal.require(WRITE_MEMORY)
@@ -129,54 +201,11 @@ def store_put(*, principal: Principal, puts: list[StorePut]) -> dict[str, int]:
     users = {uid: memory_user_for(principal, uid, create=True) for uid in dict.fromkeys(u for u, _, _ in last)}
     screened = [_screened(principal, p, users[p.user_id]) for p in last.values()]
     texts = [text for p in screened if p.value is not None for _, text in p.texts]
-    vectors = iter(embeddings.embed(texts) if texts else [])
-    now = timezone.now()
-    written = deleted = 0
+    vectors = embeddings.embed(texts) if texts else []
     with transaction.atomic(), buffered_audits():
-        StoreItem.objects.filter(tenant_id=principal.tenant_id, expires_at__lte=now).delete()
-        for put in screened:
-            user = users[put.user_id]
-            where = {"tenant_id": principal.tenant_id, "memory_user": user, "namespace": list(put.namespace)}
-            if put.value is None:
-                gone, _ = StoreItem.objects.filter(**where, key=put.key).delete()
-                if gone:
-                    deleted += 1
-                    audit(
-                        principal,
-                        "store.delete",
-                        outcome="deleted",
-                        target_type="storeitem",
-                        target_id=put.key[:200],
-                        memory_user_id=user.pk,
-                        before={"namespace": list(put.namespace)},
-                    )
-                continue
-            expires = now + timedelta(minutes=put.ttl_minutes) if put.ttl_minutes is not None else None
-            item, created = StoreItem.objects.update_or_create(
-                **where,
-                key=put.key,
-                defaults={"value": put.value, "updated_at": now, "ttl_minutes": put.ttl_minutes, "expires_at": expires},
-                create_defaults={
-                    "value": put.value,
-                    "created_at": now,
-                    "updated_at": now,
-                    "ttl_minutes": put.ttl_minutes,
-                    "expires_at": expires,
-                },
-            )
-            if not created:
-                item.vectors.all().delete()
-            StoreVector.objects.bulk_create(
-                StoreVector(item=item, path=path[:200], embedding=next(vectors)) for path, _ in put.texts
-            )
-            written += 1
-            audit(
-                principal,
-                "store.put",
-                outcome="created" if created else "updated",
-                target=item,
-                after={"namespace": list(put.namespace), "key": put.key[:200], "indexed": len(put.texts)},
-            )
+        StoreItem.objects.filter(tenant_id=principal.tenant_id, expires_at__lte=timezone.now()).delete()
+        deleted = _delete(principal, [p for p in screened if p.value is None], users)
+        written = _write(principal, [p for p in screened if p.value is not None], users, vectors)
     return {"written": written, "deleted": deleted}
 
 
