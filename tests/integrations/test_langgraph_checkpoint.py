@@ -45,9 +45,7 @@ def test_langgraphs_conformance_suite_passes(client):
         yield MemoryAdminSaver(client, user_id="conformance")
 
     report = asyncio.run(validate(saver))
-    failures = [
-        f"{name}: {failure}" for name, result in report.results.items() for failure in result.failures
-    ]
+    failures = [f"{name}: {failure}" for name, result in report.results.items() for failure in result.failures]
     assert report.passed_all_base(), failures
 
 
@@ -87,9 +85,7 @@ def test_a_graph_keeps_the_same_history_as_with_the_in_memory_saver(client):
     assert runs[1] == runs[0]
 
 
-def test_a_graph_killed_between_nodes_resumes_from_its_last_checkpoint_in_a_new_process(
-    gunicorn_server, key, tmp_path
-):
+def test_a_graph_killed_between_nodes_resumes_from_its_last_checkpoint_in_a_new_process(gunicorn_server, key, tmp_path):
     script = ROOT / "tests" / "integrations" / "langgraph_resumable_run.py"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CLIENT_SRC), str(ROOT)])}
     log = tmp_path / "nodes.log"
