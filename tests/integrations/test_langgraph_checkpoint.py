@@ -152,3 +152,33 @@ def test_checkpoints_are_isolated_between_tenants_and_users(gunicorn_server, cli
     saver.delete_thread("private-1")
     assert saver.get_tuple(config) is None
     assert Thread.objects.filter(external_id="private-1").exists()  # the conversation itself stays
+
+
+def test_a_chat_thread_keeps_its_message_objects_across_savers(client):
+    """The common case: a MessagesState conversation continued by a second saver (another process would
+    build the same), its messages back as LangChain message objects with their ids and tool calls."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import MessagesState
+
+    def reply(state):
+        asked = state["messages"][-1].content
+        call = {"name": "lookup", "args": {"q": asked}, "id": f"call-{len(state['messages'])}"}
+        return {"messages": [AIMessage(content=f"You said: {asked}", tool_calls=[call])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "reply")
+    graph.add_edge("reply", END)
+    config = {"configurable": {"thread_id": "chat-1", "user_id": "yan"}}
+    graph.compile(checkpointer=MemoryAdminSaver(client)).invoke({"messages": [HumanMessage("hello")]}, config)
+
+    later = graph.compile(checkpointer=MemoryAdminSaver(client))
+    out = later.invoke({"messages": [HumanMessage("and again")]}, config)
+    kinds = [(type(m).__name__, m.content) for m in out["messages"]]
+    assert kinds == [
+        ("HumanMessage", "hello"),
+        ("AIMessage", "You said: hello"),
+        ("HumanMessage", "and again"),
+        ("AIMessage", "You said: and again"),
+    ]
+    assert out["messages"][1].tool_calls[0]["args"] == {"q": "hello"} and all(m.id for m in out["messages"])
