@@ -12,11 +12,11 @@ from ninja import Query, Router, Schema
 from pydantic import AfterValidator, Field, StrictInt
 
 from memory_admin.api.schemas import Identifier, Metadata, StrictIn, UserId, text
-from memory_admin.models import Checkpoint
 from memory_admin.services.checkpoints import (
     Blob,
     CheckpointDraft,
     CheckpointQuery,
+    Found,
     WriteDraft,
     checkpoint_put,
     checkpoint_thread_delete,
@@ -41,7 +41,7 @@ Base64 = Annotated[str, Field(max_length=8 * 1024 * 1024), AfterValidator(_base6
 
 
 class BlobIn(StrictIn):
-    type: text(min_length=1, max_length=50)  # type: ignore[valid-type]
+    type: text(min_length=1, max_length=50)
     data: Base64
 
     def blob(self) -> Blob:
@@ -49,11 +49,11 @@ class BlobIn(StrictIn):
 
 
 class CheckpointIn(StrictIn):
-    user_id: UserId  # type: ignore[valid-type]
-    thread_id: Identifier  # type: ignore[valid-type]
-    checkpoint_ns: CheckpointNs = ""  # type: ignore[valid-type]
-    checkpoint_id: CheckpointId  # type: ignore[valid-type]
-    parent_checkpoint_id: text(max_length=100) = ""  # type: ignore[valid-type]
+    user_id: UserId
+    thread_id: Identifier
+    checkpoint_ns: CheckpointNs = ""
+    checkpoint_id: CheckpointId
+    parent_checkpoint_id: text(max_length=100) = ""
     checkpoint: BlobIn
     metadata: Metadata = Field(default={}, description="The metadata as JSON, for `filter` in queries.")
     metadata_blob: BlobIn
@@ -71,17 +71,17 @@ class CheckpointPutOut(Schema):
 
 class WriteIn(StrictIn):
     idx: Annotated[StrictInt, Field(ge=-1000, le=1_000_000)]
-    channel: text(min_length=1, max_length=200)  # type: ignore[valid-type]
+    channel: text(min_length=1, max_length=200)
     value: BlobIn
 
 
 class WritesIn(StrictIn):
-    user_id: UserId  # type: ignore[valid-type]
-    thread_id: Identifier  # type: ignore[valid-type]
-    checkpoint_ns: CheckpointNs = ""  # type: ignore[valid-type]
-    checkpoint_id: CheckpointId  # type: ignore[valid-type]
-    task_id: text(min_length=1, max_length=200)  # type: ignore[valid-type]
-    task_path: text(max_length=500) = ""  # type: ignore[valid-type]
+    user_id: UserId
+    thread_id: Identifier
+    checkpoint_ns: CheckpointNs = ""
+    checkpoint_id: CheckpointId
+    task_id: text(min_length=1, max_length=200)
+    task_path: text(max_length=500) = ""
     writes: Annotated[list[WriteIn], Field(max_length=10_000)]
 
 
@@ -90,10 +90,10 @@ class WritesOut(Schema):
 
 
 class CheckpointQueryIn(StrictIn):
-    user_id: UserId | None = None  # type: ignore[valid-type]
-    thread_id: Identifier | None = None  # type: ignore[valid-type]
-    checkpoint_ns: CheckpointNs | None = None  # type: ignore[valid-type]
-    checkpoint_id: CheckpointId | None = None  # type: ignore[valid-type]
+    user_id: UserId | None = None
+    thread_id: Identifier | None = None
+    checkpoint_ns: CheckpointNs | None = None
+    checkpoint_id: CheckpointId | None = None
     before: CheckpointId | None = Field(default=None, description="Only checkpoints older than this id.")
     filter: Metadata | None = Field(default=None, description="Metadata the checkpoints hold (JSON containment).")
     limit: Annotated[StrictInt, Field(ge=1, le=1000)] | None = None
@@ -123,7 +123,8 @@ class CheckpointOut(Schema):
     pending_writes: list[PendingWriteOut]
 
     @classmethod
-    def of(cls, c: Checkpoint) -> CheckpointOut:
+    def of(cls, found: Found) -> CheckpointOut:
+        c = found.checkpoint
         return cls(
             user_id=c.memory_user.external_id,
             thread_id=c.thread.external_id,
@@ -137,7 +138,7 @@ class CheckpointOut(Schema):
                 PendingWriteOut(
                     task_id=w.task_id, task_path=w.task_path, channel=w.channel, value=_blob(w.type, w.data)
                 )
-                for w in c.pending
+                for w in found.writes
             ],
         )
 
@@ -151,8 +152,8 @@ class CheckpointPage(Schema):
 
 
 class ThreadRef(Schema):
-    user_id: UserId | None = None  # type: ignore[valid-type]
-    thread_id: Identifier  # type: ignore[valid-type]
+    user_id: UserId | None = None
+    thread_id: Identifier
 
 
 class DeletedOut(Schema):
@@ -172,12 +173,12 @@ def put_checkpoint(request, payload: CheckpointIn):
         metadata=payload.metadata,
         metadata_blob=payload.metadata_blob.blob(),
     )
-    checkpoint = checkpoint_put(principal=request.principal, draft=draft, keep_last=payload.keep_last)
+    saved = checkpoint_put(principal=request.principal, draft=draft, keep_last=payload.keep_last)
     return {
         "thread_id": payload.thread_id,
-        "checkpoint_ns": checkpoint.checkpoint_ns,
-        "checkpoint_id": checkpoint.checkpoint_id,
-        "pruned": getattr(checkpoint, "pruned", 0),
+        "checkpoint_ns": saved.checkpoint.checkpoint_ns,
+        "checkpoint_id": saved.checkpoint.checkpoint_id,
+        "pruned": saved.pruned,
     }
 
 

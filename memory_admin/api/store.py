@@ -39,19 +39,19 @@ Offset = Annotated[StrictInt, Field(ge=0, le=100_000)]
 
 
 class IndexedText(StrictIn):
-    path: text(min_length=1, max_length=200)  # type: ignore[valid-type]
-    text: text(max_length=VALUE_MAX_BYTES)  # type: ignore[valid-type]
+    path: text(min_length=1, max_length=200)
+    text: text(max_length=VALUE_MAX_BYTES)
 
 
 class StorePutItemIn(StrictIn):
-    user_id: UserId  # type: ignore[valid-type]
+    user_id: UserId
     namespace: Namespace
-    key: StoreKey  # type: ignore[valid-type]
+    key: StoreKey
     value: Metadata | None = Field(description="The item's value (a JSON object); null deletes the item.")
     index: Annotated[list[IndexedText], Field(max_length=50)] = Field(
         default=[], description="Texts to embed for search, with the path they came from (none: not searchable)."
     )
-    ttl_minutes: number(gt=0, le=60 * 24 * 3660) | None = None  # type: ignore[valid-type]
+    ttl_minutes: number(gt=0, le=60 * 24 * 3660) | None = None
 
 
 class StorePutIn(StrictIn):
@@ -64,9 +64,9 @@ class StorePutOut(Schema):
 
 
 class StoreRefIn(StrictIn):
-    user_id: UserId  # type: ignore[valid-type]
+    user_id: UserId
     namespace: Namespace
-    key: StoreKey  # type: ignore[valid-type]
+    key: StoreKey
 
 
 class StoreGetIn(StrictIn):
@@ -104,7 +104,7 @@ class StoreGetOut(Schema):
 
 class StoreSearchQueryIn(StrictIn):
     namespace_prefix: Prefix = []
-    query: text(min_length=1, max_length=MAX_QUERY_CHARS) | None = None  # type: ignore[valid-type]
+    query: text(min_length=1, max_length=MAX_QUERY_CHARS) | None = None
     filter: Metadata | None = None
     limit: Page = 10
     offset: Offset = 0

@@ -94,7 +94,19 @@ def _prune(thread: Thread, checkpoint_ns: str, keep_last: int) -> int:
     return len(gone)
 
 
-def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: int | None = None) -> Checkpoint:
+@dataclass(frozen=True)
+class Saved:
+    checkpoint: Checkpoint
+    pruned: int  # older checkpoints the retention deleted
+
+
+@dataclass(frozen=True)
+class Found:
+    checkpoint: Checkpoint
+    writes: list[CheckpointWrite]  # its pending writes, in task order
+
+
+def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: int | None = None) -> Saved:
     """Store a checkpoint (a second put of the same id replaces it) and apply the retention."""
     principal.require(WRITE_MEMORY)
     user = memory_user_for(principal, draft.user_id, create=True)
@@ -123,9 +135,7 @@ def checkpoint_put(*, principal: Principal, draft: CheckpointDraft, keep_last: i
         if created and draft.parent_checkpoint_id == "":
             # A thread's first checkpoint is the event worth an audit line; every step would flood the log.
             audit(principal, "checkpoint.thread_started", outcome="created", target=thread, memory_user_id=user.pk)
-    if pruned:
-        checkpoint.pruned = pruned  # type: ignore[attr-defined]
-    return checkpoint
+    return Saved(checkpoint, pruned)
 
 
 def checkpoint_writes_put(
@@ -171,9 +181,8 @@ def checkpoint_writes_put(
     return len(rows)
 
 
-def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> list[Checkpoint]:
-    """The checkpoints a query names, newest first, each with its pending writes (`pending`, in task
-    order); two queries."""
+def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> list[Found]:
+    """The checkpoints a query names, newest first, each with its pending writes; two queries."""
     checkpoints = visible(principal, Checkpoint.objects).select_related("thread", "memory_user")
     if query.user_id is not None:
         checkpoints = checkpoints.filter(memory_user__external_id=query.user_id)
@@ -188,25 +197,21 @@ def checkpoints_found(*, principal: Principal, query: CheckpointQuery) -> list[C
     if query.filter:
         checkpoints = checkpoints.filter(metadata__contains=query.filter)
     checkpoints = checkpoints.order_by("-checkpoint_id", "checkpoint_ns")
-    found = list(checkpoints[: query.limit] if query.limit else checkpoints)
-    _attach_writes(found)
-    return found
+    return _with_writes(list(checkpoints[: query.limit] if query.limit else checkpoints))
 
 
-def _attach_writes(found: list[Checkpoint]) -> None:
-    """Each checkpoint's pending writes as `pending` (in task order), in one query."""
-    keys = {(c.thread_id, c.checkpoint_ns, c.checkpoint_id): c for c in found}
-    for c in found:
-        c.pending = []  # type: ignore[attr-defined]
-    if not found:
-        return
-    writes = CheckpointWrite.objects.filter(
-        thread_id__in={c.thread_id for c in found}, checkpoint_id__in={c.checkpoint_id for c in found}
-    ).order_by("task_path", "task_id", "idx")
-    for w in writes:
-        owner = keys.get((w.thread_id, w.checkpoint_ns, w.checkpoint_id))
-        if owner is not None:
-            owner.pending.append(w)  # type: ignore[attr-defined]
+def _with_writes(checkpoints: list[Checkpoint]) -> list[Found]:
+    """Each checkpoint with its pending writes, read in one query."""
+    found = {(c.thread_id, c.checkpoint_ns, c.checkpoint_id): Found(c, []) for c in checkpoints}
+    if found:
+        writes = CheckpointWrite.objects.filter(
+            thread_id__in={c.thread_id for c in checkpoints}, checkpoint_id__in={c.checkpoint_id for c in checkpoints}
+        ).order_by("task_path", "task_id", "idx")
+        for w in writes:
+            owner = found.get((w.thread_id, w.checkpoint_ns, w.checkpoint_id))
+            if owner is not None:
+                owner.writes.append(w)
+    return list(found.values())
 
 
 def checkpoint_thread_delete(*, principal: Principal, user_id: str | None, thread_id: str) -> int:

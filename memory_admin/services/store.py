@@ -40,6 +40,8 @@ from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
 
 ROUTE = "store"
+# The filters and namespace conditions are SQL built here from these constants and the paths' shapes; every
+# value a client sends (labels, keys, filter values, JSON paths) goes in as a parameter (hence the noqa S611).
 COMPARISONS = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
 OPERATORS = frozenset({"$eq", "$ne", *COMPARISONS})
 
@@ -310,8 +312,7 @@ def store_search(*, principal: Principal, searches: list[StoreSearch], refresh_t
     return results
 
 
-def _match_sql(condition: tuple[str, tuple[str, ...]]) -> tuple[str, list[Any]]:
-    kind, path = condition
+def _match_sql(kind: str, path: tuple[str, ...]) -> tuple[str, list[Any]]:
     parts, params = ["cardinality(namespace) >= %s"], [len(path)]
     for i, label in enumerate(path):
         if label == "*":
@@ -331,10 +332,9 @@ def store_namespaces(*, principal: Principal, queries: list[NamespaceQuery]) -> 
     results = []
     for query in queries:
         queryset = _live(principal)
-        for i, condition in enumerate(
-            c for c in (("prefix", query.prefix), ("suffix", query.suffix)) if c[1] is not None
-        ):
-            sql, params = _match_sql(condition)  # type: ignore[arg-type]
+        conditions = [(kind, path) for kind, path in (("prefix", query.prefix), ("suffix", query.suffix)) if path]
+        for i, (kind, path) in enumerate(conditions):
+            sql, params = _match_sql(kind, path)
             queryset = queryset.alias(**{f"m{i}": RawSQL(sql, params, output_field=BooleanField())})  # noqa: S611
             queryset = queryset.filter(**{f"m{i}": True})
         depth = query.max_depth if query.max_depth is not None else 2**15
