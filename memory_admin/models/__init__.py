@@ -1,3 +1,4 @@
+from memory_admin.models.checkpoints import Checkpoint, CheckpointWrite, StoreItem, StoreVector
 from memory_admin.models.entities import Entity, EntityBackfill, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
@@ -37,6 +38,8 @@ __all__ = [
     "Agent",
     "ApiKey",
     "AuditEvent",
+    "Checkpoint",
+    "CheckpointWrite",
     "Contradiction",
     "Edge",
     "Entity",
@@ -61,6 +64,8 @@ __all__ = [
     "RelationEnd",
     "Skill",
     "SkillRevision",
+    "StoreItem",
+    "StoreVector",
     "Tenant",
     "TenantSettings",
     "Thread",

@@ -23,6 +23,7 @@ from django.db.models.signals import post_init, pre_init
 from memory_admin.errors import Forbidden, NotFound
 from memory_admin.models import (
     AuditEvent,
+    Checkpoint,
     Contradiction,
     Edge,
     Entity,
@@ -41,6 +42,7 @@ from memory_admin.models import (
     Relation,
     Skill,
     SkillRevision,
+    StoreItem,
     Thread,
     UsageDay,
 )
@@ -135,6 +137,8 @@ _OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
     FactEntity: ("fact__memory_user", "fact__tenant_id"),
     EntityMerge: ("memory_user", "tenant_id"),
     EntityMergeReview: ("memory_user", "tenant_id"),
+    StoreItem: ("memory_user", "tenant_id"),
+    Checkpoint: ("memory_user", "tenant_id"),
 }
 
 # Models whose rows without a memory user are shared by the whole tenant, like org facts.

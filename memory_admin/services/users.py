@@ -15,6 +15,8 @@ from django.utils import timezone
 from memory_admin.models import (
     ApiKey,
     AuditEvent,
+    Checkpoint,
+    CheckpointWrite,
     Contradiction,
     Edge,
     Entity,
@@ -33,6 +35,7 @@ from memory_admin.models import (
     Relation,
     Skill,
     SkillRevision,
+    StoreItem,
     Thread,
 )
 from memory_admin.selectors.access import ADMIN, Principal
@@ -273,6 +276,10 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     counts["entities"] = entities_erase(memory_user_id=memory_user.pk)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
     ImportedItem.objects.filter(memory_user=memory_user).delete()
+    # The user's LangGraph store items and checkpoints are the agent's records of them: deleted outright.
+    StoreItem.objects.filter(memory_user=memory_user).delete()
+    CheckpointWrite.objects.filter(thread__memory_user=memory_user).delete()
+    Checkpoint.objects.filter(memory_user=memory_user).delete()
     NotebookRevision.objects.filter(notebook__memory_user=memory_user).update(content=ERASED, note="")
     Notebook.objects.filter(memory_user=memory_user).update(content=ERASED)
     Contradiction.objects.filter(memory_user=memory_user).update(notebook_excerpt="", note="", reason="")

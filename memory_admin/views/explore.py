@@ -10,6 +10,7 @@ from memory_admin.errors import DomainError
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import visible
+from memory_admin.services.checkpoints import thread_checkpoints
 from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate_ids, tenant_view
 
@@ -24,7 +25,9 @@ def conversations(request: HttpRequest) -> HttpResponse:
 
 @tenant_view(staff_only=True)
 def conversation(request: HttpRequest, thread_id: int) -> HttpResponse:
-    return render(request, "dashboard/conversation.html", sel.thread_view(request.principal, thread_id))
+    page = sel.thread_view(request.principal, thread_id)
+    page["checkpoints"] = thread_checkpoints(principal=request.principal, thread=page["thread"])
+    return render(request, "dashboard/conversation.html", page)
 
 
 @tenant_view(staff_only=True)

@@ -429,12 +429,22 @@ def test_every_operation_documents_its_error_answers(api):
 
 
 def test_operation_ids_are_the_handler_names(api):
-    from memory_admin.api import entities, entity_curation, facts, memory, messages, retrieval, system
+    from memory_admin.api import (
+        checkpoints,
+        entities,
+        entity_curation,
+        facts,
+        memory,
+        messages,
+        retrieval,
+        store,
+        system,
+    )
 
     _, operations = _operations(api)
     ids = [op["operationId"] for _, _, op in operations]
     assert len(ids) == len(set(ids))
-    modules = (facts, memory, messages, retrieval, system, entities, entity_curation)
+    modules = (facts, memory, messages, retrieval, system, entities, entity_curation, store, checkpoints)
     assert all(any(callable(getattr(m, name, None)) for m in modules) for name in ids), ids
     assert {"write_fact", "search", "context", "put_notebook", "close_thread", "patch_settings"} <= set(ids)
 

@@ -16,6 +16,7 @@ from django.utils import timezone
 from memory_admin.models import (
     ApiKey,
     AuditEvent,
+    Checkpoint,
     Contradiction,
     Edge,
     Entity,
@@ -34,6 +35,7 @@ from memory_admin.models import (
     Relation,
     Skill,
     SkillRevision,
+    StoreItem,
     TenantSettings,
     Thread,
     UsageDay,
@@ -704,6 +706,29 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
     ]
     rows[Edge] = [Edge.objects.create(tenant=tenant, type="CONTRADICTS", src_fact=fact_b, dst_fact=fact_a)]
     rows[LlmCall] = [LlmCall.objects.create(tenant=tenant, batch=batch, layer="extraction", model="m")]
+    rows[StoreItem] = [
+        StoreItem.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            namespace=["memories", str(user)],
+            key="k",
+            value={},
+            created_at=now,
+            updated_at=now,
+        )
+    ]
+    rows[Checkpoint] = [
+        Checkpoint.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            thread=thread,
+            checkpoint_id="c1",
+            type="t",
+            data=b"",
+            metadata_type="t",
+            metadata_data=b"",
+        )
+    ]
 
     # Tenant-wide counts (no user): one row per user here only so that each has rows to look for.
     def entity(name: str) -> Entity:

@@ -72,7 +72,7 @@ PAGES = [
     ("asof", lambda s, u: reverse("user_asof", args=[s, u]) + "?date=2999-01-01", 8),
     ("notebook", lambda s, u: reverse("user_notebook", args=[s, u]), 8),
     ("conversations", lambda s, u: reverse("conversations", args=[s]), 6),
-    ("conversation", lambda s, u: reverse("conversation", args=[s, Thread.objects.get(external_id="t").pk]), 8),
+    ("conversation", lambda s, u: reverse("conversation", args=[s, Thread.objects.get(external_id="t").pk]), 9),
     # search: candidate users (1, +1 for a sampled count), their users, one fact_search_users statement
     # and its facts: the same for 1 or SEARCH_USERS (10) users.
     ("search", lambda s, u: reverse("search", args=[s]) + "?q=Alice+fact+number", 9),

@@ -55,11 +55,23 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "accept_entity_review": ("POST", "/entity-reviews/{review_id}/accept"),
     "reject_entity_review": ("POST", "/entity-reviews/{review_id}/reject"),
     "reopen_entity_review": ("POST", "/entity-reviews/{review_id}/reopen"),
+    # The LangGraph store and checkpointer (memory_admin_client.langgraph, memory_admin_client.checkpoint).
+    "store_put_items": ("POST", "/store/put"),
+    "store_get_items": ("POST", "/store/get"),
+    "store_search_items": ("POST", "/store/search"),
+    "store_list_namespaces": ("POST", "/store/namespaces"),
+    "put_checkpoint": ("POST", "/checkpoints"),
+    "put_checkpoint_writes": ("POST", "/checkpoints/writes"),
+    "query_checkpoints": ("POST", "/checkpoints/query"),
+    "delete_checkpoints": ("DELETE", "/checkpoints"),
 }
 
 # Safe to send twice: reads, and pinning (setting a flag to a value). Writes are never retried: a write
 # whose answer was lost may have happened, and a second one would be a second write.
 IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if method == "GET") | {"pin_fact"}
+# Reads sent as POST (a batch in the body), and checkpoint writes (keyed by their ids: a second is the first).
+IDEMPOTENT |= {"store_get_items", "store_search_items", "store_list_namespaces", "put_checkpoint"}
+IDEMPOTENT |= {"put_checkpoint_writes", "query_checkpoints", "delete_checkpoints"}
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,29 @@
 """`MemoryAdminStore`: a LangGraph `BaseStore` over memory-admin (`pip install 'memory-admin-client[langgraph]'`).
 
-Namespaces are `(user_id,)` for a user's memory and `(user_id, task_id)` for one task of theirs; the store
-key is the fact's key. Every `put` goes through the server's write path: a secret raises `Blocked`, and
-a write the server keeps out of memory (quarantined, rejected for low confidence, overruled by the
-notebook, evicted at once by the cap) raises `WriteRefused`. A `None` value forgets the fact. `search`
-with a query uses the server's ranking (`SearchItem.score` is the final score); without one it lists.
+It keeps LangGraph's store contract, as LangGraph's own `InMemoryStore` does: a value put under (namespace,
+key) is what `get` gives back, whatever else holds the same text; namespaces of any depth; `ttl` (minutes)
+with refresh on read; `index` (which fields a search embeds, or `False`); filters evaluated by the server;
+`batch` sends one request per kind of operation (gets, searches, namespace listings, then puts: reads in a
+batch see the store as it was before the batch's puts, as in `InMemoryStore`); the async methods are
+native (`AsyncMemoryAdmin`).
 
-The value of an item is `{"content": str, ...}`: `content` is the fact's text; other fields are kept in
-the fact's metadata and given back as they were put (`category`, `kind`, `confidence`, `importance` and
-`pinned` also set the fact's own fields). A value without `content` is stored as its JSON text.
+Store items are keyed records, not facts: they skip the fact write path's dedup, confidence gate and cap
+(which would make `put` then `get` lose values), and keep its safety: a secret anywhere in a value raises
+`Blocked`, a value that reads as instructions to a model raises `InstructionLike`, and nothing of that
+batch is stored. PII the tenant redacts is redacted in the stored value.
+
+Every namespace belongs to one memory user (the tenant's isolation and the keys' user lists apply to it):
+`users` maps a namespace to its user by patterns tried in order, `"{user_id}"` marking the user's label
+and `"*"` any label. The default, `[("memories", "{user_id}"), ("{user_id}",)]`, gives LangGraph's and
+LangMem's `("memories", user_id, ...)` to `user_id`, and any other namespace to its first label. A callable
+`namespace -> user id` may be given instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
 from langgraph.store.base import (
@@ -25,218 +32,239 @@ from langgraph.store.base import (
     InvalidNamespaceError,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
+    get_text_at_path,
+    tokenize_path,
+    validate_op_namespace,
 )
 
-from memory_admin_client.client import MemoryAdmin
-from memory_admin_client.errors import MemoryAdminError, NotFound
-from memory_admin_client.models import Fact, WriteResult
+from memory_admin_client._calls import Call
+from memory_admin_client.client import AsyncMemoryAdmin, MemoryAdmin
 
-# Outcomes after which the value is not what a `get` returns: the put did not take.
-REFUSED_OUTCOMES = frozenset({"quarantined", "rejected_low_confidence", "overruled", "capped"})
-FACT_FIELDS = {"category": str, "kind": str, "confidence": (int, float), "importance": (int, float), "pinned": bool}
-META = "langgraph"  # the metadata entry holding the rest of the value
+USER = "{user_id}"
+DEFAULT_USERS: tuple[tuple[str, ...], ...] = (("memories", USER), (USER,))
+CHUNK = 100  # operations of one kind per request (the server's limit)
 
 
-class WriteRefused(MemoryAdminError):
-    """The server kept the put out of memory: `outcome` says why (quarantined, rejected_low_confidence, …)."""
+def _parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
-    def __init__(self, result: WriteResult):
-        super().__init__(result.outcome, result.reason or f"the write path answered {result.outcome}", 200)
-        self.outcome = result.outcome
-        self.result = result
+
+class NamespaceUsers:
+    """Which memory user a namespace belongs to: the first pattern matching its leading labels names it."""
+
+    def __init__(self, patterns: Sequence[Sequence[str]]):
+        self.patterns = [tuple(p) for p in patterns]
+        for pattern in self.patterns:
+            if list(pattern).count(USER) != 1:
+                raise ValueError(f"a namespace pattern holds {USER!r} once: {pattern!r}")
+
+    def __call__(self, namespace: tuple[str, ...]) -> str:
+        for pattern in self.patterns:
+            if len(pattern) <= len(namespace) and all(
+                p in (USER, "*") or p == label for p, label in zip(pattern, namespace, strict=False)
+            ):
+                return namespace[pattern.index(USER)]
+        raise InvalidNamespaceError(f"no memory user in namespace {namespace!r} (patterns: {self.patterns!r})")
 
 
 class MemoryAdminStore(BaseStore):
     """A LangGraph store backed by memory-admin.
 
-    `MemoryAdminStore(MemoryAdmin(url, key))`. `source` and `confidence` are what a put claims about its
-    facts (a deliberate `put` is the agent asserting something, hence 0.8 by default: above the default
-    gate of 0.7). The async methods run the same calls on a worker thread.
+    `MemoryAdminStore(MemoryAdmin(url, key))`; add `async_client=AsyncMemoryAdmin(url, key)` to choose the
+    async client (else one is made from the sync client's URL and key, per event loop). `index`: the
+    value fields a search embeds (`{"fields": ["text"]}`; default the whole value, `False`: none). `ttl`:
+    LangGraph's `TTLConfig` (`default_ttl` minutes, `refresh_on_read`).
     """
 
-    supports_ttl = False
+    supports_ttl = True
 
-    def __init__(self, client: MemoryAdmin, *, source: str = "agent_inferred", confidence: float | None = 0.8):
+    def __init__(
+        self,
+        client: MemoryAdmin | None = None,
+        *,
+        async_client: AsyncMemoryAdmin | None = None,
+        users: Sequence[Sequence[str]] | Callable[[tuple[str, ...]], str] = DEFAULT_USERS,
+        index: dict[str, Any] | bool | None = None,
+        ttl: TTLConfig | None = None,
+    ):
+        if client is None and async_client is None:
+            raise ValueError("give a MemoryAdmin client, an AsyncMemoryAdmin client, or both")
         self.client = client
-        self.source = source
-        self.confidence = confidence
+        self._async_given = async_client
+        self._async_made: tuple[asyncio.AbstractEventLoop, AsyncMemoryAdmin] | None = None
+        self.user_of = users if callable(users) else NamespaceUsers(users)
+        fields = ["$"] if index is None or index is True else (index or {}).get("fields") or ["$"]
+        self.fields: list[str] = [] if index is False else list(fields)
+        self.ttl_config = ttl
 
     # --- BaseStore ----------------------------------------------------------------------------------
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        return [self._apply(op) for op in ops]
+        if self.client is None:
+            raise RuntimeError("this store was given only an async client: use the a* methods")
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        for call, place in self._plan(ops):
+            place(results, self.client._run(call))
+        return results
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await asyncio.to_thread(self.batch, list(ops))
+        ops = list(ops)
+        results: list[Result] = [None] * len(ops)
+        client = self._async_client()
+        for call, place in self._plan(ops):
+            place(results, await client._run(call))
+        return results
 
-    def _apply(self, op: Op) -> Result:
-        if isinstance(op, GetOp):
-            return self._get(op.namespace, op.key)
-        if isinstance(op, PutOp):
-            return self._put(op.namespace, op.key, op.value)
-        if isinstance(op, SearchOp):
-            return self._search(op)
-        if isinstance(op, ListNamespacesOp):
-            return self._list_namespaces(op)
-        raise TypeError(f"unknown store operation {type(op).__name__}")
+    # --- one request per kind of operation -------------------------------------------------------------
 
-    # --- operations ---------------------------------------------------------------------------------
+    def _plan(self, ops: list[Op]) -> list[tuple[Call, Callable[[list[Result], Any], None]]]:
+        """The requests a batch needs, reads first (as InMemoryStore reads before it applies puts), each
+        with how its answer fills the results."""
+        kinds: dict[type, list[int]] = {GetOp: [], SearchOp: [], ListNamespacesOp: [], PutOp: []}
+        for i, op in enumerate(ops):
+            if type(op) not in kinds:
+                raise TypeError(f"unknown store operation {type(op).__name__}")
+            validate_op_namespace(op)
+            kinds[type(op)].append(i)
+        plan: list[tuple[Call, Callable[[list[Result], Any], None]]] = []
+        for refresh in (True, False):
+            plan += self._gets(ops, [i for i in kinds[GetOp] if ops[i].refresh_ttl is refresh], refresh)
+            plan += self._searches(ops, [i for i in kinds[SearchOp] if ops[i].refresh_ttl is refresh], refresh)
+        plan += self._listings(ops, kinds[ListNamespacesOp])
+        plan += self._puts(ops, kinds[PutOp])
+        return plan
 
-    def _get(self, namespace: tuple[str, ...], key: str) -> Item | None:
-        fact = self._find(namespace, key)
-        return _item(fact) if fact is not None else None
+    def _gets(self, ops: list[Any], idx: list[int], refresh: bool) -> list[tuple[Call, Any]]:
+        plan = []
+        for chunk in _chunks(idx):
+            body = {
+                "items": [
+                    {"user_id": self.user_of(ops[i].namespace), "namespace": list(ops[i].namespace), "key": ops[i].key}
+                    for i in chunk
+                ],
+                "refresh_ttl": refresh,
+            }
 
-    def _put(self, namespace: tuple[str, ...], key: str, value: dict[str, Any] | None) -> None:
-        user_id, task_id = _split(namespace)
-        if value is None:
-            fact = self._find(namespace, key)
-            if fact is not None:
-                self.client.facts.forget(fact.id, reason="deleted through the LangGraph store")
-            return
-        content, fields = _to_fact(value)
-        fields.setdefault("confidence", self.confidence)
-        result = self.client.facts.add(user_id, content, key=key, task_id=task_id, source=self.source, **fields)
-        if result.outcome in REFUSED_OUTCOMES:
-            raise WriteRefused(result)
+            def place(results: list[Result], answer: Any, chunk: list[int] = chunk) -> None:
+                for i, item in zip(chunk, answer["items"], strict=True):
+                    results[i] = _item(Item, item) if item is not None else None
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
-        items: list[SearchItem] = []
-        wanted = op.offset + op.limit
-        for user_id in self._users_under(op.namespace_prefix):
-            task = op.namespace_prefix[1] if len(op.namespace_prefix) > 1 else None
-            try:
-                if op.query:
-                    # Ask for extra hits: some fall outside the task or the filter.
-                    hits = self.client.search(user_id, op.query, k=min(100, max(10, wanted * 3))).hits
-                    found = [(h.fact, h.score.final) for h in hits]
-                else:
-                    found = [(f, None) for f in self.client.facts.iter(user_id)]
-            except NotFound:
-                continue
-            for fact, score in found:
-                if task is not None and fact.task_id != task:
-                    continue
-                item = _item(fact, score)
-                if _matches(item.value, op.filter):
-                    items.append(item)
-        if op.query:
-            items.sort(key=lambda i: i.score or 0.0, reverse=True)
-        return items[op.offset : op.offset + op.limit]
+            plan.append((Call("store_get_items", {}, _same, body=body), place))
+        return plan
 
-    def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
-        prefix = next((c.path for c in op.match_conditions or () if c.match_type == "prefix"), ())
-        user_prefix = prefix[0] if prefix and prefix[0] != "*" else None
-        found: list[tuple[str, ...]] = []
-        for user in self.client.users.iter(prefix=user_prefix):
-            found.append((user.user_id,))
-            found.extend((user.user_id, task) for task in user.task_ids)
-        found = [ns for ns in found if all(_condition(ns, c) for c in op.match_conditions or ())]
-        if op.max_depth is not None:
-            found = list(dict.fromkeys(ns[: op.max_depth] for ns in found))
-        return found[op.offset : op.offset + op.limit]
+    def _searches(self, ops: list[Any], idx: list[int], refresh: bool) -> list[tuple[Call, Any]]:
+        plan = []
+        for chunk in _chunks(idx):
+            queries = [
+                {
+                    "namespace_prefix": list(ops[i].namespace_prefix),
+                    "query": ops[i].query or None,
+                    "filter": ops[i].filter or None,
+                    "limit": ops[i].limit,
+                    "offset": ops[i].offset,
+                }
+                for i in chunk
+            ]
 
-    # --- helpers ------------------------------------------------------------------------------------
+            def place(results: list[Result], answer: Any, chunk: list[int] = chunk) -> None:
+                for i, found in zip(chunk, answer["results"], strict=True):
+                    results[i] = [_item(SearchItem, item) for item in found]
 
-    def _find(self, namespace: tuple[str, ...], key: str) -> Fact | None:
-        user_id, task_id = _split(namespace)
-        try:
-            for fact in self.client.facts.iter(user_id, key=key):
-                if fact.task_id == (task_id or ""):
-                    return fact
-            if _is_uuid(key):  # a fact written without a key (by another door) is addressed by its id
-                fact = self.client.facts.get(key)
-                if fact.status == "active" and fact.user_id == user_id and fact.task_id == (task_id or ""):
-                    return fact
-        except NotFound:
-            return None
-        return None
+            plan.append(
+                (Call("store_search_items", {}, _same, body={"queries": queries, "refresh_ttl": refresh}), place)
+            )
+        return plan
 
-    def _users_under(self, prefix: tuple[str, ...]) -> list[str]:
-        if prefix:
-            return [prefix[0]]
-        return [u.user_id for u in self.client.users.iter()]
+    def _listings(self, ops: list[Any], idx: list[int]) -> list[tuple[Call, Any]]:
+        plan = []
+        for chunk in _chunks(idx):
+            queries = []
+            for i in chunk:
+                query: dict[str, Any] = {"max_depth": ops[i].max_depth, "limit": ops[i].limit, "offset": ops[i].offset}
+                for condition in ops[i].match_conditions or ():
+                    if condition.match_type in query:
+                        raise ValueError(f"one {condition.match_type} condition per listing")
+                    query[condition.match_type] = list(condition.path)
+                queries.append(query)
 
+            def place(results: list[Result], answer: Any, chunk: list[int] = chunk) -> None:
+                for i, found in zip(chunk, answer["results"], strict=True):
+                    results[i] = [tuple(ns) for ns in found]
 
-def _split(namespace: tuple[str, ...]) -> tuple[str, str | None]:
-    if not 1 <= len(namespace) <= 2 or not all(isinstance(p, str) and p for p in namespace):
-        raise InvalidNamespaceError(f"memory-admin namespaces are (user_id,) or (user_id, task_id), not {namespace!r}")
-    return namespace[0], namespace[1] if len(namespace) == 2 else None
+            plan.append((Call("store_list_namespaces", {}, _same, body={"queries": queries}), place))
+        return plan
 
+    def _puts(self, ops: list[Any], idx: list[int]) -> list[tuple[Call, Any]]:
+        last = {(ops[i].namespace, ops[i].key): ops[i] for i in idx}  # the last put of a key wins
+        items = [self._put_body(op) for op in last.values()]
+        return [
+            (Call("store_put_items", {}, _same, body={"items": items[n : n + CHUNK]}), _nothing)
+            for n in range(0, len(items), CHUNK)
+        ]
 
-def _to_fact(value: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    if not isinstance(value, dict):
-        raise TypeError("a store value is a dict")
-    content = value.get("content")
-    if isinstance(content, str):
-        rest = {k: v for k, v in value.items() if k != "content"}
-        meta: dict[str, Any] = {"value": rest}
-    else:
-        content, rest, meta = json.dumps(value, sort_keys=True, ensure_ascii=False), {}, {"json": True}
-    fields = {k: rest[k] for k, kinds in FACT_FIELDS.items() if isinstance(rest.get(k), kinds)}
-    return content, {**fields, "metadata": {META: meta}}
+    def _put_body(self, op: PutOp) -> dict[str, Any]:
+        if op.value is not None and not isinstance(op.value, dict):
+            raise TypeError("a store value is a dict")
+        return {
+            "user_id": self.user_of(op.namespace),
+            "namespace": list(op.namespace),
+            "key": op.key,
+            "value": op.value,
+            "index": self._texts(op),
+            "ttl_minutes": op.ttl,
+        }
 
+    def _texts(self, op: PutOp) -> list[dict[str, str]]:
+        """The texts to embed, named by path, as InMemoryStore takes them from the value."""
+        if op.value is None or op.index is False:
+            return []
+        paths = self.fields if op.index is None else list(op.index)
+        texts = []
+        for path in paths:
+            found = get_text_at_path(op.value, tokenize_path(path) if path != "$" else path)
+            names = [path] if len(found) == 1 else [f"{path}.{n}" for n in range(len(found))]
+            texts += [{"path": name, "text": text} for name, text in zip(names, found, strict=True)]
+        return texts
 
-def _value(fact: Fact) -> dict[str, Any]:
-    meta = fact.metadata.get(META) if isinstance(fact.metadata, dict) else None
-    if isinstance(meta, dict) and meta.get("json"):
-        try:
-            return json.loads(fact.content)
-        except ValueError:
-            pass
-    rest = meta.get("value", {}) if isinstance(meta, dict) else {}
-    return {**rest, "content": fact.content}
+    # --- clients ----------------------------------------------------------------------------------
 
-
-def _item(fact: Fact, score: float | None = None) -> SearchItem:
-    namespace = (fact.user_id or "",) + ((fact.task_id,) if fact.task_id else ())
-    return SearchItem(
-        namespace=namespace,
-        key=fact.key or fact.id,
-        value=_value(fact),
-        created_at=fact.created_at,
-        updated_at=fact.updated_at,
-        score=score,
-    )
-
-
-_OPS = {
-    "$eq": lambda a, b: a == b,
-    "$ne": lambda a, b: a != b,
-    "$gt": lambda a, b: a is not None and a > b,
-    "$gte": lambda a, b: a is not None and a >= b,
-    "$lt": lambda a, b: a is not None and a < b,
-    "$lte": lambda a, b: a is not None and a <= b,
-}
+    def _async_client(self) -> AsyncMemoryAdmin:
+        if self._async_given is not None:
+            return self._async_given
+        loop = asyncio.get_running_loop()
+        if self._async_made is None or self._async_made[0] is not loop:
+            http = self.client._http  # type: ignore[union-attr]
+            key = http.headers.get("Authorization", "").removeprefix("Bearer ") or None
+            made = AsyncMemoryAdmin(str(http.base_url), key, timeout=http.timeout.read or 30.0)
+            self._async_made = (loop, made)
+        return self._async_made[1]
 
 
-def _matches(value: dict[str, Any], conditions: dict[str, Any] | None) -> bool:
-    for name, wanted in (conditions or {}).items():
-        actual = value.get(name)
-        if isinstance(wanted, dict) and wanted and all(k in _OPS for k in wanted):
-            if not all(_OPS[op](actual, arg) for op, arg in wanted.items()):
-                return False
-        elif actual != wanted:
-            return False
-    return True
+def _same(data: Any) -> Any:
+    return data
 
 
-def _condition(namespace: tuple[str, ...], condition: MatchCondition) -> bool:
-    path = tuple(condition.path)
-    if len(path) > len(namespace):
-        return False
-    part = namespace[: len(path)] if condition.match_type == "prefix" else namespace[len(namespace) - len(path) :]
-    return all(p == "*" or p == n for p, n in zip(path, part, strict=True))
+def _nothing(results: list[Result], answer: Any) -> None:
+    return None
 
 
-def _is_uuid(text: str) -> bool:
-    try:
-        uuid.UUID(text)
-    except ValueError:
-        return False
-    return True
+def _chunks(idx: list[int]) -> list[list[int]]:
+    return [idx[n : n + CHUNK] for n in range(0, len(idx), CHUNK)]
+
+
+def _item(cls: type[Item], data: dict[str, Any]) -> Any:
+    fields = {
+        "namespace": tuple(data["namespace"]),
+        "key": data["key"],
+        "value": data["value"],
+        "created_at": _parse_time(data["created_at"]),
+        "updated_at": _parse_time(data["updated_at"]),
+    }
+    return SearchItem(**fields, score=data.get("score")) if cls is SearchItem else Item(**fields)
