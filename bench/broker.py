@@ -77,7 +77,7 @@ def one_run(n: int, concurrency: int, queue: str | None) -> tuple[float, float]:
             "bench.broker",
             "worker",
             "--loglevel=WARNING",
-            "--pool=prefork",
+            os.environ.get("BENCH_POOL", "--pool=prefork"),
             f"--concurrency={concurrency}",
             "--without-heartbeat",
             "--without-mingle",
