@@ -183,12 +183,29 @@ app.conf.beat_schedule = {
 }
 
 
-def dispatch(task: str, *args: object) -> None:
+def dispatch(task: str, *args: object) -> bool:
     """Send a task by name; never fail the caller: the database is the source of truth, and the sweeper
-    dispatches again what a lost send left behind (the broker down, say)."""
+    dispatches again what a lost send left behind (the broker down, say). True if it was sent."""
     try:
         app.send_task(task, args=list(args))
     except Exception:  # noqa: BLE001 - a lost dispatch is recovered by the sweeper
         logging.getLogger("memory_admin.dispatch").warning(
             "could not dispatch %s%s; the sweeper will retry", task, args, exc_info=True
         )
+        return False
+    return True
+
+
+def dispatch_batches(batch_ids: list[int]) -> None:
+    """Send run_batch for each pending batch and record when it was sent (`dispatched_at`, after the
+    send: the message is older than the record). The sweeper sends a batch again only when that
+    message is lost (extraction.pipeline.recover_batches), never while it waits in the queue."""
+    from django.utils import timezone
+
+    from memory_admin.models import ExtractionBatch
+
+    sent = [pk for pk in dict.fromkeys(batch_ids) if dispatch("extraction.run_batch", pk)]
+    if sent:
+        ExtractionBatch.objects.filter(
+            pk__in=sent, status=ExtractionBatch.Status.PENDING, dispatched_at__isnull=True
+        ).update(dispatched_at=timezone.now())
