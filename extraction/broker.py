@@ -229,7 +229,7 @@ class Channel(virtual.Channel):
     def _get_many(self, queues, timeout=None):
         """One fetch for as many messages as the prefetch window allows, delivered in order."""
         room = self.qos.can_consume_max_estimate()
-        messages = self._fetch(self._order(list(queues)), room if room else FETCH_MAX)
+        messages = self._fetch(self._order(list(queues)), FETCH_MAX if room is None else room)
         if not messages:
             raise Empty()
         for queue, message in messages:

@@ -135,13 +135,14 @@ def _lost_before(now: datetime) -> datetime:
     it (its oldest waiting message is younger), so a worker took it and the batch is still not claimed
     (the worker died, or the message was dropped). While the queue is backed up, a message waiting in
     it is never duplicated, however long it waits. Without queue figures (the broker unreachable, or
-    one that cannot tell) the age alone decides."""
+    one that cannot tell) the age alone decides. The queue's clock and ours are compared with a margin
+    of two seconds (each reading is a little late)."""
     from memory_admin.celery import INTERACTIVE
 
     before = now - timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS"))
     waiting = broker.queue_stats().get(INTERACTIVE)
     if waiting and waiting["depth"] and waiting["oldest_age_seconds"] is not None:
-        before = min(before, timezone.now() - timedelta(seconds=waiting["oldest_age_seconds"]))
+        before = min(before, timezone.now() - timedelta(seconds=waiting["oldest_age_seconds"] + 2))
     return before
 
 

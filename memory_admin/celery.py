@@ -148,6 +148,8 @@ def _stamp_published_at(headers=None, **_kwargs) -> None:
         headers.setdefault("published_at", time.time())
 
 
+EPISODE_SWEEP_SECONDS = _seconds("EPISODE_SWEEP_SECONDS", 30)
+
 # Beat: the sweeper is the heartbeat of extraction (due threads, lost tasks, expired leases), so it
 # runs every couple of seconds; each run is a few indexed queries when there is nothing to do.
 app.conf.beat_schedule = {
@@ -159,7 +161,7 @@ app.conf.beat_schedule = {
     },
     "episodes-idle": {
         "task": "extraction.episodes_sweep",
-        "schedule": timedelta(seconds=_seconds("EPISODE_SWEEP_SECONDS", 30)),
+        "schedule": timedelta(seconds=EPISODE_SWEEP_SECONDS),
         "options": {"expires": 120},
     },
     # Entities of facts whose after-commit task was lost (services/entity_draw.py).

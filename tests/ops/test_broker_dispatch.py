@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from extraction import pipeline
@@ -65,3 +66,19 @@ def test_a_claimed_batch_is_left_to_its_worker_and_a_retry_is_sent_once(pending_
     assert pipeline._retry_or_fail(pending_batch.pk, claimed[1], "boom", retryable=True, retry_after=None) == "pending"
     assert pipeline.sweep() == {"planned": 0, "recovered": 1} and waiting() == 1
     assert pipeline.sweep() == {"planned": 0, "recovered": 0} and waiting() == 1
+
+
+def test_the_episode_sweep_adds_nothing_to_an_interactive_queue_that_is_not_keeping_up(api, embedded_broker):  # noqa: F811
+    from extraction.tasks import episodes_sweep
+
+    said = [{"role": "user", "content": "I sail a small boat on the lake every weekend."}]
+    assert api.post("users/alice/messages", {"thread_id": "t1", "messages": said}).status_code == 202
+    assert api.post("users/alice/threads/t1/close", {"outcome": "success"}).status_code == 202
+    Thread.objects.update(extract_due_at=None)  # extracted: the closed thread waits for its episode
+    assert waiting() == 1  # the close task
+    with connection.cursor() as cursor:  # ... sent a minute ago, and still not taken
+        cursor.execute("UPDATE broker_message SET published_at = published_at - interval '60 seconds'")
+    assert episodes_sweep() == 0 and waiting() == 1
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM broker_message")
+    assert episodes_sweep() == 1 and waiting() == 1
