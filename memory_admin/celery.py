@@ -108,10 +108,12 @@ app.autodiscover_tasks(["extraction"])
 # proves the background is alive and keeps it moving (heartbeats, sweeps, housekeeping), so it never
 # waits behind work; `interactive` what a user waits for (a batch due now, a thread closed); `bulk`
 # what may lag (entity drawing, re-embedding, imports, the daily and hourly scans). The embedded
-# broker fetches in that order (extraction/broker.py); tasks of no route go to `interactive`.
+# broker fetches in that order (extraction/broker.py). Tasks of no route stay on Celery's default
+# queue, `celery`, which every worker consumes too (after interactive work, before bulk): it is where
+# a client that knows nothing of these routes sends (a bare Celery app, an operator's probe).
 CONTROL, INTERACTIVE, BULK = "control", "interactive", "bulk"
-app.conf.task_queues = (Queue(CONTROL), Queue(INTERACTIVE), Queue(BULK))
-app.conf.task_default_queue = INTERACTIVE
+app.conf.task_queues = (Queue(CONTROL), Queue(INTERACTIVE), Queue("celery"), Queue(BULK))
+app.conf.task_default_queue = "celery"
 app.conf.task_routes = {
     **{
         name: {"queue": CONTROL}
