@@ -11,6 +11,7 @@ from memory_admin.errors import Conflict, Invalid
 from memory_admin.inputs import check_size
 from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
+from memory_admin.services.agent_text import agent_text_check
 from memory_admin.services.audit import audit
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.screening import screen_identifier, screen_text
@@ -26,7 +27,7 @@ def check_skill_path(path: str) -> str:
             code="invalid",
             field="path",
         )
-    return path
+    return agent_text_check(path, field="path", what="skill path")  # served in context: the agent-text rule
 
 
 def skill_save(
