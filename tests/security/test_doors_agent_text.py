@@ -124,7 +124,8 @@ def assert_nowhere(admin_api, user: str, needles: list[str]) -> None:
 def through_api(admin_api, tenant, field: str, value: str, name: str) -> None:
     if field == "fact_key":
         body = ok(admin_api.post("users/dana/facts", {"content": "Dana drinks green tea.", "key": value}), 422)
-        assert body["code"] in ("blocked", "instruction_like") and body.get("field") == "key"
+        # A secret is refused (and recorded) by the scan first; instructions by the agent-text rule.
+        assert body["code"] == "blocked" or (body["code"] == "instruction_like" and body["field"] == "key")
     elif field == "skill_path":
         body = ok(admin_api.put(f"skills/{value}.md", {"content": "Run the tests first.", "user_id": "dana"}), 422)
         assert body["code"] in ("blocked", "instruction_like")
@@ -245,8 +246,12 @@ def through_extraction(api, fake, field: str, value: str, name: str) -> None:
     # The door is open: the answer's other parts were stored (the fact, its benign entities).
     assert Entity.objects.filter(name="Acme Robotics", memory_user__external_id="dana").exists()
     episode = pipeline.episode_build(thread.pk)
-    if field == "episode_summary":
-        assert not episode.summarizer.startswith("llm:")  # the model's summary was dropped
+    if field == "episode_summary" and hostile_kind(name) == "instruction_like":
+        assert not episode.summarizer.startswith("llm:")  # dropped (a secret in it is redacted instead)
+
+
+def hostile_kind(text: str) -> str | None:
+    return agent_text_problem(text)
 
 
 def through_link(tenant, field: str, value: str, name: str) -> None:
