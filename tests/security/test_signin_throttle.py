@@ -50,6 +50,7 @@ def test_guessing_from_one_address_is_refused_after_the_limit(olga):
     # No password is checked any more from there, not even the right one.
     refused = sign_in(Client(), olga, PASSWORD, address="203.0.113.0")
     assert refused.status_code == 429 and not signed_in(refused) and int(refused["Retry-After"]) >= 1
+    assert "Too many failed sign-ins from this address" in refused.content.decode()
 
 
 def test_guessing_from_many_addresses_is_slowed_once_the_account_is_under_attack(olga):
