@@ -54,6 +54,7 @@ DOORS_FIELDS = [
     ("api", "skill_path"),
     ("api", "entity_name"),
     ("dashboard", "entity_name"),
+    ("dashboard", "skill_path"),
     ("import", "fact_key"),
     ("import", "relation_type"),
     ("import", "entity_name"),
@@ -135,11 +136,16 @@ def through_api(admin_api, tenant, field: str, value: str, name: str) -> None:
         assert body["code"] in ("blocked", "instruction_like", "entity_name_refused")
 
 
-def through_dashboard(tenant, name: str) -> None:
+def through_dashboard(tenant, field: str, value: str, name: str) -> None:
     entity = graph_of_dana(tenant)
     membership, _ = staff_create(tenant_slug=tenant.slug, username="olga", role="admin", password="x" * 20 + "Q1!")
     client = Client()
     client.force_login(membership.user)
+    if field == "skill_path":
+        url = reverse("skill_edit", kwargs={"slug": tenant.slug})
+        response = client.post(url, {"path": f"{value}/checklist.md", "content": "Run the tests first.", "owner": ""})
+        assert response.status_code == 422 and "not stored" in response.content.decode()
+        return
     url = reverse("entity_rename", kwargs={"slug": tenant.slug, "entity_id": entity.pk})
     response = client.post(url, {"name": name}, follow=True)
     assert response.status_code in (200, 422)
@@ -302,7 +308,7 @@ def test_hostile_text_is_refused_or_dropped_on_every_door_and_served_nowhere(
     if door == "api":
         through_api(admin_api, tenant, field, value, name)
     elif door == "dashboard":
-        through_dashboard(tenant, name)
+        through_dashboard(tenant, field, value, name)
     elif door == "import":
         through_import(admin_api, tenant, field, value, name)
     elif door == "extraction":
