@@ -20,14 +20,14 @@ _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
 
 
 def check_skill_path(path: str) -> str:
-    path = path.strip().strip("/").lower()
+    written, path = path, path.strip().strip("/").lower()
     if not _PATH.match(path) or ".." in path or len(path) > 300:
         raise Invalid(
             "A skill path is lowercase segments separated by '/', e.g. deploy/kubernetes.md.",
             code="invalid",
             field="path",
         )
-    return agent_text_check(path, field="path", what="skill path")  # served in context: the agent-text rule
+    return agent_text_check(path, field="path", what="skill path", written=written)  # served in context
 
 
 def skill_save(

@@ -107,8 +107,8 @@ def served_by_api(admin_api, user: str) -> str:
     for entity in entities:
         parts.append(json.dumps(ok(admin_api.get(f"entities/{entity['id']}"))))
         parts.append(json.dumps(ok(admin_api.get(f"entities/{entity['id']}/graph"))))
-        parts.append(json.dumps(ok(admin_api.get(f"users/{user}/context", task=f"about {entity['name']}"))))
-    parts.append(json.dumps(ok(admin_api.get(f"users/{user}/context", task="Acme Robotics and the user"))))
+    named = " and ".join(["Acme Robotics", "the user", *(e["name"] for e in entities)])[:1900]
+    parts.append(json.dumps(ok(admin_api.get(f"users/{user}/context", task=named))))
     parts.append(json.dumps(ok(admin_api.get("skills", user_id=user))))
     return "\n".join(parts).lower()
 
@@ -126,14 +126,18 @@ def through_api(admin_api, tenant, field: str, value: str, name: str) -> None:
     if field == "fact_key":
         body = ok(admin_api.post("users/dana/facts", {"content": "Dana drinks green tea.", "key": value}), 422)
         # A secret is refused (and recorded) by the scan first; instructions by the agent-text rule.
-        assert body["code"] == "blocked" or (body["code"] == "instruction_like" and body["field"] == "key")
+        assert body["code"] == "blocked" or (
+            body["code"] in ("secret_like", "instruction_like") and body["field"] == "key"
+        )
     elif field == "skill_path":
         body = ok(admin_api.put(f"skills/{value}.md", {"content": "Run the tests first.", "user_id": "dana"}), 422)
-        assert body["code"] in ("blocked", "instruction_like")
-    else:
+        assert body["code"] in ("blocked", "secret_like", "instruction_like")
+    if field != "entity_name":
+        assert body["code"] != "blocked" or body["block_id"]  # `blocked` always names its recorded block
+    if field == "entity_name":
         entity = graph_of_dana(tenant)
         body = ok(admin_api.post(f"entities/{entity.pk}/rename", {"name": name}), 422)
-        assert body["code"] in ("blocked", "instruction_like", "entity_name_refused")
+        assert body["code"] in ("blocked", "secret_like", "instruction_like", "entity_name_refused")
 
 
 def through_dashboard(tenant, field: str, value: str, name: str) -> None:
@@ -200,14 +204,14 @@ def through_import(admin_api, tenant, field: str, value: str, name: str) -> None
         ]
     response = admin_api.post("users/carol/import", export)
     if response.status_code == 422:  # refused whole, with the field named
-        assert response.json()["code"] in ("blocked", "instruction_like", "invalid")
+        assert response.json()["code"] in ("blocked", "secret_like", "instruction_like", "invalid")
         return
     report = ok(response)
     assert report["imported"].get("facts")  # the door is open: the rest of the export came through
     kinds = {"relation_type": "relations", "entity_name": "entities", "entity_alias": "entities"}
     kinds["episode_summary"] = "episodes"
     refused = [r for r in report["refused"] if r["kind"] == kinds[field]]
-    assert refused and {r["code"] for r in refused} <= {"blocked", "instruction_like", "not_found"}
+    assert refused and {r["code"] for r in refused} <= {"blocked", "secret_like", "instruction_like", "not_found"}
 
 
 def extraction_answer(field: str, value: str, name: str) -> dict:
@@ -324,8 +328,8 @@ def test_hostile_text_is_refused_or_dropped_on_every_door_and_served_nowhere(
 @pytest.mark.parametrize("hostile", list(HOSTILE), ids=list(HOSTILE))
 def test_every_spelling_is_refused_by_the_one_rule(hostile):
     value, _ = HOSTILE[hostile]
-    assert agent_text_problem(value) in ("blocked", "instruction_like")
-    assert agent_text_problem(NAME_SPELLINGS[hostile]) in ("blocked", "instruction_like")
+    assert agent_text_problem(value) in ("blocked", "secret_like", "instruction_like")
+    assert agent_text_problem(NAME_SPELLINGS[hostile]) in ("blocked", "secret_like", "instruction_like")
 
 
 def test_ordinary_names_types_keys_and_paths_pass():
