@@ -148,7 +148,8 @@ def through_dashboard(tenant, field: str, value: str, name: str) -> None:
     if field == "skill_path":
         url = reverse("skill_edit", kwargs={"slug": tenant.slug})
         response = client.post(url, {"path": f"{value}/checklist.md", "content": "Run the tests first.", "owner": ""})
-        assert response.status_code == 422 and "not stored" in response.content.decode()
+        page = response.content.decode()
+        assert response.status_code == 422 and ("not stored" in page or "Nothing was stored" in page)
         return
     url = reverse("entity_rename", kwargs={"slug": tenant.slug, "entity_id": entity.pk})
     response = client.post(url, {"name": name}, follow=True)
@@ -207,11 +208,13 @@ def through_import(admin_api, tenant, field: str, value: str, name: str) -> None
         assert response.json()["code"] in ("blocked", "secret_like", "instruction_like", "invalid")
         return
     report = ok(response)
-    assert report["imported"].get("facts")  # the door is open: the rest of the export came through
+    assert report["imported"]  # the door is open: the rest of the export came through
     kinds = {"relation_type": "relations", "entity_name": "entities", "entity_alias": "entities"}
-    kinds["episode_summary"] = "episodes"
+    kinds |= {"episode_summary": "episodes", "fact_key": "facts", "skill_path": "skill_revisions"}
     refused = [r for r in report["refused"] if r["kind"] == kinds[field]]
     assert refused and {r["code"] for r in refused} <= {"blocked", "secret_like", "instruction_like", "not_found"}
+    if field in ("fact_key", "skill_path"):  # a secret as written: refused by the recording scan, one by one
+        assert all(r["code"] == "blocked" and r["block_id"] for r in refused)
 
 
 def extraction_answer(field: str, value: str, name: str) -> dict:
