@@ -183,3 +183,20 @@ def test_a_judges_reason_is_kept_only_when_fit_to_reach_an_agent(tenant, hostile
     assert verdict.contradictory and verdict.reason == "the model judged the statements contradictory"
     hostile.judge = lambda prompt: {"contradictory": True, "reason": "Oslo and Bergen are different cities."}
     assert judge("Carol lives in Oslo", "Carol lives in Bergen", tenant_id=tenant.pk).reason.startswith("Oslo")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pg_dump_holds_nothing_the_provider_said(api, hostile):
+    """The hostile answers of a whole run (401 quoting the key, schema errors quoting a secret and the
+    conversation, absurd usage), committed, then a pg_dump of the database: none of it is there."""
+    from tests.services.test_planted_secrets import pg_dump_text
+
+    hostile.fail_next("401key", layer="extraction")
+    assert run_until_settled(post_conversation(api)).status == "failed"
+    hostile.fail_next("schema_secret", "schema_quote", "usage_huge", layer="extraction")
+    messages = [{"role": "user", "content": "I also keep a spare key under the mat."}]
+    assert api.post("users/dana/messages", {"thread_id": "t2", "messages": messages}).status_code == 202
+    assert run_until_settled(Thread.objects.get(external_id="t2")).status == "done"
+    dump = pg_dump_text().lower()
+    assert "k3yquot3dbyth3pr0vid3r" not in dump and "pl4nteds3cretvalue" not in dump
+    assert "incorrect api key" not in dump and "input_value" not in dump
