@@ -1,6 +1,12 @@
 """The one module that talks to an OpenAI-compatible server (chat completions and embeddings).
 
 Every call is recorded as an LlmCall with model, tokens and cost, tagged by tenant and layer.
+
+What the server says is untrusted: its error bodies can quote the request or the API key, its usage
+counts can be anything. A call is recorded with the error's class and status only (`AuthenticationError
+401`, `malformed: schema: facts must be a list`), never the server's or pydantic's message, and with
+its token counts clamped to 0..USAGE_MAX; the row is written before the metrics, so a paid call is
+never left unrecorded.
 """
 
 from __future__ import annotations
@@ -77,6 +83,32 @@ def cost_of(model: str, prompt_tokens: int, completion_tokens: int) -> Decimal:
     return (prompt_price * prompt_tokens + completion_price * completion_tokens) / Decimal(1_000_000)
 
 
+# Token counts of one call past this are the server's error, not usage (no model reads 10M tokens).
+USAGE_MAX = 10_000_000
+
+
+def usage_count(value: Any) -> int:
+    """A token count from the server's `usage`, as a number we can store: 0..USAGE_MAX."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    try:
+        count = int(value)
+    except (OverflowError, ValueError):  # inf, nan
+        return USAGE_MAX if value == float("inf") else 0
+    return min(max(count, 0), USAGE_MAX)
+
+
+def call_error(exc: BaseException) -> str:
+    """What a failed call records: the exception's class and the HTTP status, never its message."""
+    import openai
+
+    if isinstance(exc, MalformedOutput):
+        return f"malformed: {exc.reason}"
+    if isinstance(exc, openai.APIStatusError):
+        return f"{type(exc).__name__} {exc.status_code}"
+    return type(exc).__name__
+
+
 def record_call(
     *,
     tenant_id: int,
@@ -91,6 +123,21 @@ def record_call(
 ):
     from memory_admin.models import LlmCall
 
+    prompt_tokens, completion_tokens = usage_count(prompt_tokens), usage_count(completion_tokens)
+    cost = cost_of(model, prompt_tokens, completion_tokens)
+    # The row first: a failure of the metrics must not leave a paid call unrecorded.
+    call = LlmCall.objects.create(
+        tenant_id=tenant_id,
+        batch_id=batch_id,
+        layer=layer,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        cost_usd=cost,
+        ok=ok,
+        error=scrub(error)[:300],  # callers pass `call_error`; scrubbed again in case one does not
+        duration_ms=duration_ms,
+    )
     metrics.llm_call(
         tenant_id=tenant_id,
         layer=layer,
@@ -98,20 +145,9 @@ def record_call(
         ok=ok,
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
-        cost_usd=cost_of(model, prompt_tokens, completion_tokens),
+        cost_usd=cost,
     )
-    return LlmCall.objects.create(
-        tenant_id=tenant_id,
-        batch_id=batch_id,
-        layer=layer,
-        model=model,
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        cost_usd=cost_of(model, prompt_tokens, completion_tokens),
-        ok=ok,
-        error=scrub(error)[:300],  # a provider's error may quote the request
-        duration_ms=duration_ms,
-    )
+    return call
 
 
 def chat_json(
@@ -157,7 +193,7 @@ def complete_json(
             layer=layer,
             model=model,
             ok=False,
-            error=f"{type(exc).__name__}: {exc}",
+            error=call_error(exc),
             duration_ms=int((time.monotonic() - started) * 1000),
             batch_id=batch_id,
         )
@@ -166,38 +202,37 @@ def complete_json(
     text = (response.choices[0].message.content or "") if response.choices else ""
     try:
         data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("the model did not return a JSON object")
-        error = ""
-    except ValueError as exc:
-        data, error = None, f"malformed JSON: {exc}"
+        error = None if isinstance(data, dict) else MalformedOutput("not a JSON object")
+    except ValueError:  # its message quotes nothing, but says nothing a person needs either
+        data, error = None, MalformedOutput("not JSON")
     call = record_call(
         tenant_id=tenant_id,
         layer=layer,
         model=model,
-        prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-        completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-        ok=data is not None,
-        error=error,
+        prompt_tokens=getattr(usage, "prompt_tokens", 0),
+        completion_tokens=getattr(usage, "completion_tokens", 0),
+        ok=error is None,
+        error=call_error(error) if error else "",
         duration_ms=int((time.monotonic() - started) * 1000),
         batch_id=batch_id,
     )
-    if data is None:
-        raise MalformedOutput(error)
+    if error is not None:
+        raise error
     return data, call
 
 
 def classify(exc: BaseException) -> tuple[bool, str, float | None]:
     """(retryable, a reason a person can read, seconds the server asked us to wait) for an LLM failure.
 
-    Timeouts, connection errors, 429 and 5xx are transient; malformed output is worth another try
+    The reason is ours (a class and a status), never the server's message. Timeouts, connection
+    errors, 429 and 5xx are transient; malformed output is worth another try
     (temperature 0 is not fully deterministic across servers). Other 4xx (bad key, unknown model,
     request too large) will fail the same way again, so they are not retried.
     """
     import openai
 
     if isinstance(exc, MalformedOutput):
-        return True, f"the model returned malformed output ({exc})", None
+        return True, f"the model returned malformed output ({exc.reason})", None
     if isinstance(exc, openai.APITimeoutError):
         return True, f"the model did not answer within {settings.OPENAI_TIMEOUT_SECONDS:g} s (timeout)", None
     if isinstance(exc, openai.APIConnectionError):
@@ -213,12 +248,18 @@ def classify(exc: BaseException) -> tuple[bool, str, float | None]:
             return True, "rate limited by the model server (429)", retry_after
         if status >= 500:
             return True, f"the model server failed ({status})", retry_after
-        return False, f"the model server refused the request ({status}: {str(exc)[:200]})", None
-    return False, f"{type(exc).__name__}: {str(exc)[:200]}", None
+        # Its body is the server's text (a 401 can quote the key): the status says what to fix.
+        return False, f"the model server refused the request ({status})", None
+    return False, f"{type(exc).__name__} (message withheld)", None
 
 
 class MalformedOutput(ValueError):
-    """The model answered, but not with the JSON object the schema asks for."""
+    """The model answered, but not with the JSON object the schema asks for. `reason` is ours, never
+    the model's text: `not JSON`, `schema: facts must be a list`."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def embed_texts(texts: list[str], *, dimensions: int) -> list[list[float]]:

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
+from pydantic import ValidationError
 
 from extraction import broker, conf, llm, rules
 from extraction.schemas import (
@@ -44,6 +45,7 @@ from extraction.schemas import (
     SummaryOutput,
     parse_extraction,
     parse_graph,
+    schema_problem,
 )
 from memory_admin import celery as celery_module
 from memory_admin import metrics, requestlog
@@ -51,10 +53,10 @@ from memory_admin.errors import Blocked, DomainError
 from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, Thread
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
+from memory_admin.services.agent_text import agent_text_problem
 from memory_admin.services.audit import audit
 from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
 from memory_admin.services.facts import WriteResult, content_hash, fact_write
-from memory_admin.services.guard import verdict
 from memory_admin.services.pii import scrub
 from memory_admin.services.settings import tenant_settings
 
@@ -391,11 +393,12 @@ def _llm_candidates(batch: ExtractionBatch, inputs: list[_Input]) -> list[_Candi
     )
     try:
         facts, updates, dropped = parse_extraction(data)
-    except Exception as exc:  # pydantic ValidationError: the envelope itself is wrong
-        reason = f"the answer does not match the schema: {str(exc)[:300]}"
+    except ValidationError as exc:  # the envelope itself is wrong
+        # Our words only (`schema: facts must be a list`): pydantic's message quotes the model's answer.
+        malformed = llm.MalformedOutput(schema_problem(exc))
         # Valid JSON, useless answer: the call still cost money, and it counts as a failed one.
-        LlmCall.objects.filter(pk=call.pk).update(ok=False, error=reason[:300])
-        raise llm.MalformedOutput(reason) from exc
+        LlmCall.objects.filter(pk=call.pk).update(ok=False, error=llm.call_error(malformed)[:300])
+        raise malformed from None
     entities, relations, graph_dropped = parse_graph(data)
     if dropped + graph_dropped:
         log.info(
@@ -637,12 +640,19 @@ def _summarize(thread: Thread, messages: list[Message]) -> tuple[str, str, str]:
                 tenant_id=thread.tenant_id, layer="summary", system=SUMMARY_SYSTEM, user=transcript
             )
             parsed = SummaryOutput.model_validate(data)
-            # The model read the raw transcript: a summary it was talked into is not served to agents.
-            if not verdict(parsed.summary, tenant_id=thread.tenant_id).flagged:
+            # The model read the raw transcript: a summary it was talked into is not served to agents
+            # (the agent-text rule, on the summary as it will be stored: scrubbed by the tenant's policy).
+            problem = agent_text_problem(
+                scrub(parsed.summary, settings_.pii_policy), prose=True, tenant_id=thread.tenant_id
+            )
+            if problem is None:
                 return parsed.summary, parsed.outcome, f"llm:{llm_model()}"
-            log.warning("episode summary of thread %s read as instructions to a model; summarised by rules", thread.pk)
+            log.warning("episode summary of thread %s was %s; summarised by rules", thread.pk, problem)
+        except ValidationError as exc:
+            # Never pydantic's message (it quotes the model's answer, i.e. the conversation): ours.
+            log.warning("episode summary of thread %s fell back to rules: %s", thread.pk, schema_problem(exc))
         except Exception as exc:  # noqa: BLE001 - an episode without a model summary beats no episode
-            _, reason, _ = llm.classify(exc)
+            _, reason, _ = llm.classify(exc)  # a class and a status, never the server's text
             log.warning("episode summary of thread %s fell back to rules: %s", thread.pk, reason)
     return rules.summarize(pairs), rules.outcome_of(pairs), rules.NAME
 

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
+from memory_admin.services.agent_text import agent_text_ok
+
 Category = Literal["preference", "project", "technical", "personal", "other"]
 Kind = Literal["fact", "decision", "inference", "correction", "preference"]
 KEY_PATTERN = r"^[a-z0-9_.:/-]{1,200}$"
@@ -42,7 +44,8 @@ class ExtractedFact(BaseModel):
         if value is None or not isinstance(value, str):
             return None
         value = value.strip().lower().replace(" ", "_")
-        return value if re.match(KEY_PATTERN, value) else None
+        # A key is served beside the fact: the rule of everything an agent reads (services.agent_text).
+        return value if re.match(KEY_PATTERN, value) and agent_text_ok(value) else None
 
 
 class ContextUpdate(BaseModel):
@@ -55,6 +58,14 @@ class ContextUpdate(BaseModel):
     statement: Annotated[str, Field(min_length=3, max_length=1000)]
     confidence: Annotated[float, Field(ge=0, le=1)]
     message: int | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _served_key(cls, value: str) -> str:
+        # `user.<key>` is served beside the statement: an update whose key fails the agent-text rule is dropped.
+        if not agent_text_ok(value):
+            raise ValueError("not fit to reach an agent")
+        return value
 
 
 EntityType = Literal["person", "company", "project", "place", "tool", "other"]
@@ -102,6 +113,44 @@ class SummaryOutput(BaseModel):
 
     summary: Annotated[str, Field(min_length=1, max_length=4000)]
     outcome: Literal["success", "failure", "unknown"] = "unknown"
+
+
+# What a schema error says, in our words: pydantic's message quotes the model's input.
+_ERROR_WORDS = {
+    "list_type": "must be a list",
+    "dict_type": "must be an object",
+    "model_type": "must be an object",
+    "model_attributes_type": "must be an object",
+    "string_type": "must be a string",
+    "missing": "is missing",
+    "too_long": "is too long",
+    "too_short": "is too short",
+    "string_too_long": "is too long",
+    "string_too_short": "is too short",
+    "literal_error": "is not one of the allowed values",
+    "greater_than_equal": "is out of range",
+    "less_than_equal": "is out of range",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+}
+_SCHEMA_FIELDS = frozenset(ExtractionOutput.model_fields) | frozenset(SummaryOutput.model_fields)
+
+
+def schema_problem(exc: ValidationError) -> str:
+    """`schema: facts must be a list`: where and what, from the error's location and type only (a
+    location part that is not one of our field names, or an index, is shown as `?`)."""
+    errors = exc.errors(include_url=False, include_input=False, include_context=False)
+    if not errors:
+        return "schema: invalid"
+    first = errors[0]
+    where = ".".join(
+        str(part) if isinstance(part, int) or part in _SCHEMA_FIELDS else "?" for part in first.get("loc", ())
+    )
+    words = _ERROR_WORDS.get(str(first.get("type")), "is not valid")
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"schema: {where or 'the answer'} {words}{more}"
 
 
 def parse_extraction(data: dict) -> tuple[list[ExtractedFact], list[ContextUpdate], int]:

@@ -4,6 +4,14 @@ It answers POST /v1/chat/completions like the real API (JSON body, `choices`, `u
 responder that reads the transcript, or from fixtures set by the test. A test can script failures
 per call: "500", "429", "stall" (longer than any client timeout), "slow:<seconds>", "badjson",
 "badschema". It counts calls, so tests can assert exactly how many the pipeline made.
+
+Hostile modes, for tests that what a provider says is never stored or logged:
+- "401key": 401 whose error message quotes the API key the client sent (as some providers do);
+- "400prompt": 400 whose error message quotes the request's prompt;
+- "schema_secret": 200, an answer whose envelope breaks the schema with a value quoting `fake.planted`
+  (a secret the test chose), so pydantic's message would quote it;
+- "schema_quote": 200, an answer whose envelope breaks the schema by echoing the prompt back;
+- "usage_negative" / "usage_huge": the normal answer, with negative / absurdly large usage counts.
 """
 
 from __future__ import annotations
@@ -65,6 +73,8 @@ class FakeOpenAI:
         self.judge: Callable[[str], dict[str, Any]] = default_judge
         self.guard: Callable[[str], dict[str, Any]] = default_guard
         self.stall_seconds = 30.0
+        # A secret the hostile modes quote ("schema_secret").
+        self.planted = "sk-proj-" + "Pl4ntedS3cretValue0123456789abcd"
         # Persistent failures for prompts containing a substring: {substring: [modes, cycled]}.
         self.matching: dict[str, list[str]] = {}
         self._lock = threading.Lock()
@@ -200,6 +210,15 @@ class FakeOpenAI:
                 if mode == "429":
                     self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": "0"})
                     return
+                if mode == "401key":
+                    key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    message = f"Incorrect API key provided: {key}. You can find your API key at the dashboard."
+                    self._send(401, {"error": {"message": message, "type": "invalid_request_error"}})
+                    return
+                if mode == "400prompt":
+                    message = f"Invalid request: the message {prompt!r} is not allowed."
+                    self._send(400, {"error": {"message": message, "type": "invalid_request_error"}})
+                    return
                 if mode == "stall":
                     time.sleep(fake.stall_seconds)
                 if mode.startswith("slow:"):
@@ -208,6 +227,10 @@ class FakeOpenAI:
                     content = '{"facts": [ {"content": "unterminated'
                 elif mode == "badschema":
                     content = json.dumps({"facts": "not a list"})
+                elif mode == "schema_secret":
+                    content = json.dumps({"facts": f"token {fake.planted}", "summary": [fake.planted]})
+                elif mode == "schema_quote":
+                    content = json.dumps({"facts": {"quoted": prompt}, "summary": {"quoted": prompt}})
                 else:
                     if layer == "judge":
                         answer = fake.judge(prompt)
@@ -217,6 +240,15 @@ class FakeOpenAI:
                         answer = fake.summary(prompt) if layer == "summary" else fake.extraction(prompt)
                     content = json.dumps(answer)
                 record["completion"] = content  # what the client receives (benchmarks count its tokens)
+                usage = {
+                    "prompt_tokens": len(prompt) // 4 + 50,
+                    "completion_tokens": len(content) // 4,
+                    "total_tokens": len(prompt) // 4 + 50 + len(content) // 4,
+                }
+                if mode == "usage_negative":
+                    usage = {"prompt_tokens": -7, "completion_tokens": -1000, "total_tokens": -1007}
+                elif mode == "usage_huge":
+                    usage = {"prompt_tokens": 10**15, "completion_tokens": 2**63, "total_tokens": 10**19}
                 self._send(
                     200,
                     {
@@ -227,11 +259,7 @@ class FakeOpenAI:
                         "choices": [
                             {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
                         ],
-                        "usage": {
-                            "prompt_tokens": len(prompt) // 4 + 50,
-                            "completion_tokens": len(content) // 4,
-                            "total_tokens": len(prompt) // 4 + 50 + len(content) // 4,
-                        },
+                        "usage": usage,
                     },
                 )
 

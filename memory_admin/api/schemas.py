@@ -156,9 +156,13 @@ class StrictIn(Schema):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
+# A fact's key (its slot), wherever a fact comes in: the API, a batch, an imported export.
+FactKey = text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$")
+
+
 class FactIn(StrictIn):
     content: Text
-    key: text(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:/-]+$") | None = None
+    key: FactKey | None = None
     category: Category = "other"
     kind: Kind = "fact"
     confidence: Confidence | None = None
@@ -648,12 +652,11 @@ AnySource = Literal[
     "user_stated", "tool_verified", "agent_inferred", "recalled", "external", "notebook", "user_correction"
 ]
 Version = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
-ExportedKey = text(min_length=1, max_length=200)
 
 
 class ExportedFactIn(StrictIn):
     id: UUID
-    key: ExportedKey | None = None
+    key: FactKey | None = None  # the API's rule: an import stores no key the API would refuse
     content: Text
     category: Category = "other"
     kind: Kind = "fact"

@@ -14,6 +14,7 @@ Otherwise a new entity. Merged entities (`merged_into`) are never resolved to.""
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -27,9 +28,10 @@ from django.utils import timezone
 from memory_admin.models import Entity, Fact, FactEntity, Relation
 from memory_admin.models.entities import RELATION_TYPE_PATTERN, RelationEnd, fold_name
 from memory_admin.selectors.access import Principal, visible
+from memory_admin.services.agent_text import agent_text_ok, agent_text_problem
 from memory_admin.services.audit import audit
-from memory_admin.services.guard import verdict
-from memory_admin.services.pii import find as find_pii
+
+log = logging.getLogger(__name__)
 
 # The memory user themself: what "The user ..." facts are about.
 SELF_NAME = "the user"
@@ -57,15 +59,19 @@ class RelationDraft:
 
 
 def relation_type(raw: str) -> str | None:
-    """`works at` → `works_at`; None when nothing usable is left."""
+    """`works at` → `works_at`; None when nothing usable is left, or when the type as given or as
+    slugged is not fit to reach an agent (services.agent_text: a secret, instructions)."""
     slug = re.sub(r"[^a-z0-9]+", "_", fold_name(raw)).strip("_")[:40]
-    return slug if re.match(RELATION_TYPE_PATTERN, slug) else None
+    if not re.match(RELATION_TYPE_PATTERN, slug):
+        return None
+    return slug if agent_text_ok(raw) and agent_text_ok(slug) else None
 
 
 def _safe_name(name: str) -> bool:
-    """A name fit to store: something left after folding, no secret or contact PII (a model's entity
-    names are not screened with the fact), and not instructions to a model."""
-    return bool(fold_name(name)) and "[REDACTED:" not in name and not find_pii(name) and not verdict(name).flagged
+    """A name fit to store: the rule of everything an agent reads (services.agent_text): something
+    left after folding, no secret or contact PII (a model's entity names are not screened with the
+    fact), and not instructions to a model."""
+    return agent_text_ok(name)
 
 
 def _types_agree(a: str, b: str) -> bool:
@@ -248,9 +254,12 @@ def fact_entities_link(
     if fact.tenant_id is None or fact.status != Fact.Status.ACTIVE:
         return []  # global, quarantined or refused facts name no entities
     by_name: dict[str, Entity] = {}
+    dropped = 0  # names and relation types not fit to reach an agent: counted, never logged
     for raw in mentions:
         mention = EntityMention(raw.name, raw.type, raw.role, tuple(a for a in raw.aliases if _safe_name(a)))
+        dropped += len(raw.aliases) - len(mention.aliases)
         if not _safe_name(mention.name):
+            dropped += 1
             continue
         entity = entity_resolve(principal, fact=fact, mention=mention, claims=_claims(mention, relations))
         FactEntity.objects.get_or_create(fact=fact, entity=entity, role=mention.role)
@@ -259,19 +268,24 @@ def fact_entities_link(
     made = 0
     for draft in relations:
         kind = relation_type(draft.type)
+        if kind is None and draft.type.strip():
+            dropped += 1
         subject, object_ = by_name.get(fold_name(draft.subject)), by_name.get(fold_name(draft.object))
         if kind and subject and object_ and _relate(fact, subject, object_, kind):
             made += 1
     entities = list({e.pk: e for e in by_name.values()}.values())
-    if entities:
+    if entities or dropped:
         audit(
             principal,
             "entity.link",
+            outcome="dropped" if dropped and not entities else "",
             target_type="fact",
             target_id=str(fact.pk),
             memory_user_id=fact.memory_user_id,
-            after={"entities": [str(e.pk) for e in entities], "relations": made},
+            after={"entities": [str(e.pk) for e in entities], "relations": made, "dropped": dropped},
         )
+    if dropped:
+        log.info("fact %s: %d entity names or relation types were not fit to store", fact.pk, dropped)
     return entities
 
 
@@ -379,11 +393,7 @@ def entity_name_problem(name: str) -> str | None:
     """Why a name is not fit to store as an entity's (the check linking applies), as an error code
     (`invalid`, `blocked`, `instruction_like`); None when it is fit. For names that come from
     elsewhere, such as an imported export."""
-    if _safe_name(name):
-        return None
-    if not fold_name(name) or "[REDACTED:" in name:
-        return "invalid"
-    return "blocked" if find_pii(name) else "instruction_like"
+    return agent_text_problem(name)
 
 
 def entities_erase(*, memory_user_id: int) -> int:

@@ -56,8 +56,9 @@ from memory_admin.models import (
 )
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import WRITE_MEMORY, Principal
+from memory_admin.services.agent_text import agent_text_check, agent_text_problem
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
-from memory_admin.services.entities import entity_find, entity_name_problem
+from memory_admin.services.entities import entity_find
 from memory_admin.services.extraction import MAX_MESSAGES_PER_REQUEST, MessageIn, check_messages, message_post
 from memory_admin.services.facts import (
     check_fact_size,
@@ -68,7 +69,6 @@ from memory_admin.services.facts import (
     fact_write_many,
     supersede,
 )
-from memory_admin.services.guard import injection_reason
 from memory_admin.services.notebook import notebook_for, notebook_save
 from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_text
@@ -148,8 +148,11 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
             f"facts.id: {twice[0]} appears {ids[twice[0]]} times; each fact id may appear once in an export.",
             field="facts.id",
         )
-    for fact in data["facts"]:
+    for index, fact in enumerate(data["facts"]):
         check_fact_size(fact["content"], fact["metadata"])
+        if fact["key"]:
+            agent_text_check(fact["key"], field=f"facts.{index}.key", what="fact key")
+    _check_history(data["facts"])
     for revision in _notebook_revisions(data):
         check_size(revision["content"], limit=settings.MAX_NOTEBOOK_BYTES, what="A notebook")
     for index, skill in enumerate(data["skills"]):
@@ -161,6 +164,71 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
             check_size(revision["content"], limit=settings.MAX_SKILL_BYTES, what="A skill")
     _check_messages(data["messages"])
     _check_graph(data)
+
+
+def _check_history(facts: list[dict[str, Any]]) -> None:
+    """Refuse history the write path could never have made: a supersession cycle (every version of a
+    chain replaced by another, none current), a superseded fact that names nothing that replaced it,
+    two current (active) versions of one key."""
+    by_id = {str(f["id"]): (index, f) for index, f in enumerate(facts)}
+    successor: dict[str, str] = {}
+    for fact_id, (_, fact) in by_id.items():
+        if fact["superseded_by"] is not None and str(fact["superseded_by"]) in by_id:
+            successor[fact_id] = str(fact["superseded_by"])
+        if fact["supersedes"] is not None and str(fact["supersedes"]) in by_id:
+            successor.setdefault(str(fact["supersedes"]), fact_id)
+    cycle = _cycle_start(successor)
+    if cycle is not None:
+        index = by_id[cycle][0]
+        raise Invalid(
+            f"facts.{index}.superseded_by: the facts' supersession forms a cycle, so no version is current; "
+            "the write path never makes one. Nothing was imported.",
+            code="supersession_cycle",
+            field=f"facts.{index}.superseded_by",
+        )
+    for index, fact in enumerate(facts):
+        named = fact["superseded_by"] is not None or fact["superseded_by_notebook_version"] is not None
+        if fact["status"] == Fact.Status.SUPERSEDED and not named and str(fact["id"]) not in successor:
+            raise Invalid(
+                f"facts.{index}.status: superseded, but nothing replaced it (no superseded_by, no notebook "
+                "version). Nothing was imported.",
+                code="no_current_version",
+                field=f"facts.{index}.status",
+            )
+    _check_one_current(facts)
+
+
+def _cycle_start(successor: dict[str, str]) -> str | None:
+    """A fact on a cycle of `successor` links (each fact has at most one successor), or None."""
+    done: set[str] = set()
+    for start in successor:
+        path: dict[str, None] = {}
+        node: str | None = start
+        while node is not None and node not in done:
+            if node in path:
+                return node
+            path[node] = None
+            node = successor.get(node)
+        done.update(path)
+    return None
+
+
+def _check_one_current(facts: list[dict[str, Any]]) -> None:
+    """A key (in a task's scope or the user's) has one active version: the write path supersedes the
+    standing one when a new value comes."""
+    current: dict[tuple[str, str], int] = {}
+    for index, fact in enumerate(facts):
+        if not fact["key"] or fact["status"] != Fact.Status.ACTIVE:
+            continue
+        slot = (fact["key"], fact["task_id"] or "")
+        if slot in current:
+            raise Invalid(
+                f"facts.{index}.key: facts.{current[slot]} is already the current (active) version of this key; "
+                "a key has one current version. Nothing was imported.",
+                code="two_current_versions",
+                field=f"facts.{index}.key",
+            )
+        current[slot] = index
 
 
 def _check_graph(data: dict[str, Any]) -> None:
@@ -276,6 +344,7 @@ class _Replay:
                 "kind": kind,
                 "index": index,
                 "code": exc.code,
+                **({"field": exc.extra["field"]} if exc.extra.get("field") else {}),
                 **({"block_id": exc.extra["block_id"]} if "block_id" in exc.extra else {}),
             }
         )
@@ -525,8 +594,8 @@ _ENDED_BY = {
 def _entity_for(replay: _Replay, item: dict[str, Any]) -> Entity:
     """The entity an exported one becomes here: the one its names resolve to among the user's and the
     tenant's (resolution as for a fact's mention), else a new entity of the user. The caller checked
-    that its name is fit to store; unfit aliases are left out."""
-    aliases = [a for a in item["aliases"] if not entity_name_problem(a)]
+    that its name and aliases are fit to store."""
+    aliases = item["aliases"]
     found = entity_find(
         replay.principal, memory_user_id=replay.user.pk, name=item["name"], type=item["type"], aliases=aliases
     )
@@ -548,12 +617,22 @@ def _entity_for(replay: _Replay, item: dict[str, Any]) -> Entity:
 
 
 def _entity_summary(replay: _Replay, summary: str) -> str:
-    """The summary as the write path would keep it; dropped when it holds a secret or instructions."""
+    """The summary as the write path would keep it (contact PII redacted by the tenant's policy);
+    dropped when it holds a secret or is not fit to reach an agent."""
     try:
         kept = screen_text(replay.principal, summary, route="import", memory_user_id=replay.user.pk, what="summary")
     except Blocked:
         return ""
-    return "" if injection_reason(kept.content, tenant_id=replay.principal.tenant_id) else kept.content
+    return "" if agent_text_problem(kept.content, prose=True, allow_empty=True) else kept.content
+
+
+def _entity_problem(item: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, code) of the first name of an exported entity not fit to reach an agent."""
+    for field_name, name in [("name", item["name"]), *((f"aliases.{i}", a) for i, a in enumerate(item["aliases"]))]:
+        problem = agent_text_problem(name)
+        if problem:
+            return field_name, problem
+    return None
 
 
 def _replay_entities(replay: _Replay) -> dict[str, str]:
@@ -562,9 +641,9 @@ def _replay_entities(replay: _Replay) -> dict[str, str]:
     for index, item in enumerate(replay.data.get("entities", [])):
         source = f"entity:{item['id']}"
         if not replay.seen("entities", source):
-            problem = entity_name_problem(item["name"])  # a secret, contact PII, instructions
+            problem = _entity_problem(item)  # a secret, contact PII, instructions, in a name or an alias
             if problem:
-                replay.refuse("entities", index, source, Invalid("", code=problem))
+                replay.refuse("entities", index, source, Invalid("", code=problem[1], field=problem[0]))
             else:
                 replay.record("entities", source, str(_entity_for(replay, item).pk))
         if replay.done[source]:
@@ -637,6 +716,10 @@ def _replay_relations(replay: _Replay, entities: dict[str, str]) -> None:
     for index, (item, fact_id) in enumerate(zip(relations, wanted, strict=True)):
         source = f"relation:{_digest(item['id'], item['subject_id'], item['type'], item['object_id'])}"
         if replay.seen("relations", source):
+            continue
+        problem = agent_text_problem(item["type"])  # served to agents as it is stored
+        if problem:
+            replay.refuse("relations", index, source, Invalid("", code=problem, field="type"))
             continue
         ends = (entities.get(str(item["subject_id"])), entities.get(str(item["object_id"])))
         fact = facts.get(uuid.UUID(fact_id)) if fact_id else None
@@ -734,8 +817,7 @@ def _replay_episode(replay: _Replay, index: int, item: dict[str, Any]) -> None:
         return
     try:
         summary = screen_text(replay.principal, item["summary"], route="episode", memory_user_id=replay.user.pk).content
-        if injection_reason(summary, tenant_id=replay.principal.tenant_id):
-            raise Invalid("The episode summary reads as instructions to a model.", code="instruction_like")
+        agent_text_check(summary, field="summary", what="episode summary", prose=True, allow_empty=True)
     except (Blocked, Invalid) as exc:
         replay.refuse("episodes", index, source, exc)
         return

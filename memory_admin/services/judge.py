@@ -131,12 +131,17 @@ _LLM_SYSTEM = (
 def judge(a: str, b: str, *, tenant_id: int) -> Verdict:
     if settings.CONTRADICTION_JUDGE == "llm" and settings.OPENAI_API_KEY:
         from extraction import llm
+        from memory_admin.services.agent_text import agent_text_problem
 
         try:
             data = llm.chat_json(
                 tenant_id=tenant_id, layer="judge", system=_LLM_SYSTEM, user=f"Statement A: {a}\nStatement B: {b}"
             )
-            return Verdict(bool(data.get("contradictory")), str(data.get("reason", ""))[:300], "llm")
+            reason = str(data.get("reason", ""))[:300]
+            # The model's words are stored and served beside the facts: the agent-text rule, else ours.
+            if agent_text_problem(reason, prose=True, allow_empty=True):
+                reason = "the model judged the statements contradictory" if data.get("contradictory") else ""
+            return Verdict(bool(data.get("contradictory")), reason, "llm")
         except Exception:  # noqa: BLE001, S110 - an unavailable judge must not fail a write: fall back to rules
             pass
     return rules_judge(a, b)

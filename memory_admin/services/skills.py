@@ -11,6 +11,7 @@ from memory_admin.errors import Conflict, Invalid
 from memory_admin.inputs import check_size
 from memory_admin.models import MemoryUser, Skill, SkillRevision
 from memory_admin.selectors.access import Principal, memory_user_for, require_write_to
+from memory_admin.services.agent_text import agent_text_check
 from memory_admin.services.audit import audit
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.screening import screen_identifier, screen_text
@@ -19,14 +20,14 @@ _PATH = re.compile(r"^[a-z0-9][a-z0-9._-]*(?:/[a-z0-9][a-z0-9._-]*)*$")
 
 
 def check_skill_path(path: str) -> str:
-    path = path.strip().strip("/").lower()
+    written, path = path, path.strip().strip("/").lower()
     if not _PATH.match(path) or ".." in path or len(path) > 300:
         raise Invalid(
             "A skill path is lowercase segments separated by '/', e.g. deploy/kubernetes.md.",
             code="invalid",
             field="path",
         )
-    return path
+    return agent_text_check(path, field="path", what="skill path", written=written)  # served in context
 
 
 def skill_save(

@@ -2,7 +2,8 @@
 
 Fixed windows: a bucket (an API key, a login account, a client address) counts its hits in the
 current window of `seconds`; over `limit`, the caller gets RateLimited with the seconds left in the
-window. Counting is one `INSERT … ON CONFLICT … RETURNING` on an UNLOGGED table, in autocommit, so
+window (sign-in has its own rules, below). Counting is one `INSERT … ON CONFLICT … RETURNING` on an
+UNLOGGED table, in autocommit, so
 the row lock is held for one statement and the commit waits for no disk flush. Accounts and client
 addresses are stored as keyed hashes, never as typed (a password typed into the user name field
 must not land in the database).
@@ -11,9 +12,11 @@ must not land in the database).
 from __future__ import annotations
 
 import random
+import secrets
 import time
 
 from django.conf import settings
+from django.core import signing
 from django.db import connection
 from django.db.backends.utils import CursorWrapper
 from django.http import HttpRequest
@@ -109,25 +112,76 @@ def client_address(request: HttpRequest) -> str:
     return request.META.get("REMOTE_ADDR", "")
 
 
-def _login_buckets(username: str, address: str) -> list[str]:
-    return [_hashed("login-user", username.strip().casefold()), _hashed("login-ip", address)]
+# --- sign-in (SPEC §11): slows guessing, never locks the person out --------------------------------
+#
+# Failures are counted per (account, address), per address and per account. An address past the limit
+# (guessing across accounts), or an (account, address) pair past it, answers 429 until the window ends;
+# the account's own count never refuses anyone: it only means the account is under attack, and then an
+# address that has not yet failed much gets fewer tries (LOGIN_FAILURE_LIMIT // 3) for that account. So
+# guessing from many addresses is slowed, while the owner signs in from their own (another) address,
+# and from a browser where they signed in before (a known device, a signed cookie naming the account)
+# whatever the addresses do, within the device's own count.
+
+KNOWN_DEVICE_COOKIE = "memory_admin_device"
+KNOWN_DEVICE_DAYS = 90
+_DEVICE_SALT = "memory_admin.throttle.known_device"
 
 
-def login_retry_after(username: str, address: str) -> int:
-    """Seconds until sign-in is allowed again for this account or address (0: allowed now). Reads only."""
+def _account(username: str) -> str:
+    return _hashed("login-user", username.strip().casefold())
+
+
+def known_device_token(username: str) -> str:
+    """A signed cookie value for a browser that just signed in as `username` (a hash, never the name)."""
+    return signing.dumps({"a": _account(username), "d": secrets.token_hex(8)}, salt=_DEVICE_SALT)
+
+
+def known_device(username: str, token: str | None) -> str | None:
+    """The device id of the cookie when it was given to a browser that signed in as `username`."""
+    if not token:
+        return None
+    try:
+        value = signing.loads(token, salt=_DEVICE_SALT, max_age=KNOWN_DEVICE_DAYS * 86400)
+    except signing.BadSignature:
+        return None
+    if not isinstance(value, dict) or value.get("a") != _account(username) or not isinstance(value.get("d"), str):
+        return None
+    return value["d"]
+
+
+def _login_buckets(username: str, address: str, device: str | None) -> dict[str, str]:
+    name = username.strip().casefold()
+    buckets = {"account": _account(username)}
+    if device:
+        buckets["device"] = _hashed("login-device", f"{name}\x1f{device}")
+    else:
+        buckets["pair"] = _hashed("login-pair", f"{name}\x1f{address}")
+        buckets["address"] = _hashed("login-ip", address)
+    return buckets
+
+
+def login_retry_after(username: str, address: str, *, device: str | None = None) -> int:
+    """Seconds until this sign-in attempt may be checked (0: now). Reads only. `device`: the id of a
+    known-device cookie of this account (`known_device`)."""
     limit, seconds = settings.LOGIN_FAILURE_LIMIT, settings.LOGIN_FAILURE_WINDOW_SECONDS
     if limit <= 0:
         return 0
     start, retry_after = _window(seconds)
-    locked = ThrottleWindow.objects.filter(
-        bucket__in=_login_buckets(username, address), window_start=start, hits__gte=limit
-    ).exists()
-    return retry_after if locked else 0
+    buckets = _login_buckets(username, address, device)
+    hits = dict(
+        ThrottleWindow.objects.filter(bucket__in=buckets.values(), window_start=start).values_list("bucket", "hits")
+    )
+    count = {kind: hits.get(bucket, 0) for kind, bucket in buckets.items()}
+    if device:
+        return retry_after if count["device"] >= limit else 0
+    under_attack = count["account"] >= limit
+    pair_limit = max(1, limit // 3) if under_attack else limit
+    return retry_after if count["address"] >= limit or count["pair"] >= pair_limit else 0
 
 
-def login_failed(username: str, address: str) -> None:
-    """Count a failed sign-in against the account and against the client address."""
+def login_failed(username: str, address: str, *, device: str | None = None) -> None:
+    """Count a failed sign-in against the account, and the address and pair (or the known device)."""
     if settings.LOGIN_FAILURE_LIMIT <= 0:
         return
-    for bucket in _login_buckets(username, address):
+    for bucket in _login_buckets(username, address, device).values():
         _hit(bucket, settings.LOGIN_FAILURE_WINDOW_SECONDS)

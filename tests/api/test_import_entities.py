@@ -146,7 +146,9 @@ def test_an_entity_whose_name_is_a_secret_is_refused_with_what_hangs_on_it(admin
     jira = next(e for e in export["entities"] if e["name"] == "Jira")
     jira["name"], jira["aliases"] = SECRET, [SECRET]
     report = ok(admin_api.post("users/carol/import", export))
-    assert {"kind": "entities", "index": export["entities"].index(jira), "code": "blocked"} in report["refused"]
+    assert {"kind": "entities", "index": export["entities"].index(jira), "code": "blocked", "field": "name"} in report[
+        "refused"
+    ]
     assert any(r["kind"] == "relations" and r["code"] == "not_found" for r in report["refused"])
     assert SECRET not in str(list(Entity.objects.values_list("name", "aliases")))
     assert report["imported"]["entities"] == 4 and report["imported"]["relations"] == 3

@@ -27,6 +27,7 @@ from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.models import WriteOutcome as Outcome
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, from_rows
+from memory_admin.services.agent_text import agent_text_check
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
@@ -179,6 +180,7 @@ def _screened(
         screen_identifier(principal, draft.task_ref, what="task id", route="task_id", memory_user_id=memory_user.pk)
     if draft.key:  # a slot name is an identifier: refused, never redacted
         screen_identifier(principal, draft.key, what="fact key", route=route, memory_user_id=memory_user.pk)
+        agent_text_check(draft.key, field="key", what="fact key")  # served beside the fact: the agent-text rule
     if metadata:
         _, metadata = screen_key_and_metadata(
             principal, None, metadata, route=route, memory_user_id=memory_user.pk, tenant=tenant
