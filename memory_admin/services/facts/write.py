@@ -39,12 +39,17 @@ from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_identifier, screen_text
 from memory_admin.services.settings import tenant_settings
 
-# Default confidence by source when a writer gives none (SPEC §2).
+# Default confidence by source when a writer gives none (SPEC §2). `agent_stated` (what an agent
+# deliberately saves, the default of every agent door) sits above the default gate (0.7), so such a
+# write is stored, and below tool_verified and user_stated, so the user's own word still wins a
+# contradiction against it by the default gap (0.2); `agent_inferred` (an extraction's guess) stays
+# below the gate.
 SOURCE_PRIOR: dict[str, float] = {
     "user_stated": 1.0,
     "user_correction": 1.0,
     "tool_verified": 0.9,
     "notebook": 1.0,
+    "agent_stated": 0.8,
     "agent_inferred": 0.6,
     "recalled": 0.5,
     "external": 0.3,
