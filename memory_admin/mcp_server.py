@@ -35,7 +35,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ToolError, UnexpectedToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, ToolAnnotations
+from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as SchemaError
 
@@ -139,7 +139,8 @@ def _door() -> Iterator[Principal]:
     if token is not None:  # http: checked by AgentKeyVerifier for this very request
         principal = (token.claims or {}).get("principal")
     else:  # stdio: the key is looked up again for every call, so a revoked key stops at once
-        principal = _principal_for(_stdio_key) if _stdio_key else None
+        # (Not _principal_for: the call runs in a transaction already, on a connection checked before it.)
+        principal = principal_for_key(_stdio_key) if _stdio_key else None
     if principal is None:
         raise _refusal({"code": "unauthorized", "detail": "A valid agent key is required."})
     try:
@@ -335,6 +336,15 @@ async def _bounded(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: floa
         ) from None
 
 
+def _answer(body: Any) -> CallToolResult:
+    """A tool's answer: its JSON without the SDK's indentation (what a model reads, and pays for, is the
+    text), and the same value as structured content."""
+    return CallToolResult(
+        content=[TextContent(type="text", text=json.dumps(body, ensure_ascii=False, separators=(",", ":")))],
+        structured_content=body,
+    )
+
+
 def _unreadable(value: Any, path: str) -> tuple[str, str] | None:
     """The first string of a tool's arguments (keys included) that cannot be stored as text."""
     if isinstance(value, str):
@@ -368,7 +378,7 @@ class MemoryMCPServer(MCPServer):
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             @functools.wraps(fn)
             async def bounded(**kwargs: Any) -> Any:
-                return await _bounded(fn, kwargs, self.call_timeout)
+                return _answer(await _bounded(fn, kwargs, self.call_timeout))
 
             self.add_tool(bounded, annotations=annotations)
             return fn
