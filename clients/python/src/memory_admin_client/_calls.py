@@ -473,5 +473,10 @@ def erase_call(user_id: str) -> Call:
 
 
 def health_call(probe: str = "") -> Call:
-    operation = {"": "health", "ready": "health_ready", "live": "health_live"}[probe]
-    return Call(operation, {}, _identity)
+    if probe == "ready":
+        return Call("health_ready", {}, _identity)
+    if probe == "live":
+        return Call("health_live", {}, _identity)
+    if probe:
+        raise ValueError(f"probe: 'ready', 'live' or '' (the detailed check), not {probe!r}")
+    return Call("health", {}, _identity)
