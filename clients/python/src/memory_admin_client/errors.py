@@ -226,6 +226,10 @@ class ConnectionFailed(Unavailable):
     """The request never got an answer (refused, reset, timed out) after the retries allowed."""
 
 
+class TimedOut(Unavailable):
+    """`timeout` (the MCP door's time limit per call): the call was stopped and nothing of it was kept."""
+
+
 class ServerError(MemoryAdminError):
     """Any other 5xx."""
 
@@ -264,6 +268,13 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "rate_limited": RateLimited,
     "database_unavailable": Unavailable,
     "bad_request": BadRequest,
+    "timeout": TimedOut,
+    # The write outcomes that are not served (`facts.add` raises them from the answer's `outcome`).
+    "write_refused": WriteRefused,
+    "quarantined": Quarantined,
+    "rejected_low_confidence": RejectedLowConfidence,
+    "overruled": Overruled,
+    "capped": Capped,
 }
 
 BY_OUTCOME: dict[str, type[WriteRefused]] = {
