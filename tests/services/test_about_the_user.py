@@ -128,3 +128,10 @@ def test_a_negation_is_never_folded_into_the_plain_statement(api):
     said = write(api, "eve", "Eve eats meat")
     assert said["outcome"] == "queued_for_review" and said["contradiction_id"]
     assert active("eve") == ["Eve eats meat", "The user does not eat meat"]
+
+
+def test_what_belongs_to_the_user_is_not_a_contradiction_found_by_words(api):
+    write(api, "ida", "Ida's daughter is called Maya", pinned=True)
+    assert write(api, "ida", "The user's son is called Theo")["outcome"] == "created"
+    write(api, "ida", "Ida is a nurse")
+    assert write(api, "ida", "Ida is a nurse")["outcome"] == "deduplicated"

@@ -29,6 +29,8 @@ _FIRST_PERSON: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b(?:me|myself)\b", re.I), USER),
 )
 _THE_USER = re.compile(r"\b(?:the\s+)?user\b", re.I)
+_THE_USER_FIRST = re.compile(r"\s*(?:the\s+)?user\b", re.I)
+_FIRST_PERSON_FIRST = re.compile(r"\s*(?:I\b|(?:my|mine|me)\b)", re.I)
 # A name the user goes by: a word of letters (an id such as `u_123` names nobody in a sentence).
 _NAME_LIKE = re.compile(r"[A-Za-z][A-Za-z'-]{1,39}")
 _WORD = re.compile(r"[a-z0-9+#]+")
@@ -80,6 +82,15 @@ class UserSubject:
             text = pattern.sub(replacement, text)
         text = _THE_USER.sub(USER, text)
         return re.sub(r"\s+", " ", text).strip()
+
+    @staticmethod
+    def spelling(text: str) -> str:
+        """How the statement names its subject: "the user", the first person ("I"), or otherwise (a name)."""
+        if _THE_USER_FIRST.match(text):
+            return USER
+        if _FIRST_PERSON_FIRST.match(text):
+            return "I"
+        return "name"
 
     def claim(self, text: str) -> Claim | None:
         """What the statement says of the user, as a set of content words; None when the user is neither

@@ -642,10 +642,10 @@ def _contradicting_neighbour(
     state: _UserState | None,
     about: _About,
 ) -> Step | None:
-    """5b. The first semantic neighbour a judge calls contradictory; then the first statement about the
-    user in other words (step 4d's candidates) it calls so. Such a pair was found by its words, not by
-    its meaning, so a person decides it (it goes to review whatever the confidence gap; a pinned side
-    still wins)."""
+    """5b. The first semantic neighbour a judge calls contradictory; then the first statement with the
+    user as its subject, named otherwise ("Dana prefers helix" against "The user prefers neovim"; step
+    4d's candidates), it calls so. Such a pair was found by its words, not by its meaning, so a person
+    decides it: it goes to review whatever the confidence gap or a pin."""
     step, judged = None, {found.slot.pk} if found.slot else set()
     for other in found.neighbours:
         similarity = 1 - other.distance
@@ -656,13 +656,17 @@ def _contradicting_neighbour(
         if verdict.contradictory:
             step = _contradiction(principal, other, fact, similarity, verdict, tenant.auto_resolve_gap)
             break
-    if step is None and about.claim is not None:
+    if step is None and about.claim is not None and not about.claim.possessive:
+        spelling = UserSubject.spelling(fact.content)
         for other in about.candidates():
-            if other.pk in judged or about.subject.claim(other.content) is None:
+            if other.pk in judged or UserSubject.spelling(other.content) == spelling:
+                continue  # judged already, or named alike (then the embedding found what it could)
+            standing = about.subject.claim(other.content)
+            if standing is None or standing.possessive:
                 continue
             verdict = about.judge(other.content, tenant_id=principal.tenant_id)
             if verdict.contradictory:
-                step = _contradiction(principal, other, fact, 1 - other.distance, verdict, float("inf"))
+                step = _contradiction(principal, other, fact, 1 - other.distance, verdict, None)
                 break
     if step is not None and state is not None and step[0].outcome == Outcome.QUEUED_FOR_REVIEW:
         state.active += 1  # stored active (contested); the others replace one active fact by another
@@ -670,9 +674,10 @@ def _contradicting_neighbour(
 
 
 def _contradiction(
-    principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict, gap: float
+    principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict, gap: float | None
 ) -> Step:
-    winner = contradiction_winner(standing=other, challenger=new, gap=gap)
+    """`gap`: the tenant's auto_resolve_gap; None: a person decides (the pair goes to review)."""
+    winner = None if gap is None else contradiction_winner(standing=other, challenger=new, gap=gap)
     if winner is other:
         refuse(principal, new, by=other, reason=f"contradicts a surer fact: {verdict.reason}")
         return WriteResult(Outcome.OVERRULED, new, reason=new.status_reason, other=other), fact_snapshot(other)
