@@ -506,12 +506,14 @@ class _About:
 
 def _same_about_user(principal: Principal, found: _Found, fact: Fact, about: _About) -> Step | None:
     """4d. The same statement about the user, whoever wrote it ("Dana prefers neovim", "The user prefers
-    neovim over VS Code.", "I prefer neovim"): the same claim, or one the standing fact already makes in
-    more detail, touches it; a claim that adds detail to a standing one (and the judge sees no
-    disagreement) merges into it, with the newer text."""
+    neovim over VS Code.", "I prefer neovim"): the same claim touches the standing fact; between
+    statements that name the user differently, one the standing fact already makes in more detail
+    touches it too, and one that adds detail to a standing one (the judge seeing no disagreement)
+    merges into it, with the newer text."""
     claim = about.claim
     if claim is None:
         return None
+    spelling = UserSubject.spelling(fact.content)
     for other in about.candidates():
         if found.slot is not None and other.pk == found.slot.pk:
             continue  # the slot's own rule (step 4a / the key update) decides
@@ -520,6 +522,8 @@ def _same_about_user(principal: Principal, found: _Found, fact: Fact, about: _Ab
             continue
         if claim.same(standing):
             return _touch(other, fact.confidence, "the same statement about the user as an active fact")
+        if UserSubject.spelling(other.content) == spelling:
+            continue  # named alike: how much detail makes a new statement is the embedding's call (4c)
         if claim.within(standing):
             return _touch(other, fact.confidence, "an active fact says this about the user, in more detail")
         if standing.within(claim) and len(claim.words - standing.words) <= MERGE_EXTRA_WORDS:

@@ -34,22 +34,13 @@ from langgraph.store.base import (
 )
 
 from memory_admin_client.client import MemoryAdmin
-from memory_admin_client.errors import MemoryAdminError, NotFound
-from memory_admin_client.models import Fact, WriteResult
+from memory_admin_client.errors import NotFound, WriteRefused, write_refused  # noqa: F401 - WriteRefused: re-exported
+from memory_admin_client.models import Fact
 
 # Outcomes after which the value is not what a `get` returns: the put did not take.
 REFUSED_OUTCOMES = frozenset({"quarantined", "rejected_low_confidence", "overruled", "capped"})
 FACT_FIELDS = {"category": str, "kind": str, "confidence": (int, float), "importance": (int, float), "pinned": bool}
 META = "langgraph"  # the metadata entry holding the rest of the value
-
-
-class WriteRefused(MemoryAdminError):
-    """The server kept the put out of memory: `outcome` says why (quarantined, rejected_low_confidence, …)."""
-
-    def __init__(self, result: WriteResult):
-        super().__init__(result.outcome, result.reason or f"the write path answered {result.outcome}", 200)
-        self.outcome = result.outcome
-        self.result = result
 
 
 class MemoryAdminStore(BaseStore):
@@ -102,8 +93,8 @@ class MemoryAdminStore(BaseStore):
         content, fields = _to_fact(value)
         fields.setdefault("confidence", self.confidence)
         result = self.client.facts.add(user_id, content, key=key, task_id=task_id, source=self.source, **fields)
-        if result.outcome in REFUSED_OUTCOMES:
-            raise WriteRefused(result)
+        if result.outcome in REFUSED_OUTCOMES:  # facts.add raises these itself (WriteRefused, by outcome)
+            raise write_refused(result)
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         items: list[SearchItem] = []
