@@ -778,6 +778,7 @@ def _with_notebook(principal: Principal, user_id: str):
 
 def _read(fn) -> str:
     """A resource read: the same key check; a refusal is a resource error with the API's JSON."""
+    close_old_connections()  # as a tool's call does (resources run on the SDK's worker threads)
     try:
         with _door() as principal:
             return fn(principal)
