@@ -166,7 +166,7 @@ class FactIn(StrictIn):
     category: Category = "other"
     kind: Kind = "fact"
     confidence: Confidence | None = None
-    source: Source = "agent_inferred"
+    source: Source = "agent_stated"  # a deliberate write is stored (SOURCE_PRIOR 0.8, above the default gate)
     observed_at: Timestamp | None = None
     ttl_days: number(gt=0, le=36500) | None = None
     pinned: StrictBool = False
@@ -649,7 +649,14 @@ class ErrorOut(Schema):
 
 Role = Literal["user", "assistant", "system", "tool"]
 AnySource = Literal[
-    "user_stated", "tool_verified", "agent_inferred", "recalled", "external", "notebook", "user_correction"
+    "user_stated",
+    "tool_verified",
+    "agent_stated",
+    "agent_inferred",
+    "recalled",
+    "external",
+    "notebook",
+    "user_correction",
 ]
 Version = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 

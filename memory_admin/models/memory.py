@@ -98,6 +98,9 @@ class FactKind(models.TextChoices):
 class FactSource(models.TextChoices):
     USER_STATED = "user_stated"
     TOOL_VERIFIED = "tool_verified"
+    # What an agent deliberately saves (the API's default): it chose to remember it, so it clears the
+    # default gate; what it only inferred or extracted is `agent_inferred` and meets the gate.
+    AGENT_STATED = "agent_stated"
     AGENT_INFERRED = "agent_inferred"
     RECALLED = "recalled"
     EXTERNAL = "external"
@@ -137,10 +140,28 @@ class WriteOutcome(models.TextChoices):
         return self in _STORED_OUTCOMES
 
     @property
+    def refused(self) -> bool:
+        """The statement is not served as the writer gave it (held for review, below the gate, beaten by
+        the notebook or a surer fact, evicted at once by the cap, blocked, failed): every door reports
+        it as an error naming the outcome (MCP: a tool error; the Python client: `WriteRefused`)."""
+        return self in _REFUSED_OUTCOMES
+
+    @property
     def audited(self) -> bool:
         """Recorded as the outcome of a write's audit event (an error's writes were rolled back)."""
         return self is not WriteOutcome.ERROR
 
+
+_REFUSED_OUTCOMES = frozenset(
+    {
+        WriteOutcome.QUARANTINED,
+        WriteOutcome.REJECTED_LOW_CONFIDENCE,
+        WriteOutcome.OVERRULED,
+        WriteOutcome.CAPPED,
+        WriteOutcome.BLOCKED,
+        WriteOutcome.ERROR,
+    }
+)
 
 _STORED_OUTCOMES = frozenset(
     {

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-_NEGATIONS = {
+NEGATIONS = {
     "not",
     "no",
     "never",
@@ -86,12 +86,30 @@ _STOP = {
     "still",
     "usually",
     "mostly",
+    # Comparisons name the value set aside, not a second value: "prefers neovim over VS Code" holds one.
+    "over",
+    "vs",
+    "versus",
+    "than",
+    "rather",
+    "instead",
 }
 
 
 def _tokens(text: str) -> list[str]:
     text = _CONTRACTIONS.sub(r"\1 not", text.lower())
-    return re.findall(r"[a-z0-9+#.]+", text)
+    # A dot inside a word stays ("node.js"); a sentence's full stop is not part of its last word.
+    return [stem(t) for t in (w.strip(".") for w in re.findall(r"[a-z0-9+#.]+", text)) if t]
+
+
+def stem(word: str) -> str:
+    """One form for a word's plural and third person ("prefers", "prefer"; "hobbies", "hobby"): enough for
+    two short statements to be compared word by word."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
 
 
 @dataclass(frozen=True)
@@ -101,12 +119,17 @@ class Verdict:
     judge: str
 
 
+# Tokens are compared stemmed (`_tokens`): the word lists hold both forms ("dislikes", "dislike").
+NEGATIONS |= {stem(w) for w in NEGATIONS}
+_STOP |= {stem(w) for w in _STOP}
+
+
 def rules_judge(a: str, b: str) -> Verdict:
     ta, tb = _tokens(a), _tokens(b)
-    neg_a = bool(_NEGATIONS & set(ta))
-    neg_b = bool(_NEGATIONS & set(tb))
-    content_a = {t for t in ta if t not in _STOP and t not in _NEGATIONS}
-    content_b = {t for t in tb if t not in _STOP and t not in _NEGATIONS}
+    neg_a = bool(NEGATIONS & set(ta))
+    neg_b = bool(NEGATIONS & set(tb))
+    content_a = {t for t in ta if t not in _STOP and t not in NEGATIONS}
+    content_b = {t for t in tb if t not in _STOP and t not in NEGATIONS}
     shared = content_a & content_b
     if not shared:
         return Verdict(False, "no shared subject", "rules")

@@ -15,6 +15,7 @@ LABELS: dict[str, tuple[str, str | None]] = {
     # fact sources
     "user_stated": ("stated by the user", "you said it"),
     "user_correction": ("corrected by a person", "you corrected it"),
+    "agent_stated": ("saved by an agent", "an assistant noted it"),
     "agent_inferred": ("inferred by an agent", "an assistant guessed it"),
     "tool_verified": ("verified by a tool", "checked by a tool"),
     "recalled": ("recalled from memory", "remembered from earlier"),

@@ -67,7 +67,7 @@ def test_entity_tools_read_the_graph_within_the_keys_reach(make_key):
                 body, error = await call(mem, "get_entity", entity_id=hidden)
                 assert error and body["code"] == "not_found" and "Umbrella" not in str(body)
             body, error = await call(mem, "search_entities", query="a\x00b")
-            assert error and body["code"] == "invalid" and body["field"] == "q"
+            assert error and body["code"] == "invalid" and body["field"] == "query"  # the argument the caller sent
             body, error = await call(mem, "search_entities", user_id="hal")
             assert error and body["code"] == "not_found"
 

@@ -120,6 +120,22 @@ def test_external_source_is_quarantined(api):
     assert write(api, "The moon is made of cheese", source="external")["outcome"] == "quarantined"
 
 
+def test_a_deliberate_write_with_defaults_is_stored_and_a_guess_still_meets_the_gate(api):
+    """Before: the default source was agent_inferred (0.6), below the default gate (0.7): a write with
+    only its content, alone or in a batch, came back rejected_low_confidence and nothing was kept."""
+    body = write(api, "Alice keeps a paper diary")
+    assert body["outcome"] == "created"
+    assert (body["fact"]["source"], body["fact"]["confidence"]) == ("agent_stated", 0.8)
+    items = api.post("users/alice/facts/batch", {"facts": [{"content": "Alice rows on Sundays"}]}).json()["results"]
+    assert [(r["outcome"], r["fact"]["source"]) for r in items] == [("created", "agent_stated")]
+    guess = write(api, "Alice might enjoy opera", source="agent_inferred")
+    assert guess["outcome"] == "rejected_low_confidence" and guess["fact"] is None
+    assert sorted(Fact.objects.values_list("content", flat=True)) == [
+        "Alice keeps a paper diary",
+        "Alice rows on Sundays",
+    ]
+
+
 def test_rejected_low_confidence_is_not_stored(api):
     body = write(api, "Alice might like jazz", confidence=0.4)
     assert body["outcome"] == "rejected_low_confidence"

@@ -14,10 +14,12 @@ from memory_admin.services.facts.conflicts import (
     refresh_contested,
 )
 from memory_admin.services.facts.mutations import fact_correct, fact_forget, fact_pin, fact_promote, record_access
+from memory_admin.services.facts.subject import Claim, UserSubject
 from memory_admin.services.facts.versions import (
     continue_chain,
     link,
     lock_memory_user,
+    newest_version,
     refuse,
     replace,
     successor,
@@ -27,6 +29,9 @@ from memory_admin.services.facts.write import SOURCE_PRIOR, FactDraft, WriteResu
 
 __all__ = [
     "SOURCE_PRIOR",
+    "Claim",
+    "UserSubject",
+    "newest_version",
     "FactDraft",
     "WriteResult",
     "check_fact_size",

@@ -15,7 +15,7 @@ from memory_admin.services.audit import audit, audit_fact, fact_snapshot
 from memory_admin.services.entities import relations_end
 from memory_admin.services.facts.checks import check_fact_size
 from memory_admin.services.facts.conflicts import close_contradictions_of
-from memory_admin.services.facts.versions import lock_memory_user, replace, successor, supersede
+from memory_admin.services.facts.versions import lock_memory_user, newest_version, replace, successor, supersede
 from memory_admin.services.guard import refuse_instructions
 from memory_admin.services.screening import screen_text, screens
 
@@ -51,7 +51,7 @@ def fact_correct(
             raise Conflict(
                 "This fact was already corrected; correct its newest version instead.",
                 code="already_superseded",
-                current_id=str(old.superseded_by_id or ""),
+                current_id=str(_served_instead(old)),
             )
         new = successor(
             old,
@@ -69,10 +69,29 @@ def fact_correct(
     return new
 
 
+def _served_instead(old: Fact) -> Any:
+    """What stands in place of a superseded fact: its newest version, or the fact that beat it."""
+    newest = newest_version(old)
+    return newest.pk if newest.pk != old.pk else (old.superseded_by_id or "")
+
+
 @screens("reason", route="forget")
 @transaction.atomic
 def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact:
+    """Evict the fact. A version that was replaced since (corrected, updated by its key, superseded by a
+    surer fact) is refused with `already_superseded` and the id of the version served now: forgetting
+    the old one would change nothing the agent reads, and forgetting the new one on its behalf could
+    throw away a correction it has not seen. The same rule as `fact_correct`, on every door."""
     fact = writable_fact(principal, fact_id)
+    if fact.status == Fact.Status.SUPERSEDED:
+        newest = newest_version(fact)
+        if newest.pk != fact.pk:
+            raise Conflict(
+                "This fact was replaced by a newer version; forget that one (current_id) to forget what is served.",
+                code="already_superseded",
+                current_id=str(newest.pk),
+                current_status=newest.status,
+            )
     before = fact_snapshot(fact)
     Fact.objects.filter(pk=fact.pk).update(
         status=Fact.Status.EVICTED, status_reason=(reason or "forgotten")[:300], pinned=False, updated_at=timezone.now()

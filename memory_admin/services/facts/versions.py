@@ -103,6 +103,24 @@ def successor(old: Fact, *, principal: Principal, **changes: Any) -> Fact:
     return new
 
 
+MAX_VERSIONS = 1000
+
+
+def newest_version(fact: Fact) -> Fact:
+    """The last version of the fact's chain: its successors followed while each is a new version of the
+    one before (`supersedes` points back). A fact refused in favour of a standing one (`refuse`) is
+    superseded by a fact of another chain: it is its own newest version."""
+    current = fact
+    for _ in range(MAX_VERSIONS):
+        if not current.superseded_by_id:
+            break
+        nxt = Fact.objects.filter(pk=current.superseded_by_id, supersedes_id=current.pk).first()
+        if nxt is None:
+            break
+        current = nxt
+    return current
+
+
 def link(principal: Principal, edge_type: str, src: Fact, dst: Fact) -> Edge:
     return Edge.objects.create(
         tenant_id=src.tenant_id or principal.tenant_id,

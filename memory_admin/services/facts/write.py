@@ -8,6 +8,7 @@ Steps 1-3 (screening, the poisoning guard, the confidence gate) need no lock and
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from copy import copy
@@ -33,6 +34,7 @@ from memory_admin.services.entity_draw import draw_after_commit
 from memory_admin.services.facts.cap import enforce_cap
 from memory_admin.services.facts.checks import check_fact_size, content_hash, screen_key_and_metadata
 from memory_admin.services.facts.conflicts import contradiction_record, contradiction_winner, notebook_overrule_record
+from memory_admin.services.facts.subject import NAME_KEY, Claim, UserSubject
 from memory_admin.services.facts.versions import continue_chain, insert_fact, link, lock_memory_user, refuse, replace
 from memory_admin.services.guard import injection_reason
 from memory_admin.services.judge import Verdict, judge
@@ -40,12 +42,17 @@ from memory_admin.services.pii import find as find_pii
 from memory_admin.services.screening import screen_identifier, screen_text
 from memory_admin.services.settings import tenant_settings
 
-# Default confidence by source when a writer gives none (SPEC §2).
+# Default confidence by source when a writer gives none (SPEC §2). `agent_stated` (what an agent
+# deliberately saves, the default of every agent door) sits above the default gate (0.7), so such a
+# write is stored, and below tool_verified and user_stated, so the user's own word still wins a
+# contradiction against it by the default gap (0.2); `agent_inferred` (an extraction's guess) stays
+# below the gate.
 SOURCE_PRIOR: dict[str, float] = {
     "user_stated": 1.0,
     "user_correction": 1.0,
     "tool_verified": 0.9,
     "notebook": 1.0,
+    "agent_stated": 0.8,
     "agent_inferred": 0.6,
     "recalled": 0.5,
     "external": 0.3,
@@ -95,12 +102,14 @@ Step = tuple[WriteResult, dict[str, Any] | None]
 @dataclass
 class _UserState:
     """What the locked part of the write path knows of the user, read once after the lock and kept
-    exact by the writes that follow under it: the number of active facts (the cap's count) and whether
-    the user has a notebook to contradict. Lets a write skip the notebook query when there is none and
-    the cap query while the user is under the cap (both would find nothing)."""
+    exact by the writes that follow under it: the number of active facts (the cap's count), whether
+    the user has a notebook to contradict, and the name the user's facts give them. Lets a write skip
+    the notebook query when there is none and the cap query while the user is under the cap (both would
+    find nothing)."""
 
     active: int
     has_notebook: bool
+    known_name: str | None = None  # the content of the user's active `user.name` fact (step 4d's names)
 
 
 def _user_state(memory_user_id: int) -> _UserState:
@@ -111,11 +120,12 @@ def _user_state(memory_user_id: int) -> _UserState:
         cursor.execute(
             f"SELECT (SELECT count(*) FROM {fact} WHERE memory_user_id = %s AND status = %s), "
             f"EXISTS (SELECT 1 FROM {chunk} c JOIN {notebook} n ON n.id = c.notebook_id "
-            f"WHERE n.memory_user_id = %s)",
-            [memory_user_id, Fact.Status.ACTIVE, memory_user_id],
+            f"WHERE n.memory_user_id = %s), "
+            f"(SELECT content FROM {fact} WHERE memory_user_id = %s AND status = %s AND key = %s LIMIT 1)",
+            [memory_user_id, Fact.Status.ACTIVE, memory_user_id, memory_user_id, Fact.Status.ACTIVE, NAME_KEY],
         )
-        active, has_notebook = cursor.fetchone()
-    return _UserState(active=active, has_notebook=has_notebook)
+        active, has_notebook, known_name = cursor.fetchone()
+    return _UserState(active=active, has_notebook=has_notebook, known_name=known_name)
 
 
 def _locked_state(memory_user_id: int) -> _UserState:
@@ -129,12 +139,15 @@ _FACT_ATTNAMES = [f.attname for f in Fact._meta.concrete_fields if f.attname not
 _FACT_COLUMNS = ", ".join(f"f.{Fact._meta.get_field(name).column}" for name in _FACT_ATTNAMES)
 
 
-def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
-    """4a/4b and the neighbours of 4c/5b in one statement, among the user's active facts of the same
-    task: the fact with the same key (the slot) and those with the same normalised content (branch 0),
-    and the nearest ones (branch 1; one more than needed: the slot is not a neighbour of its own new
-    value), each with its cosine distance to the new fact. Hand-written SQL (the ORM's union of two
-    annotated querysets cost more to compile than to run); the new vector is sent once, in binary."""
+def _slot_same_and_nearest(memory_user_id: int, fact: Fact, words: frozenset[str] = frozenset()) -> list[Fact]:
+    """4a/4b, the neighbours of 4c/5b and the statements of 4d in one statement, among the user's active
+    facts of the same task: the fact with the same key (the slot) and those with the same normalised
+    content (branch 0), the nearest ones (branch 1; one more than needed: the slot is not a neighbour of
+    its own new value), and, for a statement about the user, those sharing one of its content `words`
+    (branch 2; full-text search, most in common first: the embedding alone keeps "Dana prefers neovim" and
+    "The user prefers neovim over VS Code." apart, at cosine 0.51), each with its cosine distance to the
+    new fact. Hand-written SQL (the ORM's union of annotated querysets cost more to compile than to
+    run); the new vector is sent once, in binary."""
     exact = "f.content_hash = %s OR f.key = %s" if fact.key else "f.content_hash = %s"
     exact_params = [fact.content_hash, fact.key] if fact.key else [fact.content_hash]
     table, active = Fact._meta.db_table, "f.memory_user_id = %s AND f.status = %s AND f.task_ref = %s"
@@ -147,14 +160,29 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact) -> list[Fact]:
         f"WHERE {active} AND f.embedding IS NOT NULL ORDER BY distance ASC LIMIT {NEIGHBOURS + 1})"
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
-    # Prepared (one of two texts: with a key or without), rows in binary (a third of the parsing).
+    params = [Vector(fact.embedding), *slot, *exact_params, *slot]
+    query = " | ".join(sorted(w for w in (re.sub(r"[^a-z0-9]", "", w) for w in words) if w))
+    if query:
+        sql += (
+            f" UNION ALL "
+            f"(SELECT {_FACT_COLUMNS}, f.embedding <=> q.v AS distance, 2 AS branch FROM {table} f, q "
+            f"WHERE {active} AND f.search_vector @@ to_tsquery('english', %s) "
+            f"ORDER BY ts_rank(f.search_vector, to_tsquery('english', %s)) DESC, f.id LIMIT {ABOUT_USER})"
+        )
+        params += [*slot, query, query]
+    # Prepared (one of four texts: with a key or without, about the user or not), rows in binary (a
+    # third of the parsing).
     with vector_cursor(binary_results=True, prepared=True) as cursor:
-        cursor.execute(sql, [Vector(fact.embedding), *slot, *exact_params, *slot])
+        cursor.execute(sql, params)
         rows = cursor.fetchall()
     found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
     for standing, row in zip(found, rows, strict=True):
         standing.distance, standing.branch = row[-2], row[-1]
     return found
+
+
+# How many of the user's facts sharing words with a statement about the user step 4d looks at.
+ABOUT_USER = 5
 
 
 @dataclass
@@ -409,17 +437,19 @@ class _Found:
     slot: Fact | None  # the active fact with the same key
     same: Fact | None  # an active fact with the same normalised content
     neighbours: list[Fact]  # the nearest others, nearest first (never the slot)
+    about_user: list[Fact] = field(default_factory=list)  # sharing words with a statement about the user
 
     @classmethod
-    def of(cls, memory_user_id: int, fact: Fact) -> _Found:
-        found = _slot_same_and_nearest(memory_user_id, fact)
+    def of(cls, memory_user_id: int, fact: Fact, words: frozenset[str] = frozenset()) -> _Found:
+        found = _slot_same_and_nearest(memory_user_id, fact, words)
         exact_rows = sorted((f for f in found if f.branch == 0), key=lambda f: f.pk)
         slot = next((f for f in exact_rows if fact.key and f.key == fact.key), None)
         same = next((f for f in exact_rows if f.content_hash == fact.content_hash), None)
         neighbours = sorted(
             (f for f in found if f.branch == 1 and (slot is None or f.pk != slot.pk)), key=lambda f: f.distance
         )[:NEIGHBOURS]
-        return cls(slot, same, neighbours)
+        about_user = [f for f in found if f.branch == 2]
+        return cls(slot, same, neighbours, about_user)
 
 
 def _store(
@@ -436,21 +466,87 @@ def _store(
         fact.status, fact.status_reason = Fact.Status.QUARANTINED, pending.quarantined[:300]
         insert_fact(fact)
         return done(WriteResult(Outcome.QUARANTINED, fact, reason=pending.quarantined))
-    found = _Found.of(memory_user.pk, fact)
+    about = _About.of(memory_user, fact, state)
+    found = _Found.of(memory_user.pk, fact, about.claim.words if about.claim else frozenset())
+    about.found = found.about_user
     verdicts: dict[Any, Verdict] = {}
     step = (
-        _same_or_near(principal, tenant, found, fact, verdicts)
-        or _overruled_by_notebook(principal, memory_user, tenant, state, fact)
+        _same_or_near(principal, tenant, found, fact, verdicts, about)
+        or _same_about_user(principal, found, fact, about)
+        or _overruled_by_notebook(principal, memory_user, tenant, state, fact, about)
         or (_update_slot(principal, found.slot, fact, tenant.auto_resolve_gap) if found.slot else None)
-        or _contradicting_neighbour(principal, tenant, found, fact, verdicts, state)
+        or _contradicting_neighbour(principal, tenant, found, fact, verdicts, state, about)
     )
     if step is not None:
         return done(*step)
     return done(*_create(principal, memory_user, tenant, state, fact))
 
 
+@dataclass
+class _About:
+    """The new fact as a statement about the user: the user's names (`subject`), what it claims of them
+    (`claim`), and the user's facts that share its words (`found`, step 4's branch 2)."""
+
+    fact: Fact
+    subject: UserSubject
+    claim: Claim | None
+    found: list[Fact] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, memory_user: MemoryUser, fact: Fact, state: _UserState | None) -> _About:
+        known = state.known_name if state is not None else UserSubject.known_name(memory_user.pk)
+        subject = UserSubject.of(memory_user, known_name=known)
+        return cls(fact, subject, subject.claim(fact.content))
+
+    def judge(self, standing: str, *, tenant_id: int) -> Verdict:
+        """The judge, on both statements with the user named one way."""
+        return judge(self.subject.about(standing), self.subject.about(self.fact.content), tenant_id=tenant_id)
+
+    def candidates(self) -> list[Fact]:
+        return self.found
+
+
+def _same_about_user(principal: Principal, found: _Found, fact: Fact, about: _About) -> Step | None:
+    """4d. The same statement about the user, whoever wrote it ("Dana prefers neovim", "The user prefers
+    neovim over VS Code.", "I prefer neovim"): the same claim touches the standing fact; between
+    statements that name the user differently, one the standing fact already makes in more detail
+    touches it too, and one that adds detail to a standing one (the judge seeing no disagreement)
+    merges into it, with the newer text."""
+    claim = about.claim
+    if claim is None:
+        return None
+    spelling = UserSubject.spelling(fact.content)
+    for other in about.candidates():
+        if found.slot is not None and other.pk == found.slot.pk:
+            continue  # the slot's own rule (step 4a / the key update) decides
+        standing = about.subject.claim(other.content)
+        if standing is None:
+            continue
+        if claim.same(standing):
+            return _touch(other, fact.confidence, "the same statement about the user as an active fact")
+        if UserSubject.spelling(other.content) == spelling:
+            continue  # named alike: how much detail makes a new statement is the embedding's call (4c)
+        if claim.within(standing):
+            return _touch(other, fact.confidence, "an active fact says this about the user, in more detail")
+        if standing.within(claim) and len(claim.words - standing.words) <= MERGE_EXTRA_WORDS:
+            if not about.judge(other.content, tenant_id=principal.tenant_id).contradictory:
+                return _merge(
+                    other, fact, 1 - other.distance, reason="the same statement about the user, with more detail"
+                )
+    return None
+
+
+# At most this many words of detail turn a statement into a fuller one of the same claim (step 4d).
+MERGE_EXTRA_WORDS = 4
+
+
 def _same_or_near(
-    principal: Principal, tenant: TenantSettings, found: _Found, fact: Fact, verdicts: dict[Any, Verdict]
+    principal: Principal,
+    tenant: TenantSettings,
+    found: _Found,
+    fact: Fact,
+    verdicts: dict[Any, Verdict],
+    about: _About,
 ) -> Step | None:
     """4a same key and content, 4b same content: touch the standing fact. 4c near-identical text: merge
     (newer text, higher confidence). A negation flip ("is" / "is not") embeds almost identically, so
@@ -462,7 +558,7 @@ def _same_or_near(
         return _touch(same, fact.confidence, "same content as an active fact")
     nearest = found.neighbours[0] if found.neighbours else None
     if slot is None and nearest is not None and 1 - nearest.distance >= tenant.dedup_similarity:
-        verdicts[nearest.pk] = judge(nearest.content, fact.content, tenant_id=principal.tenant_id)
+        verdicts[nearest.pk] = about.judge(nearest.content, tenant_id=principal.tenant_id)
         if not verdicts[nearest.pk].contradictory:
             return _merge(nearest, fact, 1 - nearest.distance)
     return None
@@ -476,7 +572,7 @@ def _touch(existing: Fact, conf: float, reason: str) -> Step:
     return WriteResult(Outcome.DEDUPLICATED, existing, reason=reason, other=existing), before
 
 
-def _merge(existing: Fact, new: Fact, similarity: float) -> Step:
+def _merge(existing: Fact, new: Fact, similarity: float, reason: str = "") -> Step:
     before = fact_snapshot(existing)
     existing.content = new.content
     existing.content_hash = new.content_hash
@@ -489,12 +585,20 @@ def _merge(existing: Fact, new: Fact, similarity: float) -> Step:
         existing.metadata = {**existing.metadata, "merged": merged}
     existing.save(update_fields=["content", "content_hash", "embedding", "confidence", "metadata", "updated_at"])
     return WriteResult(
-        Outcome.MERGED, existing, reason=f"near-identical (cosine {similarity:.3f}) to an active fact", other=existing
+        Outcome.MERGED,
+        existing,
+        reason=reason or f"near-identical (cosine {similarity:.3f}) to an active fact",
+        other=existing,
     ), before
 
 
 def _overruled_by_notebook(
-    principal: Principal, memory_user: MemoryUser, tenant: TenantSettings, state: _UserState | None, fact: Fact
+    principal: Principal,
+    memory_user: MemoryUser,
+    tenant: TenantSettings,
+    state: _UserState | None,
+    fact: Fact,
+    about: _About,
 ) -> Step | None:
     """5. Contradiction with the notebook: the notebook wins."""
     if state is not None and not state.has_notebook:
@@ -506,7 +610,7 @@ def _overruled_by_notebook(
         .order_by("distance")[:3]
     )
     for chunk in chunks:
-        verdict = judge(chunk.text, fact.content, tenant_id=principal.tenant_id)
+        verdict = about.judge(chunk.text, tenant_id=principal.tenant_id)
         if verdict.contradictory:
             break
     else:
@@ -542,25 +646,44 @@ def _contradicting_neighbour(
     fact: Fact,
     verdicts: dict[Any, Verdict],
     state: _UserState | None,
+    about: _About,
 ) -> Step | None:
-    """5b. The first semantic neighbour a judge calls contradictory."""
+    """5b. The first semantic neighbour a judge calls contradictory; then the first statement with the
+    user as its subject, named otherwise ("Dana prefers helix" against "The user prefers neovim"; step
+    4d's candidates), it calls so. Such a pair was found by its words, not by its meaning, so a person
+    decides it: it goes to review whatever the confidence gap or a pin."""
+    step, judged = None, {found.slot.pk} if found.slot else set()
     for other in found.neighbours:
         similarity = 1 - other.distance
         if similarity < tenant.contradiction_similarity:
-            return None
-        verdict = verdicts.get(other.pk) or judge(other.content, fact.content, tenant_id=principal.tenant_id)
+            break
+        judged.add(other.pk)
+        verdict = verdicts.get(other.pk) or about.judge(other.content, tenant_id=principal.tenant_id)
         if verdict.contradictory:
             step = _contradiction(principal, other, fact, similarity, verdict, tenant.auto_resolve_gap)
-            if state is not None and step[0].outcome == Outcome.QUEUED_FOR_REVIEW:
-                state.active += 1  # stored active (contested); the others replace one active fact by another
-            return step
-    return None
+            break
+    if step is None and about.claim is not None and not about.claim.possessive:
+        spelling = UserSubject.spelling(fact.content)
+        for other in about.candidates():
+            if other.pk in judged or UserSubject.spelling(other.content) == spelling:
+                continue  # judged already, or named alike (then the embedding found what it could)
+            standing = about.subject.claim(other.content)
+            if standing is None or standing.possessive:
+                continue
+            verdict = about.judge(other.content, tenant_id=principal.tenant_id)
+            if verdict.contradictory:
+                step = _contradiction(principal, other, fact, 1 - other.distance, verdict, None)
+                break
+    if step is not None and state is not None and step[0].outcome == Outcome.QUEUED_FOR_REVIEW:
+        state.active += 1  # stored active (contested); the others replace one active fact by another
+    return step
 
 
 def _contradiction(
-    principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict, gap: float
+    principal: Principal, other: Fact, new: Fact, similarity: float, verdict: Verdict, gap: float | None
 ) -> Step:
-    winner = contradiction_winner(standing=other, challenger=new, gap=gap)
+    """`gap`: the tenant's auto_resolve_gap; None: a person decides (the pair goes to review)."""
+    winner = None if gap is None else contradiction_winner(standing=other, challenger=new, gap=gap)
     if winner is other:
         refuse(principal, new, by=other, reason=f"contradicts a surer fact: {verdict.reason}")
         return WriteResult(Outcome.OVERRULED, new, reason=new.status_reason, other=other), fact_snapshot(other)

@@ -15,12 +15,17 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
 from memory_admin_client import models
+from memory_admin_client.errors import batch_refused, write_refused
 from memory_admin_client.models import parse
 
 T = TypeVar("T")
 
 OPERATIONS: dict[str, tuple[str, str]] = {
     "health": ("GET", "/health"),
+    "health_ready": ("GET", "/health/ready"),
+    "health_live": ("GET", "/health/live"),
+    "get_settings": ("GET", "/settings"),
+    "patch_settings": ("PATCH", "/settings"),
     "list_users": ("GET", "/users"),
     "list_facts": ("GET", "/users/{user_id}/facts"),
     "write_fact": ("POST", "/users/{user_id}/facts"),
@@ -30,10 +35,15 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "correct_fact": ("POST", "/facts/{fact_id}/correct"),
     "forget_fact": ("DELETE", "/facts/{fact_id}"),
     "pin_fact": ("POST", "/facts/{fact_id}/pin"),
+    "promote_fact": ("POST", "/facts/{fact_id}/promote"),
     "search": ("GET", "/users/{user_id}/search"),
     "context": ("GET", "/users/{user_id}/context"),
     "post_messages": ("POST", "/users/{user_id}/messages"),
     "close_thread": ("POST", "/users/{user_id}/threads/{thread_id}/close"),
+    "list_episodes": ("GET", "/users/{user_id}/episodes"),
+    "get_episode": ("GET", "/episodes/{episode_id}"),
+    "list_batches": ("GET", "/batches"),
+    "retry_batch": ("POST", "/batches/{batch_id}/retry"),
     "get_notebook": ("GET", "/users/{user_id}/notebook"),
     "put_notebook": ("PUT", "/users/{user_id}/notebook"),
     "list_skills": ("GET", "/skills"),
@@ -66,9 +76,13 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "delete_checkpoints": ("DELETE", "/checkpoints"),
 }
 
-# Safe to send twice: reads, and pinning (setting a flag to a value). Writes are never retried: a write
-# whose answer was lost may have happened, and a second one would be a second write.
-IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if method == "GET") | {"pin_fact"}
+# Safe to send twice: reads, pinning (setting a flag to a value) and a settings patch (setting values).
+# Writes are never retried: a write whose answer was lost may have happened, and a second one would be a
+# second write.
+IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if method == "GET") | {
+    "pin_fact",
+    "patch_settings",
+}
 # Reads sent as POST (a batch in the body), and checkpoint writes (keyed by their ids: a second is the first).
 IDEMPOTENT |= {"store_get_items", "store_search_items", "store_list_namespaces", "put_checkpoint"}
 IDEMPOTENT |= {"put_checkpoint_writes", "query_checkpoints", "delete_checkpoints"}
@@ -122,6 +136,22 @@ def _list_of(cls: type[T]) -> Callable[[Any], list[T]]:
     return lambda data: [parse(cls, item) for item in data]
 
 
+def _served(data: Any) -> models.WriteResult:
+    """A write's answer; raises `WriteRefused` (by outcome) when the statement is not served."""
+    result = parse(models.WriteResult, data)
+    if result.refused:
+        raise write_refused(result)
+    return result
+
+
+def _batch_served(data: Any) -> models.BatchResult:
+    """A batch's answer; raises `BatchRefused` (carrying every item's outcome) when any is not served."""
+    result = parse(models.BatchResult, data)
+    if any(item.refused for item in result.results):
+        raise batch_refused(result)
+    return result
+
+
 def _fact_body(content: str, **fields: Any) -> dict[str, Any]:
     body = {"content": content, **{k: v for k, v in fields.items() if v is not None}}
     if isinstance(body.get("observed_at"), datetime):
@@ -158,7 +188,11 @@ class FactCalls(_Resource):
         metadata: dict[str, Any] | None = None,
         task_id: str | None = None,
     ):
-        """Write one fact through the write path; returns a `WriteResult` (raises `Blocked` for a secret)."""
+        """Write one fact through the write path; returns a `WriteResult` (created, updated, deduplicated,
+        merged, superseded_existing, queued_for_review). What is not served raises: `Blocked` (a secret),
+        `Quarantined`, `RejectedLowConfidence`, `Overruled`, `Capped` (all `WriteRefused`, with `.result`).
+        `source` defaults to `agent_stated` (a deliberate write, stored at 0.8); pass `agent_inferred` for a
+        guess, which meets the tenant's confidence gate."""
         body = _fact_body(
             content,
             key=key,
@@ -173,13 +207,15 @@ class FactCalls(_Resource):
             metadata=metadata,
             task_id=task_id,
         )
-        return self._run(Call("write_fact", {"user_id": user_id}, _of(models.WriteResult), body=body))
+        return self._run(Call("write_fact", {"user_id": user_id}, _served, body=body))
 
     def add_batch(self, user_id: str, facts: list[dict[str, Any]]):
-        """Up to 100 facts (dicts with the fields of `add`); a `BatchResult` with an outcome per fact, in
-        order. A blocked fact is an outcome here (with its `block_id`), not an exception."""
+        """Up to 100 facts (dicts with the fields of `add`) in one request; a `BatchResult` with an outcome
+        per fact, in order. If any fact is not served (blocked, quarantined, rejected_low_confidence,
+        overruled, capped, error), raises `BatchRefused`: `.refused` names those items, `.result` holds
+        every outcome (the others were written)."""
         body = {"facts": [_fact_body(**f) for f in facts]}
-        return self._run(Call("write_facts", {"user_id": user_id}, _of(models.BatchResult), body=body))
+        return self._run(Call("write_facts", {"user_id": user_id}, _batch_served, body=body))
 
     def list(
         self,
@@ -235,6 +271,10 @@ class FactCalls(_Resource):
     def pin(self, fact_id: str, pinned: bool = True):
         return self._run(Call("pin_fact", {"fact_id": fact_id}, _of(models.Fact), body={"pinned": pinned}))
 
+    def promote(self, fact_id: str, to: str):
+        """Move a fact up the scope tree (`to`: "user" from a task, "org" for curators); the new `Fact`."""
+        return self._run(Call("promote_fact", {"fact_id": fact_id}, _of(models.Fact), body={"to": to}))
+
 
 class UserCalls(_Resource):
     def list(self, *, prefix: str | None = None, cursor: str | None = None, limit: int | None = None):
@@ -264,6 +304,59 @@ class ThreadCalls(_Resource):
         return self._run(
             Call("close_thread", {"user_id": user_id, "thread_id": thread_id}, _of(models.ThreadClosed), body=body)
         )
+
+
+class EpisodeCalls(_Resource):
+    """`client.episodes`: what happened in each closed (or idle) thread."""
+
+    def list(
+        self,
+        user_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        thread_id: str | None = None,
+        outcome: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ):
+        """One page (`EpisodePage`), newest first: ended at or after `since`, started before `until`."""
+        query = {
+            "since": since,
+            "until": until,
+            "thread_id": thread_id,
+            "outcome": outcome,
+            "cursor": cursor,
+            "limit": limit,
+        }
+        return self._run(Call("list_episodes", {"user_id": user_id}, _of(models.EpisodePage), query=query))
+
+    def get(self, episode_id: str):
+        """An `EpisodeDetail`: the episode, the facts drawn from it and its messages."""
+        return self._run(Call("get_episode", {"episode_id": episode_id}, _of(models.EpisodeDetail)))
+
+
+class BatchCalls(_Resource):
+    """`client.batches`: extraction batches (their status, errors, tokens and cost); retry a failed one."""
+
+    def list(self, *, status: str | None = None, limit: int | None = None):
+        query = {"status": status, "limit": limit}
+        return self._run(Call("list_batches", {}, _list_of(models.Batch), query=query))
+
+    def retry(self, batch_id: int):
+        """Queue a failed batch again (`Conflict` with code not_failed otherwise); the `Batch`."""
+        return self._run(Call("retry_batch", {"batch_id": str(batch_id)}, _of(models.Batch)))
+
+
+class SettingsCalls(_Resource):
+    """`client.settings`: the tenant's settings (admin keys)."""
+
+    def get(self):
+        return self._run(Call("get_settings", {}, _of(models.Settings)))
+
+    def update(self, **changes: Any):
+        """Change some settings (`confidence_threshold=0.6`, `pii_policy={...}`, ...); the new `Settings`."""
+        return self._run(Call("patch_settings", {}, _of(models.Settings), body=changes))
 
 
 class NotebookCalls(_Resource):
@@ -391,5 +484,11 @@ def erase_call(user_id: str) -> Call:
     return Call("erase_user", {"user_id": user_id}, _of(models.Erased))
 
 
-def health_call() -> Call:
+def health_call(probe: str = "") -> Call:
+    if probe == "ready":
+        return Call("health_ready", {}, _identity)
+    if probe == "live":
+        return Call("health_live", {}, _identity)
+    if probe:
+        raise ValueError(f"probe: 'ready', 'live' or '' (the detailed check), not {probe!r}")
     return Call("health", {}, _identity)

@@ -75,6 +75,9 @@ class _ClientBase:
         self.entities = _calls.EntityCalls(run)
         self.relations = _calls.RelationCalls(run)
         self.entity_reviews = _calls.EntityReviewCalls(run)
+        self.episodes = self._episodes_class(run)  # type: ignore[attr-defined]
+        self.batches = _calls.BatchCalls(run)
+        self.settings = _calls.SettingsCalls(run)
 
     def search(self, user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None):
         """Ranked facts with their score components (`SearchResult.hits`)."""
@@ -97,8 +100,10 @@ class _ClientBase:
         """Scrub every piece of content about the user (admin keys); one audit event remains."""
         return self._run(_calls.erase_call(user_id))  # type: ignore[attr-defined]
 
-    def health(self):
-        return self._run(_calls.health_call())  # type: ignore[attr-defined]
+    def health(self, probe: str = ""):
+        """Readiness with details; `probe="ready"` (the load balancer's) or `"live"` (the process answers).
+        A server that is not ready raises `Unavailable` (503, `reasons` in `.body`)."""
+        return self._run(_calls.health_call(probe))  # type: ignore[attr-defined]
 
 
 class FactCalls(_calls.FactCalls):
@@ -120,6 +125,30 @@ class AsyncFactCalls(_calls.FactCalls):
             page = await self.list(user_id, cursor=cursor, limit=page_size, **filters)
             for fact in page.items:
                 yield fact
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
+class EpisodeCalls(_calls.EpisodeCalls):
+    def iter(self, user_id: str, *, page_size: int = 100, **filters: Any) -> Iterator[models.Episode]:
+        """Every episode matching the filters, page after page."""
+        cursor = None
+        while True:
+            page = self.list(user_id, cursor=cursor, limit=page_size, **filters)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
+class AsyncEpisodeCalls(_calls.EpisodeCalls):
+    async def iter(self, user_id: str, *, page_size: int = 100, **filters: Any) -> AsyncIterator[models.Episode]:
+        cursor = None
+        while True:
+            page = await self.list(user_id, cursor=cursor, limit=page_size, **filters)
+            for episode in page.items:
+                yield episode
             if not page.next_cursor:
                 return
             cursor = page.next_cursor
@@ -157,8 +186,10 @@ class MemoryAdmin(_ClientBase):
 
     _facts_class = FactCalls
     _users_class = UserCalls
+    _episodes_class = EpisodeCalls
     facts: FactCalls
     users: UserCalls
+    episodes: EpisodeCalls
 
     def __init__(
         self,
@@ -207,8 +238,10 @@ class AsyncMemoryAdmin(_ClientBase):
 
     _facts_class = AsyncFactCalls
     _users_class = AsyncUserCalls
+    _episodes_class = AsyncEpisodeCalls
     facts: AsyncFactCalls
     users: AsyncUserCalls
+    episodes: AsyncEpisodeCalls
 
     def __init__(
         self,

@@ -64,7 +64,13 @@ class EntityMerged(Conflict):
 
 
 class AlreadySuperseded(Conflict):
-    """409 `already_superseded`: the fact was corrected already; correct its successor."""
+    """409 `already_superseded`: the fact was replaced by a newer version (a correction, a new value for
+    its key, a surer fact) since you read it; `current_id` is the version served now. Both correcting and
+    forgetting an old version answer this: act on `current_id` (after reading it)."""
+
+    @property
+    def current_id(self) -> str | None:
+        return self.body.get("current_id") or None
 
 
 class TooLarge(MemoryAdminError):
@@ -142,6 +148,53 @@ class InstructionLike(MemoryAdminError):
         return self.body.get("field")
 
 
+class WriteRefused(MemoryAdminError):
+    """A write the server answered, but did not serve: `outcome` (also the `code`) says why, `result` is
+    the whole `WriteResult` (`result.fact` is the row kept for review, if any; `result.reason`). Raised by
+    `facts.add` for quarantined, rejected_low_confidence, overruled, capped (and error); a secret is
+    `Blocked`. The subclasses name each outcome."""
+
+    def __init__(self, code: str, detail: str, status: int, body: dict[str, Any] | None = None, result: Any = None):
+        super().__init__(code, detail, status, body)
+        self.outcome = code
+        self.result = result
+
+
+class Quarantined(WriteRefused):
+    """`quarantined`: it reads as instructions to a model (or came from an external source): held for a
+    person to review, never served. Do not retry with the same text."""
+
+
+class RejectedLowConfidence(WriteRefused):
+    """`rejected_low_confidence`: below the tenant's confidence gate. What an agent deliberately saves is
+    `source="agent_stated"` (the default, 0.8); an explicit low `confidence` or `agent_inferred` meets the gate."""
+
+
+class Overruled(WriteRefused):
+    """`overruled`: the notebook, a pinned slot or a surer fact says otherwise; `result.other_fact_id` is it."""
+
+
+class Capped(WriteRefused):
+    """`capped`: the user is at the cap of active facts and every other one is surer or pinned: evicted at once."""
+
+
+class WriteFailed(WriteRefused):
+    """`error` (a batch item): the write failed midway and left nothing behind; it may be retried."""
+
+
+class BatchRefused(WriteRefused):
+    """`facts.add_batch` where some facts were not served: `refused` lists those items (`index`,
+    `outcome`, `block_id` for a blocked one), `result` is the whole `BatchResult`: the others were
+    written and are not undone. `outcome` is the first refused item's."""
+
+    @property
+    def refused(self) -> list[Any]:
+        return [item for item in self.result.results if item.outcome in REFUSED_OUTCOMES]
+
+
+REFUSED_OUTCOMES = frozenset({"quarantined", "rejected_low_confidence", "overruled", "capped", "blocked", "error"})
+
+
 class MethodNotAllowed(MemoryAdminError):
     """405 `method_not_allowed`: `allowed` lists the methods the route takes."""
 
@@ -171,6 +224,10 @@ class BackgroundStale(Unavailable):
 
 class ConnectionFailed(Unavailable):
     """The request never got an answer (refused, reset, timed out) after the retries allowed."""
+
+
+class TimedOut(Unavailable):
+    """`timeout` (the MCP door's time limit per call): the call was stopped and nothing of it was kept."""
 
 
 class ServerError(MemoryAdminError):
@@ -211,6 +268,21 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "rate_limited": RateLimited,
     "database_unavailable": Unavailable,
     "bad_request": BadRequest,
+    "timeout": TimedOut,
+    # The write outcomes that are not served (`facts.add` raises them from the answer's `outcome`).
+    "write_refused": WriteRefused,
+    "quarantined": Quarantined,
+    "rejected_low_confidence": RejectedLowConfidence,
+    "overruled": Overruled,
+    "capped": Capped,
+}
+
+BY_OUTCOME: dict[str, type[WriteRefused]] = {
+    "quarantined": Quarantined,
+    "rejected_low_confidence": RejectedLowConfidence,
+    "overruled": Overruled,
+    "capped": Capped,
+    "error": WriteFailed,
 }
 
 BY_STATUS: dict[int, type[MemoryAdminError]] = {
@@ -225,6 +297,20 @@ BY_STATUS: dict[int, type[MemoryAdminError]] = {
     429: RateLimited,
     503: Unavailable,
 }
+
+
+def write_refused(result: Any) -> WriteRefused:
+    """The exception for a `WriteResult` whose outcome is not served."""
+    cls = BY_OUTCOME.get(result.outcome, WriteRefused)
+    detail = result.reason or f"the write path answered {result.outcome}"
+    return cls(result.outcome, f"not served: {detail}", 200, {"outcome": result.outcome}, result=result)
+
+
+def batch_refused(result: Any) -> BatchRefused:
+    refused = [item for item in result.results if item.outcome in REFUSED_OUTCOMES]
+    named = ", ".join(f"#{item.index} {item.outcome}" for item in refused)
+    detail = f"{len(refused)} of {len(result.results)} facts were not served ({named}); the others were written"
+    return BatchRefused(refused[0].outcome, detail, 200, {"outcome": refused[0].outcome}, result=result)
 
 
 def error_for(status: int, body: Any, headers: Any = None) -> MemoryAdminError:

@@ -19,6 +19,10 @@ STORED_OUTCOMES = frozenset(
 )
 
 
+# Outcomes after which the statement is not served as written: the client raises for them.
+REFUSED_OUTCOMES = frozenset({"quarantined", "rejected_low_confidence", "overruled", "capped", "blocked", "error"})
+
+
 @cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
@@ -104,6 +108,11 @@ class WriteResult:
     @property
     def stored(self) -> bool:
         return self.outcome in STORED_OUTCOMES
+
+    @property
+    def refused(self) -> bool:
+        """Not served as written (`facts.add` raises `WriteRefused` for these; a batch, `BatchRefused`)."""
+        return self.outcome in REFUSED_OUTCOMES
 
 
 @dataclass(frozen=True)
@@ -265,6 +274,92 @@ class ThreadClosed:
     closed_at: datetime | None = None
     extraction: str = ""
     episode: str = ""
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One thread or task as it happened: when, its summary and outcome (success, failure, unknown)."""
+
+    id: str
+    user_id: str
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    thread_id: str | None = None
+    summary: str = ""
+    outcome: str = "unknown"
+    summarizer: str = ""
+    message_count: int = 0
+    fact_count: int = 0
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class EpisodeFact:
+    id: str
+    content: str
+    category: str = ""
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class EpisodeMessage:
+    id: int
+    role: str
+    content: str
+    created_at: datetime | None = None
+    status: str = ""
+
+
+@dataclass(frozen=True)
+class EpisodeDetail(Episode):
+    """An episode with the facts drawn from it and its messages."""
+
+    facts: list[EpisodeFact] = field(default_factory=list)
+    messages: list[EpisodeMessage] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EpisodePage:
+    items: list[Episode]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True)
+class Batch:
+    """An extraction batch: the messages of a thread extracted in one call, its status and cost."""
+
+    id: int
+    user_id: str
+    thread_id: str
+    status: str
+    attempts: int = 0
+    error: str = ""
+    extractor: str = ""
+    model: str = ""
+    message_count: int = 0
+    fact_count: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The tenant's settings (admin keys): thresholds, cap, PII policy, search weights, extraction."""
+
+    confidence_threshold: float
+    dedup_similarity: float
+    contradiction_similarity: float
+    auto_resolve_gap: float
+    fact_cap: int
+    pii_policy: dict[str, str] = field(default_factory=dict)
+    search_weights: dict[str, float] = field(default_factory=dict)
+    debounce_seconds: int = 0
+    min_message_chars: int = 0
+    extraction_enabled: bool = True
+    episode_idle_minutes: int = 0
 
 
 @dataclass(frozen=True)
