@@ -16,7 +16,7 @@ SOURCES = [
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory_admin", "0019_entity_org_embedding_hnsw"),
+        ("memory_admin", "0021_batch_dispatched_at"),
     ]
 
     operations = [

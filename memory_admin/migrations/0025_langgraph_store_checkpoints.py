@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory_admin', '0019_entity_org_embedding_hnsw'),
+        ('memory_admin', '0024_fact_source_agent_stated'),
     ]
 
     operations = [
