@@ -11,7 +11,7 @@ from memory_admin_client import OPERATIONS
 
 from tests.integrations.conftest import CLIENT_SRC
 
-CALLS = CLIENT_SRC / "memory_admin_client" / "_calls.py"
+PACKAGE = CLIENT_SRC / "memory_admin_client"
 
 
 def _served(client) -> dict[str, tuple[str, str]]:
@@ -23,12 +23,13 @@ def _served(client) -> dict[str, tuple[str, str]]:
     }
 
 
-def _called(source: Path) -> set[str]:
-    """The operations the client's methods send: the first argument of every `Call(...)`."""
-    tree = ast.parse(source.read_text())
+def _called(package: Path) -> set[str]:
+    """The operations the client's methods send: the first argument of every `Call(...)` in the
+    distribution (the client itself, the LangGraph store and the checkpointer)."""
     return {
         node.args[0].value
-        for node in ast.walk(tree)
+        for source in package.glob("*.py")
+        for node in ast.walk(ast.parse(source.read_text()))
         if isinstance(node, ast.Call)
         and getattr(node.func, "id", None) == "Call"
         and node.args
@@ -42,7 +43,7 @@ def test_every_operation_of_the_api_has_a_client_method(client):
     assert len(served) >= 44
     unmapped = sorted(set(served) - set(OPERATIONS))
     assert not unmapped, f"operations with no client method (add them to _calls.py): {unmapped}"
-    unsent = sorted(set(OPERATIONS) - _called(CALLS))
+    unsent = sorted(set(OPERATIONS) - _called(PACKAGE))
     assert not unsent, f"operations the client names but no method sends: {unsent}"
     drifted = {
         name: (OPERATIONS[name], served.get(name)) for name in OPERATIONS if OPERATIONS[name] != served.get(name)

@@ -66,6 +66,14 @@ export const OPERATIONS = {
   accept_entity_review: ["POST", "/entity-reviews/{review_id}/accept"],
   reject_entity_review: ["POST", "/entity-reviews/{review_id}/reject"],
   reopen_entity_review: ["POST", "/entity-reviews/{review_id}/reopen"],
+  store_put_items: ["POST", "/store/put"],
+  store_get_items: ["POST", "/store/get"],
+  store_search_items: ["POST", "/store/search"],
+  store_list_namespaces: ["POST", "/store/namespaces"],
+  put_checkpoint: ["POST", "/checkpoints"],
+  put_checkpoint_writes: ["POST", "/checkpoints/writes"],
+  query_checkpoints: ["POST", "/checkpoints/query"],
+  delete_checkpoints: ["DELETE", "/checkpoints"],
 } as const satisfies { readonly [K in OperationId]: readonly [HttpMethod, string] };
 
 /** Safe to send twice: reads, and pinning (setting a flag to a value). */

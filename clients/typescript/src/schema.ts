@@ -745,6 +745,153 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/store/put": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store Put Items
+         * @description Put (or, with a null value, delete) up to 100 items; all or nothing. A secret refuses the batch
+         *     (`blocked`), so does a value that reads as instructions to a model (`instruction_like`).
+         */
+        post: operations["store_put_items"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/store/get": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store Get Items
+         * @description The items at up to 100 (user, namespace, key) refs, in order (null: none, or expired).
+         */
+        post: operations["store_get_items"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/store/search": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store Search Items
+         * @description Up to 100 searches, each under a namespace prefix, filtered in SQL, ranked by meaning with a query.
+         */
+        post: operations["store_search_items"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/store/namespaces": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Store List Namespaces
+         * @description The namespaces holding items, for up to 100 queries (prefix/suffix with `*` wildcards, max_depth).
+         */
+        post: operations["store_list_namespaces"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/checkpoints": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Put Checkpoint
+         * @description Store a checkpoint of a memory user's thread (the same id again replaces it), then apply retention.
+         */
+        post: operations["put_checkpoint"];
+        /**
+         * Delete Checkpoints
+         * @description Delete every checkpoint of a thread (its messages stay): of the user's thread with that id, or without
+         *     `user_id` of every thread with that id the key reaches.
+         */
+        delete: operations["delete_checkpoints"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/checkpoints/writes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Put Checkpoint Writes
+         * @description Store a task's pending writes against a checkpoint of the thread (which may still be on its way).
+         */
+        post: operations["put_checkpoint_writes"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/checkpoints/query": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Query Checkpoints
+         * @description Checkpoints newest first, with their pending writes: by user, thread, namespace, id, `before` an id,
+         *     metadata `filter`; `limit` caps the page.
+         */
+        post: operations["query_checkpoints"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
 }
 export type webhooks = Record<string, never>;
 export interface components {
@@ -904,10 +1051,10 @@ export interface components {
             confidence?: number | null;
             /**
              * Source
-             * @default agent_inferred
+             * @default agent_stated
              * @enum {string}
              */
-            source?: "user_stated" | "tool_verified" | "agent_inferred" | "recalled" | "external";
+            source?: "user_stated" | "tool_verified" | "agent_stated" | "agent_inferred" | "recalled" | "external";
             /** Observed At */
             observed_at?: string | null;
             /** Ttl Days */
@@ -1312,7 +1459,7 @@ export interface components {
              * Source
              * @enum {string}
              */
-            source: "user_stated" | "tool_verified" | "agent_inferred" | "recalled" | "external" | "notebook" | "user_correction";
+            source: "user_stated" | "tool_verified" | "agent_stated" | "agent_inferred" | "recalled" | "external" | "notebook" | "user_correction";
             /**
              * Status
              * @default active
@@ -2278,6 +2425,349 @@ export interface components {
         EntityReviewPage: {
             /** Items */
             items: components["schemas"]["EntityReviewOut"][];
+        };
+        /** StorePutOut */
+        StorePutOut: {
+            /** Written */
+            written: number;
+            /** Deleted */
+            deleted: number;
+        };
+        /** IndexedText */
+        IndexedText: {
+            /** Path */
+            path: string;
+            /** Text */
+            text: string;
+        };
+        /** StorePutIn */
+        StorePutIn: {
+            /** Items */
+            items: components["schemas"]["StorePutItemIn"][];
+        };
+        /** StorePutItemIn */
+        StorePutItemIn: {
+            /**
+             * User Id
+             * @example alice
+             */
+            user_id: string;
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+            /**
+             * Value
+             * @description The item's value (a JSON object); null deletes the item.
+             */
+            value: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Index
+             * @description Texts to embed for search, with the path they came from (none: not searchable).
+             * @default []
+             */
+            index?: components["schemas"]["IndexedText"][];
+            /** Ttl Minutes */
+            ttl_minutes?: number | null;
+        };
+        /** StoreGetOut */
+        StoreGetOut: {
+            /** Items */
+            items: (components["schemas"]["StoreItemOut"] | null)[];
+        };
+        /** StoreItemOut */
+        StoreItemOut: {
+            /** User Id */
+            user_id: string;
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+            /** Value */
+            value: {
+                [key: string]: unknown;
+            };
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /**
+             * Updated At
+             * Format: date-time
+             */
+            updated_at: string;
+            /** Expires At */
+            expires_at: string | null;
+            /** Score */
+            score?: number | null;
+        };
+        /** StoreGetIn */
+        StoreGetIn: {
+            /** Items */
+            items: components["schemas"]["StoreRefIn"][];
+            /**
+             * Refresh Ttl
+             * @default true
+             */
+            refresh_ttl?: boolean;
+        };
+        /** StoreRefIn */
+        StoreRefIn: {
+            /**
+             * User Id
+             * @example alice
+             */
+            user_id: string;
+            /** Namespace */
+            namespace: string[];
+            /** Key */
+            key: string;
+        };
+        /** StoreSearchOut */
+        StoreSearchOut: {
+            /** Results */
+            results: components["schemas"]["StoreItemOut"][][];
+        };
+        /** StoreSearchIn */
+        StoreSearchIn: {
+            /** Queries */
+            queries: components["schemas"]["StoreSearchQueryIn"][];
+            /**
+             * Refresh Ttl
+             * @default true
+             */
+            refresh_ttl?: boolean;
+        };
+        /** StoreSearchQueryIn */
+        StoreSearchQueryIn: {
+            /**
+             * Namespace Prefix
+             * @default []
+             */
+            namespace_prefix?: string[];
+            /** Query */
+            query?: string | null;
+            /** Filter */
+            filter?: {
+                [key: string]: unknown;
+            } | null;
+            /**
+             * Limit
+             * @default 10
+             */
+            limit?: number;
+            /**
+             * Offset
+             * @default 0
+             */
+            offset?: number;
+        };
+        /** StoreNamespacesOut */
+        StoreNamespacesOut: {
+            /** Results */
+            results: string[][][];
+        };
+        /** NamespaceQueryIn */
+        NamespaceQueryIn: {
+            /** Prefix */
+            prefix?: string[] | null;
+            /** Suffix */
+            suffix?: string[] | null;
+            /** Max Depth */
+            max_depth?: number | null;
+            /**
+             * Limit
+             * @default 100
+             */
+            limit?: number;
+            /**
+             * Offset
+             * @default 0
+             */
+            offset?: number;
+        };
+        /** StoreNamespacesIn */
+        StoreNamespacesIn: {
+            /** Queries */
+            queries: components["schemas"]["NamespaceQueryIn"][];
+        };
+        /** CheckpointPutOut */
+        CheckpointPutOut: {
+            /** Thread Id */
+            thread_id: string;
+            /** Checkpoint Ns */
+            checkpoint_ns: string;
+            /** Checkpoint Id */
+            checkpoint_id: string;
+            /** Pruned */
+            pruned: number;
+        };
+        /** BlobIn */
+        BlobIn: {
+            /** Type */
+            type: string;
+            /** Data */
+            data: string;
+        };
+        /** CheckpointIn */
+        CheckpointIn: {
+            /**
+             * User Id
+             * @example alice
+             */
+            user_id: string;
+            /** Thread Id */
+            thread_id: string;
+            /**
+             * Checkpoint Ns
+             * @default
+             */
+            checkpoint_ns?: string;
+            /** Checkpoint Id */
+            checkpoint_id: string;
+            /**
+             * Parent Checkpoint Id
+             * @default
+             */
+            parent_checkpoint_id?: string;
+            checkpoint: components["schemas"]["BlobIn"];
+            /**
+             * Metadata
+             * @description The metadata as JSON, for `filter` in queries.
+             * @default {}
+             */
+            metadata?: {
+                [key: string]: unknown;
+            };
+            metadata_blob: components["schemas"]["BlobIn"];
+            /**
+             * Keep Last
+             * @description Keep at most this many checkpoints per thread and namespace.
+             */
+            keep_last?: number | null;
+        };
+        /** ThreadRef */
+        ThreadRef: {
+            /** User Id */
+            user_id?: string | null;
+            /** Thread Id */
+            thread_id: string;
+        };
+        /** DeletedOut */
+        DeletedOut: {
+            /** Deleted */
+            deleted: number;
+        };
+        /** WritesOut */
+        WritesOut: {
+            /** Stored */
+            stored: number;
+        };
+        /** WriteIn */
+        WriteIn: {
+            /** Idx */
+            idx: number;
+            /** Channel */
+            channel: string;
+            value: components["schemas"]["BlobIn"];
+        };
+        /** WritesIn */
+        WritesIn: {
+            /**
+             * User Id
+             * @example alice
+             */
+            user_id: string;
+            /** Thread Id */
+            thread_id: string;
+            /**
+             * Checkpoint Ns
+             * @default
+             */
+            checkpoint_ns?: string;
+            /** Checkpoint Id */
+            checkpoint_id: string;
+            /** Task Id */
+            task_id: string;
+            /**
+             * Task Path
+             * @default
+             */
+            task_path?: string;
+            /** Writes */
+            writes: components["schemas"]["WriteIn"][];
+        };
+        /** BlobOut */
+        BlobOut: {
+            /** Type */
+            type: string;
+            /** Data */
+            data: string;
+        };
+        /** CheckpointOut */
+        CheckpointOut: {
+            /** User Id */
+            user_id: string;
+            /** Thread Id */
+            thread_id: string;
+            /** Checkpoint Ns */
+            checkpoint_ns: string;
+            /** Checkpoint Id */
+            checkpoint_id: string;
+            /** Parent Checkpoint Id */
+            parent_checkpoint_id: string | null;
+            checkpoint: components["schemas"]["BlobOut"];
+            metadata_blob: components["schemas"]["BlobOut"];
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Pending Writes */
+            pending_writes: components["schemas"]["PendingWriteOut"][];
+        };
+        /** CheckpointPage */
+        CheckpointPage: {
+            /** Items */
+            items: components["schemas"]["CheckpointOut"][];
+        };
+        /** PendingWriteOut */
+        PendingWriteOut: {
+            /** Task Id */
+            task_id: string;
+            /** Task Path */
+            task_path: string;
+            /** Channel */
+            channel: string;
+            value: components["schemas"]["BlobOut"];
+        };
+        /** CheckpointQueryIn */
+        CheckpointQueryIn: {
+            /** User Id */
+            user_id?: string | null;
+            /** Thread Id */
+            thread_id?: string | null;
+            /** Checkpoint Ns */
+            checkpoint_ns?: string | null;
+            /** Checkpoint Id */
+            checkpoint_id?: string | null;
+            /**
+             * Before
+             * @description Only checkpoints older than this id.
+             */
+            before?: string | null;
+            /**
+             * Filter
+             * @description Metadata the checkpoints hold (JSON containment).
+             */
+            filter?: {
+                [key: string]: unknown;
+            } | null;
+            /** Limit */
+            limit?: number | null;
         };
         /**
          * ErrorOut
@@ -6398,6 +6888,836 @@ export interface operations {
             };
             /** @description A version conflict or a state that no longer allows this (`current_version`...). */
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    store_put_items: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StorePutIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StorePutOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    store_get_items: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreGetIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreGetOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    store_search_items: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreSearchIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreSearchOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    store_list_namespaces: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["StoreNamespacesIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["StoreNamespacesOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    put_checkpoint: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckpointIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointPutOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    delete_checkpoints: {
+        parameters: {
+            query: {
+                user_id?: string | null;
+                thread_id: string;
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DeletedOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    put_checkpoint_writes: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["WritesIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WritesOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    query_checkpoints: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CheckpointQueryIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckpointPage"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
