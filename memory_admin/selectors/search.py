@@ -632,7 +632,7 @@ def _candidates(
             result = cursor.fetchall()
     weights = result[0][0] if result else None
     rows = _matched(result)
-    return weights, undrawn_entities(rows, keys) if entities else rows
+    return weights, undrawn_entities(rows, keys, entity_vector or vector) if entities else rows
 
 
 def _matched(result: list[tuple]) -> list[tuple]:
@@ -914,7 +914,7 @@ def _agrees(key: str, alias_keys: list[str] | set[str]) -> bool:
     )
 
 
-def undrawn_entities(rows: list[tuple], keys: list[str]) -> list[tuple]:
+def undrawn_entities(rows: list[tuple], keys: list[str], entity_vector: list[float] | None = None) -> list[tuple]:
     """The candidate rows with the entity column of each fact whose drawing has not run yet (its `due`
     column) counted from its text as its drawing would link it: a name it holds is a named entity's
     (one of its names, or agreeing by resolution's step 2), or, named by the query's words and no
@@ -936,12 +936,14 @@ def undrawn_entities(rows: list[tuple], keys: list[str]) -> list[tuple]:
     new_names = {
         key
         for mentions, _ in undrawn.values()
-        for key, _ in mentions
+        for key, _, _ in mentions
         if key in query_keys and not any(_agrees(key, ks) for ks in named)
     }
+    if not new_names and not named and entity_vector is not None:
+        new_names = _nearest_names(undrawn, entity_vector)
     # The named entities were recognised by embedding because no alias matched; once drawn, these names
     # would match by alias, and the embedding fallback would not be used.
-    if new_names and named and not any(ks & query_keys for ks in named):
+    elif new_names and named and not any(ks & query_keys for ks in named):
         named, hop_keys = [], set()
         rows = [(*row[:ENT], None, *row[ENT + 1 :]) for row in rows]
     bits = {key: len(named) + b for b, key in enumerate(sorted(new_names))}
@@ -950,6 +952,32 @@ def undrawn_entities(rows: list[tuple], keys: list[str]) -> list[tuple]:
     for i, (mentions, _) in undrawn.items():
         out[i] = (*out[i][:ENT], _mention_column(mentions, bits, named, hop_keys), *out[i][ENT + 1 :])
     return out
+
+
+# Vectors of the names undrawn facts hold ("Dana Scully (person)", as the entity they make is embedded),
+# by that text: a burst's names are embedded once per process, not at every search.
+_NAME_VECTORS: dict[str, np.ndarray] = {}
+_NAME_VECTORS_MAX = 20000
+
+
+def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set[str]:
+    """When no name matches the query's words and no entity lies near its meaning: the names of undrawn
+    facts whose entity, once drawn, the embedding fallback would find (the MAX_EMBEDDED_ENTITIES nearest
+    the query at ENTITY_EMBEDDING_MIN or more)."""
+    from memory_admin.embeddings import embed
+
+    texts = {key: text for mentions, _ in undrawn.values() for key, _, text in mentions}
+    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS]
+    if missing:
+        if len(_NAME_VECTORS) > _NAME_VECTORS_MAX:
+            _NAME_VECTORS.clear()
+        for text, vector in zip(missing, embed(missing), strict=True):
+            vector = np.asarray(vector, dtype=np.float32)
+            _NAME_VECTORS[text] = vector / (np.linalg.norm(vector) or 1.0)
+    query = np.asarray(entity_vector, dtype=np.float32)
+    query /= np.linalg.norm(query) or 1.0
+    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items())
+    return {key for distance, key in near[:MAX_EMBEDDED_ENTITIES] if -distance >= ENTITY_EMBEDDING_MIN}
 
 
 def _stated_neighbours(relations: list[tuple[tuple[str, str], ...]], named_keys: set[str]) -> set[str]:
@@ -964,12 +992,12 @@ def _stated_neighbours(relations: list[tuple[tuple[str, str], ...]], named_keys:
 
 
 def _mention_column(
-    mentions: tuple[tuple[str, bool], ...], bits: dict[str, int], named: list[set[str]], hop_keys: set[str]
+    mentions: tuple[tuple[str, bool, str], ...], bits: dict[str, int], named: list[set[str]], hop_keys: set[str]
 ) -> tuple[int, int, int]:
     """An undrawn fact's entity column as the candidate statement gives a drawn one's: (the named
     entities it mentions, bit i for the i-th; those of them it is about; how many neighbours it mentions)."""
     mask = subject_mask = hops = 0
-    for key, is_subject in mentions:
+    for key, is_subject, _ in mentions:
         bit = bits.get(key)
         if bit is None:
             bit = next((b for b, ks in enumerate(named) if _agrees(key, ks)), None)

@@ -37,7 +37,7 @@ from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from memory_admin.errors import DomainError
-from memory_admin.models import EntityBackfill, EntityDrawing, Fact, FactEntity
+from memory_admin.models import Entity, EntityBackfill, EntityDrawing, Fact, FactEntity
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft, fact_entities_link
@@ -198,13 +198,18 @@ def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
 
 
 @functools.lru_cache(maxsize=8192)
-def drawn_names(text: str) -> tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, str], ...]]:
-    """What drawing a fact of this text would link, by folded name: ((name, is its subject)...), and
-    the (subject, object) of the relations it states. Cached: search counts it for every candidate not
-    drawn yet, again at each search until its drawing ran."""
+def drawn_names(text: str) -> tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, str], ...]]:
+    """What drawing a fact of this text would link, by folded name: ((name, is its subject, the text a new
+    entity of it is embedded from)...), and the (subject, object) of the relations it states. Cached:
+    search counts it for every candidate not drawn yet, again at each search until its drawing ran."""
+    from memory_admin.services.entity_curation import entity_text
+
     mentions, relations = draw(text)
     return (
-        tuple((fold_name(m.name), m.role == FactEntity.Role.SUBJECT) for m in mentions),
+        tuple(
+            (fold_name(m.name), m.role == FactEntity.Role.SUBJECT, entity_text(Entity(name=m.name, type=m.type)))
+            for m in mentions
+        ),
         tuple((fold_name(r.subject), fold_name(r.object)) for r in relations),
     )
 
