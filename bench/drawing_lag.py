@@ -10,7 +10,9 @@ with this one: its R@10 undrawn and drawn, and the search latency of both on a s
 `--small` turns of one conversation, drawn), alternated `--rounds` times, p50 over each tree's searches:
 the client's time and the server's (Server-Timing `server_ms_excluding_embed`).
 
-    .venv/bin/python bench/drawing_lag.py [--base /tmp/drawing-base] [--rounds 4]
+    .venv/bin/python bench/drawing_lag.py [--base /tmp/drawing-base] [--rounds 4] [--reuse]
+
+A run saves the ingested database, nothing drawn, as `<db>_undrawn`; `--reuse` starts from a copy of it.
 """
 
 from __future__ import annotations
@@ -53,6 +55,27 @@ def latencies(port: int, key: str, questions: list[str], repeat: int) -> tuple[l
     return client_ms, server_ms
 
 
+def copy_database(url: str, source: str, target: str) -> None:
+    """`target` made a copy of `source` (Django's connections closed: a template must have none)."""
+    import urllib.parse
+
+    import psycopg
+    from django.db import connections
+
+    connections.close_all()
+    admin = urllib.parse.urlunparse(urllib.parse.urlparse(url)._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{target}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{target}" TEMPLATE "{source}"')
+
+
+def reuse_key() -> str:
+    from memory_admin.models import Tenant
+    from memory_admin.services.keys import api_key_create
+
+    return api_key_create(tenant_id=Tenant.objects.get(slug="locomo").pk, agent_name="drawing-lag")[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("/work/shared/eval/locomo-dev"))
@@ -61,18 +84,27 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument("--small", type=int, default=40, help="facts of the small user (latency)")
     parser.add_argument("--rounds", type=int, default=4, help="alternated latency rounds per tree")
+    parser.add_argument("--reuse", action="store_true", help="start from the undrawn copy a previous run saved")
     args = parser.parse_args()
 
     turns, questions = load(args.data)
+    state = Path(f"/tmp/{args.db}_state.json")
     url = database_url(args.db, fresh=True)
-    migrate(url)
-    setup_django(url)
-    key, admin_key = bench_keys()
+    if args.reuse:
+        copy_database(url, f"{args.db}_undrawn", args.db)
+        setup_django(url)
+        key = reuse_key()
+        dia_ids_of = ingest_or_reuse(0, key, key, turns, state, True)
+    else:
+        migrate(url)
+        setup_django(url)
+        key, admin_key = bench_keys()
+        with server(url, ROOT) as srv:
+            dia_ids_of = ingest_or_reuse(srv.port, key, admin_key, turns, state, False)
+            first = [t for t in turns if t["sample_id"] == turns[0]["sample_id"]][: args.small]
+            ingest(srv.port, key, SMALL_USER, first)
+        copy_database(url, args.db, f"{args.db}_undrawn")  # for --reuse
     trees = {"this tree": ROOT, **({f"base ({args.base})": args.base.resolve()} if args.base else {})}
-    with server(url, ROOT) as srv:
-        dia_ids_of = ingest_or_reuse(srv.port, key, admin_key, turns, Path(f"/tmp/{args.db}_state.json"), False)
-        first = [t for t in turns if t["sample_id"] == turns[0]["sample_id"]][: args.small]
-        ingest(srv.port, key, SMALL_USER, first)
     figures: dict[tuple[str, str], dict[str, float]] = {}
     for name, tree in trees.items():  # nothing drawn yet: no worker ran
         with server(url, tree) as srv:
