@@ -76,35 +76,8 @@ def reuse_key() -> str:
     return api_key_create(tenant_id=Tenant.objects.get(slug="locomo").pk, agent_name="drawing-lag")[1]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=Path("/work/shared/eval/locomo-dev"))
-    parser.add_argument("--db", default="drawing_lag")
-    parser.add_argument("--base", type=Path, help="another tree to measure on the same data, in turns")
-    parser.add_argument("--k", type=int, default=10)
-    parser.add_argument("--small", type=int, default=40, help="facts of the small user (latency)")
-    parser.add_argument("--rounds", type=int, default=4, help="alternated latency rounds per tree")
-    parser.add_argument("--reuse", action="store_true", help="start from the undrawn copy a previous run saved")
-    args = parser.parse_args()
-
-    turns, questions = load(args.data)
-    state = Path(f"/tmp/{args.db}_state.json")
-    url = database_url(args.db, fresh=True)
-    if args.reuse:
-        copy_database(url, f"{args.db}_undrawn", args.db)
-        setup_django(url)
-        key = reuse_key()
-        dia_ids_of = ingest_or_reuse(0, key, key, turns, state, True)
-    else:
-        migrate(url)
-        setup_django(url)
-        key, admin_key = bench_keys()
-        with server(url, ROOT) as srv:
-            dia_ids_of = ingest_or_reuse(srv.port, key, admin_key, turns, state, False)
-            first = [t for t in turns if t["sample_id"] == turns[0]["sample_id"]][: args.small]
-            ingest(srv.port, key, SMALL_USER, first)
-        copy_database(url, args.db, f"{args.db}_undrawn")  # for --reuse
-    trees = {"this tree": ROOT, **({f"base ({args.base})": args.base.resolve()} if args.base else {})}
+def recall(args, url: str, key: str, questions: list[dict], dia_ids_of: dict, trees: dict[str, Path]) -> None:
+    """R@10 of every tree with nothing drawn, then drawing drained, then again."""
     figures: dict[tuple[str, str], dict[str, float]] = {}
     for name, tree in trees.items():  # nothing drawn yet: no worker ran
         with server(url, tree) as srv:
@@ -127,6 +100,59 @@ def main() -> int:
             print(f"{name:<40}{state:<10}" + "".join(f"{row[c]:>13.3f}" for c in columns))
         gap = figures[name, "drawn"]["pooled"] - figures[name, "undrawn"]["pooled"]
         print(f"{name:<40}{'gap':<10}{'':>{13 * (len(columns) - 1)}}{gap:>13.3f}")
+
+
+def lag_latency(url: str, key: str, questions: list[dict], turns: list[dict]) -> None:
+    """This tree's search on the small user while none of its facts is drawn (the names counted from the
+    text; the first search embeds the names, the next ones find them cached)."""
+    small_questions = [q["question"] for q in questions if q["sample_id"] == turns[0]["sample_id"]][:50]
+    with server(url, ROOT) as srv:
+        first_ms = latencies(srv.port, key, small_questions[:1], 1)[0][0]
+        client_ms, server_ms = latencies(srv.port, key, small_questions, 2)
+    print(
+        f"this tree, small user not drawn: first search {first_ms:.1f} ms, then p50 client "
+        f"{statistics.median(client_ms):.2f} ms, server excluding embedding {statistics.median(server_ms):.2f} ms"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", type=Path, default=Path("/work/shared/eval/locomo-dev"))
+    parser.add_argument("--db", default="drawing_lag")
+    parser.add_argument("--base", type=Path, help="another tree to measure on the same data, in turns")
+    parser.add_argument("--k", type=int, default=10)
+    parser.add_argument("--small", type=int, default=40, help="facts of the small user (latency)")
+    parser.add_argument("--rounds", type=int, default=4, help="alternated latency rounds per tree")
+    parser.add_argument("--reuse", action="store_true", help="start from the undrawn copy a previous run saved")
+    parser.add_argument("--latency-only", action="store_true", help="no recall: draw the small user, time searches")
+    args = parser.parse_args()
+
+    turns, questions = load(args.data)
+    state = Path(f"/tmp/{args.db}_state.json")
+    url = database_url(args.db, fresh=True)
+    if args.reuse:
+        copy_database(url, f"{args.db}_undrawn", args.db)
+        setup_django(url)
+        key = reuse_key()
+        dia_ids_of = ingest_or_reuse(0, key, key, turns, state, True)
+    else:
+        migrate(url)
+        setup_django(url)
+        key, admin_key = bench_keys()
+        with server(url, ROOT) as srv:
+            dia_ids_of = ingest_or_reuse(srv.port, key, admin_key, turns, state, False)
+            first = [t for t in turns if t["sample_id"] == turns[0]["sample_id"]][: args.small]
+            ingest(srv.port, key, SMALL_USER, first)
+        copy_database(url, args.db, f"{args.db}_undrawn")  # for --reuse
+    trees = {"this tree": ROOT, **({f"base ({args.base})": args.base.resolve()} if args.base else {})}
+    if args.latency_only:
+        lag_latency(url, key, questions, turns)
+        from memory_admin.models import Fact
+        from memory_admin.services.entity_draw import facts_draw
+
+        facts_draw(list(Fact.objects.filter(memory_user__external_id=SMALL_USER).values_list("pk", flat=True)))
+    else:
+        recall(args, url, key, questions, dia_ids_of, trees)
 
     small_questions = [q["question"] for q in questions if q["sample_id"] == turns[0]["sample_id"]][:50]
     samples: dict[str, tuple[list[float], list[float]]] = collections.defaultdict(lambda: ([], []))
