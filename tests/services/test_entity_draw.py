@@ -234,3 +234,29 @@ def test_a_rolled_back_write_is_never_sent(api, tenant, dispatched, django_captu
     with django_capture_on_commit_callbacks(execute=True):
         post_fact(api, "alice", "Dana Scully moved to Lisbon.")
     assert dispatched == [(TASK, tenant.pk, user.pk)]
+
+
+def test_a_tenants_shared_facts_have_one_drawing_of_their_own(tenant):
+    from django.utils import timezone
+
+    from memory_admin.services.entity_draw import claim, owner_draw
+
+    shared = Fact.objects.create(
+        tenant=tenant,
+        scope="org",
+        content="Dana Scully leads Project Falcon.",
+        content_hash="x",
+        confidence=0.9,
+        source="user_stated",
+        valid_from=timezone.now(),
+    )
+    assert claim([(tenant.pk, None)]) == [(tenant.pk, None)]
+    assert claim([(tenant.pk, None)]) == []  # pending: a second write sends nothing
+    owner_draw(tenant_id=tenant.pk, memory_user_id=None)
+    assert set(FactEntity.objects.filter(fact=shared).values_list("entity__name", flat=True)) == {
+        "Dana Scully",
+        "Project Falcon",
+    }
+    assert Entity.objects.filter(memory_user__isnull=True).count() == 2  # the tenant's entities
+    assert not Fact.objects.get(pk=shared.pk).entities_due
+    assert claim([(tenant.pk, None)]) == [(tenant.pk, None)]  # drawn: the next write sends again
