@@ -24,7 +24,9 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   query's word n-grams; when none matches, the nearest entities by embedding above ENTITY_EMBEDDING_MIN):
   a fact that mentions them scores the IDF-weighted sum of those it mentions (MENTION_SHARE of an entity
   it names but is not about, i.e. not as its subject), relative to the best such fact;
-  a fact that mentions only an entity one open relation away from them scores HOP_SHARE.
+  a fact that mentions only an entity one open relation away from them scores HOP_SHARE. A fact whose
+  entities are not drawn yet (`entities_due`) is counted from its text as its drawing will link it
+  (`undrawn_entities`), so the ranking does not depend on how far drawing has caught up.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
