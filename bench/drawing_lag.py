@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import statistics
 import subprocess
 import sys
@@ -60,9 +61,12 @@ def copy_database(url: str, source: str, target: str) -> None:
     import urllib.parse
 
     import psycopg
-    from django.db import connections
+    from django.conf import settings
 
-    connections.close_all()
+    if settings.configured:  # not before setup_django: that would read the settings without the URL
+        from django.db import connections
+
+        connections.close_all()
     admin = urllib.parse.urlunparse(urllib.parse.urlparse(url)._replace(path="/postgres"))
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{target}" WITH (FORCE)')
@@ -167,7 +171,29 @@ def main() -> int:
                 f"round {round_ + 1} {name}: search p50 client {statistics.median(client_ms):.2f} ms, "
                 f"server excluding embedding {statistics.median(server_ms):.2f} ms"
             )
-    print(f"\nsearch on a user of {args.small} facts (drawn), p50 over {args.rounds} alternated rounds")
+    cpu_figures: dict[str, list[dict]] = collections.defaultdict(list)
+    questions_file = Path(f"/tmp/{args.db}_small_questions.json")
+    questions_file.write_text(json.dumps(small_questions))
+    for round_ in range(args.rounds):
+        for name, tree in trees.items() if round_ % 2 == 0 else reversed(trees.items()):
+            out = subprocess.run(
+                [PYTHON, str(ROOT / "bench" / "_search_cpu.py"), SMALL_USER, "4", str(questions_file)],
+                cwd=tree,
+                env=django_env(url, PYTHONPATH=str(tree)),
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            cpu_figures[name].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"round {round_ + 1} {name}, in-process: {cpu_figures[name][-1]}")
+    print(f"\nsearch on a user of {args.small} facts (drawn), in-process, median of {args.rounds} alternated rounds")
+    for name, rows in cpu_figures.items():
+        print(
+            f"{name:<40} server excluding embedding p50 {statistics.median(r['server_ms'] for r in rows):.2f} ms, "
+            f"search CPU p50 {statistics.median(r['cpu_ms'] for r in rows):.2f} ms, "
+            f"Postgres CPU {statistics.median(r['pg_cpu_ms'] for r in rows):.2f} ms a search"
+        )
+    print(f"\nsearch on a user of {args.small} facts (drawn), over HTTP, p50 over {args.rounds} alternated rounds")
     for name, (client_ms, server_ms) in samples.items():
         print(
             f"{name:<40} client {statistics.median(client_ms):.2f} ms, "
