@@ -184,8 +184,9 @@ def burst(stack: Stack, key: str, user: str, n: int, clients: int = 4) -> None:
 def wait_drawn(stack: Stack, user: str, timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
     facts = Fact.objects.filter(memory_user__external_id=user)
+    drawing = EntityDrawing.objects.filter(memory_user__external_id=user)
     while time.monotonic() < deadline:
-        if not facts.filter(entities_due=True).exists():
+        if not facts.filter(entities_due=True).exists() and not drawing.filter(pending_since__isnull=False).exists():
             return
         time.sleep(0.5)
     pytest.fail(f"{facts.filter(entities_due=True).count()} of {facts.count()} facts still due\n{stack.logs()}")
