@@ -16,7 +16,7 @@ SOURCES = [
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memory_admin", "0021_batch_dispatched_at"),
+        ("memory_admin", "0023_entity_drawing"),
     ]
 
     operations = [

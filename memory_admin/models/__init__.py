@@ -1,5 +1,5 @@
 from memory_admin.models.checkpoints import Checkpoint, CheckpointWrite, StoreItem, StoreVector
-from memory_admin.models.entities import Entity, EntityBackfill, FactEntity, Relation, RelationEnd
+from memory_admin.models.entities import Entity, EntityBackfill, EntityDrawing, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
@@ -44,6 +44,7 @@ __all__ = [
     "Edge",
     "Entity",
     "EntityBackfill",
+    "EntityDrawing",
     "EntityMerge",
     "EntityMergeReview",
     "Episode",

@@ -129,6 +129,8 @@ def processes(django_db_setup, django_db_blocker, fake, tmp_path_factory):
         "EXTRACTION_SWEEP_SECONDS": "0.5",
         "EPISODE_SWEEP_SECONDS": "1",
         "ENTITY_SWEEP_SECONDS": "1",
+        # This process's claims send to the development broker: the sweep takes them for lost soon.
+        "ENTITY_DRAW_LOST_SECONDS": "2",
         "EXTRACTION_LEASE_MARGIN_SECONDS": "1",
         "EXTRACTION_BACKOFF_SECONDS": "0.5",
         "EXTRACTION_REDISPATCH_SECONDS": "3",
