@@ -28,6 +28,25 @@ if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
 wsgi_app = "memory_admin.wsgi:application"
 
 
+def _control_socket() -> str | None:
+    """gunicorn's control socket (`gunicornc`) in this installation's data directory, so two instances
+    on one host never share one (gunicorn's default is one per user: $XDG_RUNTIME_DIR/gunicorn.ctl or
+    ~/.gunicorn/gunicorn.ctl). None (no socket) when the path is too long for a unix socket."""
+    from pathlib import Path
+
+    from memory_admin.embedded_db import data_dir
+
+    path = data_dir(Path(__file__).resolve().parent.parent) / "gunicorn.ctl"
+    return str(path) if len(str(path).encode()) < 100 else None
+
+
+_socket = _control_socket()
+if _socket:
+    control_socket = _socket
+else:
+    control_socket_disable = True
+
+
 class Logger(_GunicornLogger):
     """gunicorn's logger, whose access line is written only when ACCESS_LOG asks for one. gunicorn
     turns its access log on whenever `logconfig_dict` is set (above, for JSON), which wrote one more line
