@@ -80,6 +80,11 @@ BATCH_LAG = Histogram(
     "From a batch's first message received to the batch done (includes the debounce window).",
     buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
 )
+TASKS = Counter(
+    "memory_admin_tasks",
+    "Celery tasks finished by the workers, by task name and state (SUCCESS, FAILURE, RETRY, ...): deliveries.",
+    ["task", "state"],
+)
 LLM_CALLS = Counter(
     "memory_admin_llm_calls", "Model calls by tenant, layer, model and success.", ["tenant", "layer", "model", "ok"]
 )
@@ -396,9 +401,18 @@ def process_exited(pid: int) -> None:
     multiprocess.mark_process_dead(pid)
 
 
-def connect_celery() -> None:
-    from celery.signals import beat_init, worker_init, worker_process_shutdown
+def task_finished(task: object = None, state: str | None = None, **_kwargs: object) -> None:
+    """Celery's task_postrun, in the process that ran the task (eager runs in tests are not counted)."""
+    request = getattr(task, "request", None)
+    if request is None or request.is_eager:
+        return
+    TASKS.labels(getattr(task, "name", "?"), state or "?").inc()
 
+
+def connect_celery() -> None:
+    from celery.signals import beat_init, task_postrun, worker_init, worker_process_shutdown
+
+    task_postrun.connect(task_finished, weak=False, dispatch_uid="memory_admin.metrics.tasks")
     worker_init.connect(lambda **_: clean_multiproc_dir(), weak=False)
     beat_init.connect(lambda **_: clean_multiproc_dir(), weak=False)
     worker_process_shutdown.connect(lambda pid=None, **_: process_exited(pid or os.getpid()), weak=False)
