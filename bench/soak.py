@@ -324,7 +324,7 @@ class Client(threading.Thread):
         status, answer = http(method, self.base + path, body, self.key)
         self.requests += 1
         self.statuses[status] += 1
-        if status >= 500 or status == 0:
+        if status >= 500 or status == 0 or (status >= 400 and len(self.errors) < 5):
             self.errors.append(f"{method} {path.split('?')[0]} -> {status} {str(answer)[:160]}")
         return status, answer
 
@@ -341,10 +341,7 @@ class Client(threading.Thread):
         thread = f"session-{session.number}"
         texts = [turn["memory_text"] for turn in session.turns]
         for start in range(0, len(texts), FACTS_PER_BATCH):
-            facts = [
-                {"content": text, "observed_at": session.turns[0]["timestamp"] + "Z"}
-                for text in texts[start : start + FACTS_PER_BATCH]
-            ]
+            facts = [{"content": text} for text in texts[start : start + FACTS_PER_BATCH]]
             status, body = self.call("POST", f"users/{user}/facts/batch", {"facts": facts})
             if status == 200:
                 self.fact_ids += [r["fact"]["id"] for r in body["results"] if r.get("fact")]
@@ -365,7 +362,7 @@ class Client(threading.Thread):
         status, _ = self.call("POST", f"users/{user}/threads/{thread}/close", {})
         self.closes += status == 202
         for question in session.questions:
-            status, _ = self.call("GET", f"users/{user}/search?q={urllib.parse.quote(question[:200])}&limit=10")
+            status, _ = self.call("GET", f"users/{user}/search?q={urllib.parse.quote(question[:200])}&k=10")
             self.searches += status == 200
 
 

@@ -199,6 +199,9 @@ class Heartbeats:
 
 class Command(BaseCommand):
     help = "Run server, workers, scheduler and MCP server together (embedded Postgres unless DATABASE_URL is set)."
+    # The checks import every URL, view and API module (~40 MB `up` would keep for its whole life);
+    # the preparing child runs them instead (`prepare`).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--bind", default=os.environ.get("BIND", "127.0.0.1:8000"))
@@ -291,6 +294,7 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def prepare(self, *, demo: bool) -> None:
+        call_command("check")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         if settings.EMBEDDER in ("onnx", "static"):
