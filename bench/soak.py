@@ -341,7 +341,7 @@ class Client(threading.Thread):
         thread = f"session-{session.number}"
         texts = [turn["memory_text"] for turn in session.turns]
         for start in range(0, len(texts), FACTS_PER_BATCH):
-            facts = [{"content": text} for text in texts[start : start + FACTS_PER_BATCH]]
+            facts = [{"content": text, "confidence": 0.9} for text in texts[start : start + FACTS_PER_BATCH]]
             status, body = self.call("POST", f"users/{user}/facts/batch", {"facts": facts})
             if status == 200:
                 self.fact_ids += [r["fact"]["id"] for r in body["results"] if r.get("fact")]

@@ -112,6 +112,8 @@ def queue_backlogs() -> list[QueueBacklog] | None:
     except Exception:  # noqa: BLE001 - the broker down is not this answer's failure
         logging.getLogger(__name__).warning("health: the broker's queues could not be read", exc_info=True)
         return None
+    if not stats:  # queue_stats' answer when it cannot read the broker (or knows no such broker)
+        return None
     return [
         QueueBacklog(
             name,

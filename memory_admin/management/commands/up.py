@@ -3,10 +3,10 @@ the web server (gunicorn), two Celery workers, the beat scheduler and the MCP se
 SIGTERM stops all of them cleanly (in-flight requests and the running batch finish first), and then
 the embedded Postgres if this `up` started it.
 
-The two workers split WORKER_CONCURRENCY (default: the machine's cores) between them: `worker`
-consumes the `control` queue (heartbeats, sweeps) and `interactive` (batches, thread closes),
-`worker-bulk` consumes `bulk` (entity drawing, re-embedding, imports) and `interactive`. A backlog of
-bulk work therefore never holds up a sweep, a heartbeat or a batch.
+The two workers split WORKER_CONCURRENCY (default: the machine's cores) between them (`worker_lanes`):
+`worker` consumes the `control` queue (heartbeats, sweeps) and `interactive` (batches, thread closes)
+on threads, `worker-bulk` consumes `bulk` (entity drawing, re-embedding, imports) and `interactive`
+in processes. A backlog of bulk work therefore never holds up a sweep, a heartbeat or a batch.
 
 `up` supervises its children (memory_admin/supervisor.py): one that exits (crash, OOM kill, a beat
 giving up after an outage) or is wedged for `--wedged-after` seconds is started again after a backoff
@@ -90,10 +90,11 @@ def worker_concurrency() -> int:
 
 @dataclass(frozen=True)
 class WorkerLane:
-    """One Celery worker `up` runs: its child name, the queues it consumes, its pool size."""
+    """One Celery worker `up` runs: its child name, the queues it consumes, its pool and pool size."""
 
     name: str
     queues: tuple[str, ...]
+    pool: str
     concurrency: int
 
     @property
@@ -102,13 +103,15 @@ class WorkerLane:
 
 
 def worker_lanes(total: int) -> list[WorkerLane]:
-    """Control and interactive work on one worker, bulk and interactive on the other: a backlog of
-    entity drawing never sits in front of a sweep, a heartbeat or a batch, and interactive work uses
-    both workers' free processes. Together they run `total` processes (at least one each)."""
-    control = max(1, total // 2)
+    """Two workers. `worker` takes control and interactive work on threads in one process: a sweep or
+    a heartbeat never waits for a free process behind a batch's slow LLM call, and no pool process
+    costs another copy of the interpreter. `worker-bulk` takes bulk and interactive work on half the
+    cores in processes (entity drawing is CPU work), so a backlog of bulk work never sits in front of
+    a sweep, and interactive work has both workers. At least two threads, at least one process."""
+    processes = max(1, total // 2)
     return [
-        WorkerLane("worker", ("control", "interactive"), control),
-        WorkerLane("worker-bulk", ("bulk", "interactive"), max(1, total - control)),
+        WorkerLane("worker", ("control", "interactive"), "threads", max(2, total - processes)),
+        WorkerLane("worker-bulk", ("bulk", "interactive"), "prefork", processes),
     ]
 
 
@@ -190,11 +193,13 @@ class Heartbeats:
         return probe
 
     def beat_probe(self, child: Child, now: float) -> str | None:
-        # No sweep while workers have been running tasks all along: beat is not scheduling.
-        # Without a working worker, a missing sweep is not beat's fault.
+        # No sweep while workers have been running tasks all along and nothing waits in `control`
+        # (where beat's sweeps go): beat is not scheduling. Without a working worker, or with sweeps
+        # waiting (or expiring) in a backed-up control queue, a missing sweep is not beat's fault.
         reason = self.stale(SWEEP, child, now)
         workers_fine = now - self.fresh_since.get(WORKER, now) >= self.wedged_after
-        return reason if workers_fine else None
+        control_waits = (self._waiting or {}).get("control", 0.0) > min(5.0, self.wedged_after / 2)
+        return reason if workers_fine and not control_waits else None
 
 
 class Command(BaseCommand):
@@ -251,7 +256,7 @@ class Command(BaseCommand):
                     "worker",
                     "--loglevel=INFO",
                     f"--concurrency={lane.concurrency}",
-                    "--pool=prefork",
+                    f"--pool={lane.pool}",
                     f"--queues={','.join(lane.queues)}",
                     f"--hostname={lane.nodename}",
                 ],
