@@ -4,6 +4,9 @@ import os
 
 from gunicorn.glogging import Logger as _GunicornLogger
 
+# ONNX Runtime's telemetry store is one SQLite file per user that every process using it opens, shared
+# by every instance on the host; set before a worker loads the runtime.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_WORKERS", "2"))
 threads = int(os.environ.get("WEB_THREADS", "4"))

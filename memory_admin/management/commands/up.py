@@ -341,7 +341,15 @@ class Command(BaseCommand):
         if prepare_only:
             self.prepare(demo=not no_demo)
             return
-        env = {**os.environ, "BIND": bind, "MCP_BIND": mcp_bind(bind), "DATABASE_URL": settings.DATABASE_URL}
+        env = {
+            # ONNX Runtime's telemetry keeps a SQLite file per user (~/.cache/Microsoft/DeveloperTools/
+            # .onnxruntime/onnxruntime.db) that every process on the host using it opens: off.
+            "ORT_DISABLE_TELEMETRY": "1",
+            **os.environ,
+            "BIND": bind,
+            "MCP_BIND": mcp_bind(bind),
+            "DATABASE_URL": settings.DATABASE_URL,
+        }
         code = 1
         # Until the supervisor takes the signals over: a SIGTERM during the preparation still ends in
         # the `finally` below (the child preparing is killed by subprocess.run on the way out).
