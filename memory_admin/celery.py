@@ -8,15 +8,17 @@ from datetime import timedelta
 from celery import Celery
 from celery.beat import PersistentScheduler
 from celery.schedules import crontab
+from celery.signals import before_task_publish
 from kombu import Queue
 from kombu.transport import TRANSPORT_ALIASES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_admin.settings")
 
-# The embedded broker (Postgres via SQLAlchemy) needs two fixes to kombu's transport; see
-# extraction/broker.py. Registered before any connection is made, in every process (web, worker, beat).
-TRANSPORT_ALIASES["sqla"] = "extraction.broker:Transport"
-TRANSPORT_ALIASES["sqlalchemy"] = "extraction.broker:Transport"
+# The embedded broker: Postgres through the transport in extraction/broker.py. Registered before any
+# connection is made, in every process (web, worker, beat); the `sqla+` URLs of kombu's SQLAlchemy
+# transport, the former default, reach it too.
+for _alias in ("pg", "sqla", "sqlalchemy"):
+    TRANSPORT_ALIASES[_alias] = "extraction.broker:Transport"
 
 
 def _seconds(name: str, default: float) -> float:
@@ -104,15 +106,49 @@ app.conf.beat_scheduler = Scheduler
 app.conf.broker_connection_retry_on_startup = True
 app.autodiscover_tasks(["extraction"])
 
-# Two queues, both consumed by every worker: batches and closes do not wait behind a backlog of
-# sweeps (after a restart beat may have queued dozens), since workers take from the queues in turn.
-app.conf.task_queues = (Queue("celery"), Queue("extraction"))
-app.conf.task_default_queue = "celery"
+# Three queues, all consumed by every worker unless it is told otherwise (-Q). `control` carries what
+# proves the background is alive and keeps it moving (heartbeats, sweeps, housekeeping), so it never
+# waits behind work; `interactive` what a user waits for (a batch due now, a thread closed); `bulk`
+# what may lag (entity drawing, re-embedding, imports, the daily and hourly scans). The embedded
+# broker fetches in that order (extraction/broker.py); tasks of no route go to `interactive`.
+CONTROL, INTERACTIVE, BULK = "control", "interactive", "bulk"
+app.conf.task_queues = (Queue(CONTROL), Queue(INTERACTIVE), Queue(BULK))
+app.conf.task_default_queue = INTERACTIVE
 app.conf.task_routes = {
-    "extraction.run_batch": {"queue": "extraction"},
-    "extraction.close_thread": {"queue": "extraction"},
-    "extraction.build_episode": {"queue": "extraction"},
+    **{
+        name: {"queue": CONTROL}
+        for name in (
+            "extraction.worker_heartbeat",
+            "extraction.sweep",
+            "extraction.entities_sweep",
+            "extraction.episodes_sweep",
+            "extraction.broker_cleanup",
+        )
+    },
+    **{
+        name: {"queue": INTERACTIVE}
+        for name in ("extraction.run_batch", "extraction.close_thread", "extraction.build_episode")
+    },
+    **{
+        name: {"queue": BULK}
+        for name in (
+            "extraction.entities_draw",
+            "extraction.reembed*",
+            "extraction.import*",
+            "extraction.lifecycle_gc_all",
+            "extraction.contradiction_scan_all",
+        )
+    },
 }
+
+
+@before_task_publish.connect
+def _stamp_published_at(headers=None, **_kwargs) -> None:
+    """When the message was sent: queue_stats() reads the age of a Redis queue's oldest message from
+    it (the embedded broker records the time itself)."""
+    if headers is not None:
+        headers.setdefault("published_at", time.time())
+
 
 # Beat: the sweeper is the heartbeat of extraction (due threads, lost tasks, expired leases), so it
 # runs every couple of seconds; each run is a few indexed queries when there is nothing to do.

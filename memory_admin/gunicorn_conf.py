@@ -71,7 +71,7 @@ def post_worker_init(worker):
 
     embed_one("warm-up")
     count_tokens("warm-up")
-    # The broker's transport too (on embedded defaults kombu's SQLAlchemy one, ~0.3-0.5 s of imports),
+    # The broker's transport too (on embedded defaults extraction/broker.py),
     # so that a worker's first write does not pay for it when it sends its entity drawing. Not connected.
     from memory_admin.celery import app
 

@@ -199,14 +199,16 @@ ENTITY_DRAW_SEND_IN_REQUEST = False
 # The sender gathers the ids committed within this many seconds into one task.
 ENTITY_DRAW_SEND_EVERY = float(os.environ.get("ENTITY_DRAW_SEND_EVERY", "0.25"))
 
-# Celery. Default broker: Postgres itself through kombu's SQLAlchemy transport, so the embedded
-# setup needs no Redis or RabbitMQ. Production sets CELERY_BROKER_URL=redis://... or amqp://...
-_sqla_url = "sqla+postgresql+psycopg://{USER}:{PASSWORD}@/{NAME}?host={HOST}".format(**DATABASES["default"])
+# Celery. Default broker: Postgres itself, through the transport in extraction/broker.py (one table,
+# LISTEN/NOTIFY), so the embedded setup needs no Redis or RabbitMQ. Production sets
+# CELERY_BROKER_URL=redis://... or amqp://... (`sqla+postgresql+psycopg://...` URLs, the former default,
+# reach the same transport).
+_pg_url = "pg+postgresql://{USER}:{PASSWORD}@/{NAME}?host={HOST}".format(**DATABASES["default"])
 if DATABASES["default"]["PORT"] or not DATABASES["default"]["HOST"].startswith("/"):
-    _sqla_url = "sqla+postgresql+psycopg://{USER}:{PASSWORD}@{HOST}:{PORT}/{NAME}".format(
+    _pg_url = "pg+postgresql://{USER}:{PASSWORD}@{HOST}:{PORT}/{NAME}".format(
         **{**DATABASES["default"], "PORT": DATABASES["default"]["PORT"] or "5432"}
     )
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or _sqla_url
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL") or _pg_url
 # Where task results go when a caller asks for one (every task of the app ignores its result; the
 # scale-out test and operators' probes ask): e.g. redis://host:6379/1. Unset: no result store.
 CELERY_RESULT_BACKEND = os.environ.get("CELERY_RESULT_BACKEND") or None
@@ -215,7 +217,17 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
+# The embedded broker wakes on NOTIFY and on its own acknowledgements; it polls only when neither
+# comes for this long.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 1.0}
+# Processes per worker: the machine's cores unless told (a worker started with --concurrency wins).
+_concurrency = os.environ.get("WORKER_CONCURRENCY", "").strip()
+if _concurrency and (not _concurrency.isdigit() or int(_concurrency) < 1):
+    raise ImproperlyConfigured(
+        f"WORKER_CONCURRENCY must be a whole number of processes, 1 or more (got {_concurrency!r})"
+    )
+WORKER_CONCURRENCY = int(_concurrency) if _concurrency else os.cpu_count() or 1
+CELERY_WORKER_CONCURRENCY = WORKER_CONCURRENCY
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 # Health readiness (selectors/health.py): how often each worker proves it consumes tasks, after how
 # long without a sweep or a worker heartbeat the service is not ready, and the grace after a start.

@@ -106,14 +106,14 @@ def test_access_log_asked_for(tmp_path):
 
 def test_a_web_worker_loads_the_brokers_transport_before_its_first_request():
     """gunicorn's post_worker_init warms what a first write would otherwise load during its request: the
-    embedding model, the tokenizer, and the broker's transport (kombu's SQLAlchemy one on the embedded
+    embedding model, the tokenizer, and the broker's transport (extraction/broker.py on the embedded
     defaults, which its entity drawing is sent through), without connecting to the broker."""
     code = (
         "import sys, django; django.setup()\n"
-        "before = 'kombu.transport.sqlalchemy' in sys.modules\n"
+        "before = 'extraction.broker' in sys.modules\n"
         "from memory_admin import gunicorn_conf\n"
         "gunicorn_conf.post_worker_init(None)\n"
-        "print(before, 'kombu.transport.sqlalchemy' in sys.modules)\n"
+        "print(before, 'extraction.broker' in sys.modules)\n"
     )
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "memory_admin.settings"}
     environ.pop("CELERY_BROKER_URL", None)
