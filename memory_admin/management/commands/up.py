@@ -80,14 +80,6 @@ def mcp_bind(bind: str) -> str:
     return f"{host or '127.0.0.1'}:{int(port) + MCP_PORT_OFFSET}"
 
 
-def worker_concurrency() -> int:
-    """WORKER_CONCURRENCY (pool processes over all workers), default the machine's cores."""
-    configured = os.environ.get("WORKER_CONCURRENCY", "").strip()
-    if configured:
-        return max(1, int(configured))
-    return os.cpu_count() or 1
-
-
 @dataclass(frozen=True)
 class WorkerLane:
     """One Celery worker `up` runs: its child name, the queues it consumes, its pool and pool size."""
@@ -356,7 +348,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, _exit_on_signal)
         try:
             self.prepare_in_child(env, demo=not no_demo)
-            lanes = worker_lanes(worker_concurrency())
+            lanes = worker_lanes(settings.WORKER_CONCURRENCY)
             children = self.children(env, lanes)
             self.attach_probes(children, lanes, env, wedged_after, start_grace)
             supervisor = Supervisor(
