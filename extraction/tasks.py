@@ -86,10 +86,14 @@ def run_batch(batch_id: int) -> str:
 
 
 @shared_task(name="extraction.entities_draw", ignore_result=True)
-def entities_draw(fact_ids: list[str]) -> int:
-    from memory_admin.services.entity_draw import facts_draw
+def entities_draw(tenant_id: int | list[str], memory_user_id: int | None = None) -> int:
+    """Draw everything due of one owner (a memory user; None: the tenant's shared facts). A list of fact
+    ids is a message sent before drawing was per owner: those facts are drawn."""
+    from memory_admin.services.entity_draw import facts_draw, owner_draw
 
-    return facts_draw(fact_ids)
+    if isinstance(tenant_id, list):
+        return facts_draw(tenant_id)
+    return owner_draw(tenant_id=tenant_id, memory_user_id=memory_user_id)
 
 
 @shared_task(name="extraction.entities_sweep", ignore_result=True)

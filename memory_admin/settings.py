@@ -196,8 +196,10 @@ ACCESS_COUNT_FLUSH_SECONDS = float(os.environ.get("ACCESS_COUNT_FLUSH_SECONDS", 
 # A write's entity-drawing task is sent by a background thread of the process (True: at commit, in the
 # request; the test suite).
 ENTITY_DRAW_SEND_IN_REQUEST = False
-# The sender gathers the ids committed within this many seconds into one task.
+# The sender gathers the owners committed within this many seconds into one claim.
 ENTITY_DRAW_SEND_EVERY = float(os.environ.get("ENTITY_DRAW_SEND_EVERY", "0.25"))
+# An owner's pending drawing whose task gave no sign of life for this long is taken for lost and sent again.
+ENTITY_DRAW_LOST_SECONDS = float(os.environ.get("ENTITY_DRAW_LOST_SECONDS", "300"))
 
 # Celery. Default broker: Postgres itself, through the transport in extraction/broker.py (one table,
 # LISTEN/NOTIFY), so the embedded setup needs no Redis or RabbitMQ. Production sets

@@ -1,4 +1,4 @@
-from memory_admin.models.entities import Entity, EntityBackfill, FactEntity, Relation, RelationEnd
+from memory_admin.models.entities import Entity, EntityBackfill, EntityDrawing, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
 from memory_admin.models.memory import (
@@ -41,6 +41,7 @@ __all__ = [
     "Edge",
     "Entity",
     "EntityBackfill",
+    "EntityDrawing",
     "EntityMerge",
     "EntityMergeReview",
     "Episode",

@@ -211,3 +211,27 @@ class EntityBackfill(models.Model):
 
     def __str__(self) -> str:
         return f"entities backfill {self.scope}: {self.facts_done} facts"
+
+
+class EntityDrawing(models.Model):
+    """One owner's entity drawing (a memory user's facts, or a tenant's shared facts when memory_user is
+    null): `pending_since` is set while a drawing task is queued or running for it, so that a write sends
+    none, and cleared when that task has drawn everything due (services/entity_draw.py)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    memory_user = models.ForeignKey(MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    pending_since = models.DateTimeField(null=True, blank=True)
+    # When the pending task was sent, or last reported progress: the sweep sends it again only long after.
+    touched_at = models.DateTimeField(null=True, blank=True)
+    runs = models.BigIntegerField(default=0)
+    facts_drawn = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "memory_user"], nulls_distinct=False, name="entity_drawing_one_per_owner"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"entity drawing of {self.tenant_id}/{self.memory_user_id}"

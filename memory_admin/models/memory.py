@@ -231,6 +231,9 @@ class Fact(models.Model):
     batch = models.ForeignKey(
         "memory_admin.ExtractionBatch", on_delete=models.SET_NULL, null=True, blank=True, related_name="facts"
     )
+    # Its entities are still to be drawn (services/entity_draw.py): true for every fact the ORM creates,
+    # false once its owner's drawing went through it. Rows loaded in bulk (COPY) get the column's default.
+    entities_due = models.BooleanField(default=True, db_default=False)
 
     objects = FactQuerySet.as_manager()
 
@@ -266,6 +269,8 @@ class Fact(models.Model):
                 condition=Q(memory_user__isnull=True),
                 fastupdate=False,
             ),
+            # The facts whose entities are still to be drawn, by owner: few, whatever the table's size.
+            models.Index(fields=["tenant", "memory_user"], name="fact_entities_due", condition=Q(entities_due=True)),
             # Shared scopes (org/global) are large: approximate search. A user's own facts are
             # searched exactly, filtered by user first (SPEC §6).
             HnswIndex(

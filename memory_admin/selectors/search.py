@@ -56,6 +56,7 @@ import math
 import re
 import threading
 import time
+import uuid
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -360,6 +361,7 @@ _CARRIED = (
     "created_at",
     "valid_from",
     "search_vector",
+    "entities_due",
 )
 _ROW_SQL = (
     "SELECT c.id, c.src, c.status, c.importance, {eff_conf} AS eff_conf,"
@@ -487,7 +489,18 @@ _ENTITY_COLUMNS = (
     " FROM memory_admin_factentity fe, search_ids ids WHERE fe.fact_id = c.id) AS x"
     " WHERE EXISTS (SELECT 1 FROM search_ent)) AS ent"
 )
-_NO_ENTITY_COLUMNS = "NULL::bigint[] AS ent"
+# A fact whose entities are not drawn yet (services/entity_draw.py) has no mentions to probe: for it alone,
+# [its text, whether it has mentions anyway (the extractor linked them), how many named entities, then
+# the named entities' ids and their neighbours' ids], from which `undrawn_entities` counts what its
+# drawing will link. NULL for every drawn fact, so a search pays nothing for this once drawing caught up.
+_DUE_COLUMN = (
+    ", CASE WHEN c.entities_due AND c.status = 'active' THEN ARRAY[{content},"
+    " (EXISTS (SELECT 1 FROM memory_admin_factentity d WHERE d.fact_id = c.id))::text,"
+    " (SELECT cardinality(ids.ent) FROM search_ids ids)::text]"
+    " || (SELECT (ids.ent || ids.hop)::text[] FROM search_ids ids) END AS due"
+)
+_DUE_CONTENT = "(SELECT f.content FROM memory_admin_fact f WHERE f.id = c.id)"
+_NO_ENTITY_COLUMNS = "NULL::bigint[] AS ent, NULL::text[] AS due"
 
 
 def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
@@ -548,7 +561,11 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
         eff_conf=scoring.effective_confidence_sql("c"),
         stale=scoring.staleness_sql("c"),
         union=union,
-        entity_columns=(_ENTITY_COLUMNS if shape.entities else _NO_ENTITY_COLUMNS)
+        entity_columns=(
+            _ENTITY_COLUMNS + _DUE_COLUMN.format(content="c.content" if "content" in shape.carry else _DUE_CONTENT)
+            if shape.entities
+            else _NO_ENTITY_COLUMNS
+        )
         + "".join(f", c.{name}" for name in shape.carry),
     )
     entities, e_params = _entity_ctes(principal) if shape.entities else ("", ())
@@ -614,7 +631,8 @@ def _candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    return weights, _matched(result)
+    rows = _matched(result)
+    return weights, undrawn_entities(rows, keys, entity_vector or vector) if entities else rows
 
 
 def _matched(result: list[tuple]) -> list[tuple]:
@@ -880,8 +898,115 @@ def fact_search_users(
 
 
 # Columns of a candidate row (see _ROW_SQL).
-ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN, LEXEMES, ENT = range(12)
+ID, SRC, STATUS, IMPORTANCE, EFF_CONF, STALE_SCORE, AGE_DAYS, DISTANCE, MATCHED, DOC_LEN, LEXEMES, ENT, DUE = range(13)
 _NO_ENTITY = (0, 0, 0)
+
+
+def _agrees(key: str, alias_keys: list[str] | set[str]) -> bool:
+    """The name `key` is one of the entity's names, or (resolution's step 2) one name's words are a subset
+    of the other's, starting with the same word ("caroline" / "caroline smith")."""
+    if key in alias_keys:
+        return True
+    words = key.split()
+    return any(
+        alias[:1] == words[:1] and (set(alias) <= set(words) or set(words) <= set(alias))
+        for alias in (a.split() for a in alias_keys)
+    )
+
+
+def undrawn_entities(rows: list[tuple], keys: list[str], entity_vector: list[float] | None = None) -> list[tuple]:
+    """The candidate rows with the entity column of each fact whose drawing has not run yet (its `due`
+    column) counted from its text as its drawing would link it: a name it holds is a named entity's
+    (one of its names, or agreeing by resolution's step 2), or, named by the query's words and no
+    entity yet, a new one; a name one relation away (an open relation, or one the undrawn facts state)
+    is a neighbour. So a search ranks alike right after a burst of writes and once drawing caught up
+    (bench/drawing_lag.py). Rows unchanged when every candidate is drawn."""
+    due = [i for i, row in enumerate(rows) if row[DUE] is not None]
+    if not due:
+        return rows
+    from memory_admin.services.entity_draw import drawn_names
+
+    head = rows[due[0]][DUE]
+    n_named, ids = int(head[2]), head[3:]
+    alias_keys = dict(Entity.objects.filter(pk__in=ids).values_list("id", "alias_keys")) if ids else {}
+    named = [set(alias_keys.get(uuid.UUID(i), ())) for i in ids[:n_named]]
+    hop_keys = set().union(*(alias_keys.get(uuid.UUID(i), ()) for i in ids[n_named:]))
+    query_keys = set(keys)
+    undrawn = {i: drawn_names(rows[i][DUE][0]) for i in due if rows[i][DUE][1] != "true"}
+    new_names = {
+        key
+        for mentions, _ in undrawn.values()
+        for key, _, _ in mentions
+        if key in query_keys and not any(_agrees(key, ks) for ks in named)
+    }
+    if not new_names and not named and entity_vector is not None:
+        new_names = _nearest_names(undrawn, entity_vector)
+    # The named entities were recognised by embedding because no alias matched; once drawn, these names
+    # would match by alias, and the embedding fallback would not be used.
+    elif new_names and named and not any(ks & query_keys for ks in named):
+        named, hop_keys = [], set()
+        rows = [(*row[:ENT], None, *row[ENT + 1 :]) for row in rows]
+    bits = {key: len(named) + b for b, key in enumerate(sorted(new_names))}
+    hop_keys |= _stated_neighbours([relations for _, relations in undrawn.values()], set(bits).union(*named))
+    out = list(rows)
+    for i, (mentions, _) in undrawn.items():
+        out[i] = (*out[i][:ENT], _mention_column(mentions, bits, named, hop_keys), *out[i][ENT + 1 :])
+    return out
+
+
+# Vectors of the names undrawn facts hold ("Dana Scully (person)", as the entity they make is embedded),
+# by that text: a burst's names are embedded once per process, not at every search.
+_NAME_VECTORS: dict[str, np.ndarray] = {}
+_NAME_VECTORS_MAX = 20000
+
+
+def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set[str]:
+    """When no name matches the query's words and no entity lies near its meaning: the names of undrawn
+    facts whose entity, once drawn, the embedding fallback would find (the MAX_EMBEDDED_ENTITIES nearest
+    the query at ENTITY_EMBEDDING_MIN or more)."""
+    from memory_admin.embeddings import embed
+
+    texts = {key: text for mentions, _ in undrawn.values() for key, _, text in mentions}
+    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS]
+    if missing:
+        if len(_NAME_VECTORS) > _NAME_VECTORS_MAX:
+            _NAME_VECTORS.clear()
+        for text, vector in zip(missing, embed(missing), strict=True):
+            vector = np.asarray(vector, dtype=np.float32)
+            _NAME_VECTORS[text] = vector / (np.linalg.norm(vector) or 1.0)
+    query = np.asarray(entity_vector, dtype=np.float32)
+    query /= np.linalg.norm(query) or 1.0
+    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items())
+    return {key for distance, key in near[:MAX_EMBEDDED_ENTITIES] if -distance >= ENTITY_EMBEDDING_MIN}
+
+
+def _stated_neighbours(relations: list[tuple[tuple[str, str], ...]], named_keys: set[str]) -> set[str]:
+    """The names one relation away from a named one, among the relations undrawn facts state."""
+    near: set[str] = set()
+    for subject, object_ in itertools.chain.from_iterable(relations):
+        if subject in named_keys and object_ not in named_keys:
+            near.add(object_)
+        elif object_ in named_keys and subject not in named_keys:
+            near.add(subject)
+    return near
+
+
+def _mention_column(
+    mentions: tuple[tuple[str, bool, str], ...], bits: dict[str, int], named: list[set[str]], hop_keys: set[str]
+) -> tuple[int, int, int]:
+    """An undrawn fact's entity column as the candidate statement gives a drawn one's: (the named
+    entities it mentions, bit i for the i-th; those of them it is about; how many neighbours it mentions)."""
+    mask = subject_mask = hops = 0
+    for key, is_subject, _ in mentions:
+        bit = bits.get(key)
+        if bit is None:
+            bit = next((b for b, ks in enumerate(named) if _agrees(key, ks)), None)
+        if bit is not None:
+            mask |= 1 << bit
+            subject_mask |= is_subject << bit
+        elif key in hop_keys:
+            hops += 1
+    return mask, subject_mask, hops
 
 
 def _idf(n: int, df: int) -> float:

@@ -8,16 +8,20 @@ every door (POST /facts, /facts/batch, imports, and extraction when the model na
   at Acme", "I live in Berlin"...), whose subject is the line's speaker when there is one, else the user.
 - Everything resolves through services.entities (fact_entities_link): the same aliases, the same rules.
 
-The write path only notes the facts it stored (`draw_after_commit`); after its transaction commits, a
-background thread of the process sends one task (`extraction.entities_draw`) for every id committed
-since its last send, so a write pays neither for the graph nor for the broker round trip. A
-lost task (the broker down) is made good by the beat's `sweep`, which walks the facts written since its
-marker; `manage.py entities_backfill` walks the older ones the same way.
-`facts_draw` is idempotent: a fact that has mentions already (the extractor linked it, or an earlier
-run did) is skipped."""
+Drawing is per owner (a memory user, or a tenant's shared facts), not per fact: a fact is stored with
+`entities_due`, and the write path only notes its owner (`draw_after_commit`). After the transaction
+commits, a background thread of the process claims the owners' drawings (EntityDrawing) and sends one
+task (`extraction.entities_draw`) for each owner that had none pending, so a write pays neither for the
+graph nor for the broker round trip, and a burst of writes for one user makes one task, which draws
+everything due. A lost task (the broker down, a worker killed) is made good by the beat's `sweep`, which
+claims again the drawings of owners with facts due for a while; `manage.py entities_backfill` walks the
+facts stored before drawing existed. Drawing is idempotent: a fact that has mentions already (the
+extractor linked it, or an earlier run did) is skipped. Until its drawing ran, search counts a fact's
+entities from its text (selectors.search.undrawn_entities)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -28,12 +32,12 @@ from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
-from django.db.models import Q, QuerySet
+from django.db import DatabaseError, close_old_connections, connection, transaction
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from memory_admin.errors import DomainError
-from memory_admin.models import EntityBackfill, Fact, FactEntity
+from memory_admin.models import Entity, EntityBackfill, EntityDrawing, Fact, FactEntity
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft, fact_entities_link
@@ -193,6 +197,23 @@ def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
     return mentions, relations
 
 
+@functools.lru_cache(maxsize=8192)
+def drawn_names(text: str) -> tuple[tuple[tuple[str, bool, str], ...], tuple[tuple[str, str], ...]]:
+    """What drawing a fact of this text would link, by folded name: ((name, is its subject, the text a new
+    entity of it is embedded from)...), and the (subject, object) of the relations it states. Cached:
+    search counts it for every candidate not drawn yet, again at each search until its drawing ran."""
+    from memory_admin.services.entity_curation import entity_text
+
+    mentions, relations = draw(text)
+    return (
+        tuple(
+            (fold_name(m.name), m.role == FactEntity.Role.SUBJECT, entity_text(Entity(name=m.name, type=m.type)))
+            for m in mentions
+        ),
+        tuple((fold_name(r.subject), fold_name(r.object)) for r in relations),
+    )
+
+
 def fact_draw(fact: Fact) -> int:
     """Draw and link one fact's entities, unless it has mentions already; returns the entities linked.
     The caller holds the owner's write lock (fact_entities_link's rule)."""
@@ -212,12 +233,20 @@ def fact_draw(fact: Fact) -> int:
         return 0
 
 
+def _draw(facts: list[Fact]) -> int:
+    """Draw these facts of one owner (the caller holds its lock, in a transaction) and mark them drawn."""
+    linked = sum(fact_draw(fact) for fact in facts)
+    Fact.objects.filter(pk__in=[fact.pk for fact in facts]).update(entities_due=False)
+    return linked
+
+
 def facts_draw(fact_ids: Iterable[UUID | str]) -> int:
-    """The task's body: draw the entities of these facts, one owner's facts under that owner's lock.
-    Facts gone, not active or already linked are skipped. Returns the entities linked."""
+    """Draw the entities of these facts, one owner's facts under that owner's lock (the backfill's walk,
+    and tasks sent before drawing was per owner). Facts gone, not active or already linked are skipped.
+    Returns the entities linked."""
     from memory_admin.services.facts import lock_memory_user
 
-    facts = Fact.objects.filter(pk__in=list(fact_ids), status=Fact.Status.ACTIVE).defer("embedding", "embedding_next")
+    facts = Fact.objects.filter(pk__in=list(fact_ids)).defer(*Fact.VECTORS, "content_hash")
     by_owner: dict[int | None, list[Fact]] = {}
     for fact in facts.order_by("valid_from", "created_at", "pk"):
         by_owner.setdefault(fact.memory_user_id, []).append(fact)
@@ -226,39 +255,139 @@ def facts_draw(fact_ids: Iterable[UUID | str]) -> int:
         with transaction.atomic():
             if owner is not None:
                 lock_memory_user(owner)
-            linked += sum(fact_draw(fact) for fact in owned)
+            linked += _draw(owned)
     return linked
 
 
-# Sending a task is a broker round trip (about 4 ms on the default database broker): the request does
-# not wait for it. Committed ids go to a per-process outbox that a background thread sends, every id
-# waiting at that moment in one task. With ENTITY_DRAW_SEND_IN_REQUEST (the test suite) the send happens
-# at commit, in the request. Ids in the outbox of a process that dies are the beat's sweep's.
-_outbox: set[str] = set()
+# --- One pending drawing per owner ------------------------------------------------------------------
+#
+# A fact is stored with `entities_due`; its owner (a memory user, or a tenant's shared facts) has one
+# EntityDrawing row. A write claims the owner's drawing after commit: the claim sets `pending_since` when
+# it was clear and only then is a task sent, so a burst of writes for one user sends one task, which
+# draws everything due when it runs, including what was written while it ran. The task clears the claim
+# in the transaction that finds nothing more due: a write committed before that is drawn by it, a write
+# committed after it claims again. A claim whose task sent no sign of life for ENTITY_DRAW_LOST_SECONDS
+# (the message lost, the worker killed) is claimed again by the next write or by the beat's sweep.
+
+DRAW_CHUNK = 50  # facts drawn per transaction: the owner's writes wait for its lock that long at most
+DRAW_TASK_SECONDS = 20.0  # then the task hands over to a new one, behind the other owners' drawings
+
+Owner = tuple[int, int | None]  # (tenant id, memory user id or None for the tenant's shared facts)
+
+_CLAIM_SQL = (
+    "INSERT INTO memory_admin_entitydrawing AS d (tenant_id, memory_user_id, pending_since, touched_at, runs,"
+    " facts_drawn) SELECT o.t, o.u, now(), now(), 0, 0 FROM unnest(%s::bigint[], %s::bigint[]) AS o(t, u)"
+    " ON CONFLICT (tenant_id, memory_user_id) DO UPDATE SET pending_since = now(), touched_at = now()"
+    " WHERE d.pending_since IS NULL OR d.touched_at < now() - make_interval(secs => %s)"
+    " RETURNING d.tenant_id, d.memory_user_id"
+)
+
+
+def _lost_seconds() -> float:
+    return float(getattr(settings, "ENTITY_DRAW_LOST_SECONDS", 300.0))
+
+
+def claim(owners: Iterable[Owner]) -> list[Owner]:
+    """The owners whose drawing this call claimed (none was pending, or the pending one is lost): a task
+    must be sent for each of them, and for no other."""
+    unique = sorted(set(owners), key=lambda o: (o[0], o[1] or 0))
+    if not unique:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_SQL, [[t for t, _ in unique], [u for _, u in unique], _lost_seconds()])
+        return [(t, u) for t, u in cursor.fetchall()]
+
+
+def _owned(tenant_id: int, memory_user_id: int | None) -> QuerySet[Fact]:
+    return Fact.objects.filter(tenant_id=tenant_id, memory_user_id=memory_user_id)
+
+
+def _draw_chunk(tenant_id: int, memory_user_id: int | None) -> tuple[int, int]:
+    """Draw the owner's next DRAW_CHUNK due facts under its lock: (facts, entity links made)."""
+    from memory_admin.services.facts import lock_memory_user
+
+    with transaction.atomic():
+        if memory_user_id is not None:
+            lock_memory_user(memory_user_id)
+        due = _owned(tenant_id, memory_user_id).filter(entities_due=True).defer(*Fact.VECTORS, "content_hash")
+        facts = list(due.order_by("created_at", "pk")[:DRAW_CHUNK])
+        return len(facts), (_draw(facts) if facts else 0)
+
+
+def _release(tenant_id: int, memory_user_id: int | None) -> bool:
+    """Clear the owner's claim unless something became due meanwhile (then keep it: this task draws it)."""
+    with transaction.atomic():
+        EntityDrawing.objects.filter(tenant_id=tenant_id, memory_user_id=memory_user_id).update(pending_since=None)
+        if _owned(tenant_id, memory_user_id).filter(entities_due=True).exists():
+            transaction.set_rollback(True)
+            return False
+        return True
+
+
+def owner_draw(*, tenant_id: int, memory_user_id: int | None) -> int:
+    """The task's body: draw every due fact of the owner, those written while it runs too, then clear the
+    claim. Idempotent (a fact drawn is no longer due; a linked one is left alone), so a task delivered
+    twice or sent twice draws nothing twice. After DRAW_TASK_SECONDS it sends its successor and stops,
+    so that one user's endless stream does not hold the worker from the other users. Returns the
+    entities linked."""
+    started = time.monotonic()
+    drawings = EntityDrawing.objects.filter(tenant_id=tenant_id, memory_user_id=memory_user_id)
+    drawings.update(touched_at=timezone.now(), runs=F("runs") + 1)
+    drawn = linked = 0
+    try:
+        while True:
+            facts, links = _draw_chunk(tenant_id, memory_user_id)
+            drawn, linked = drawn + facts, linked + links
+            if facts:
+                drawings.update(touched_at=timezone.now())  # alive: the sweep leaves the claim alone
+                if time.monotonic() - started > DRAW_TASK_SECONDS:
+                    _send([(tenant_id, memory_user_id)], claimed=True)
+                    break
+            elif _release(tenant_id, memory_user_id):
+                break
+    finally:
+        drawings.update(facts_drawn=F("facts_drawn") + drawn)
+    return linked
+
+
+# Claiming and sending are a statement and a broker round trip (a few ms): the request pays neither.
+# Committed owners go to a per-process outbox that a background thread claims and sends, every owner
+# waiting at that moment in one statement. With ENTITY_DRAW_SEND_IN_REQUEST (the test suite) this
+# happens at commit, in the request. Owners in the outbox of a process that dies are the sweep's.
+_outbox: set[Owner] = set()
 _outbox_lock = threading.Lock()
 _outbox_ready = threading.Event()
 _sender: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
 
 
-def _send(ids: list[str]) -> None:
+def _send(owners: Iterable[Owner], *, claimed: bool = False) -> int:
+    """Claim the owners' drawings and send a task for each one claimed (`claimed`: they are already).
+    A failed claim is logged: the facts stay due and the sweep sends their drawing. Returns tasks sent."""
     from memory_admin.celery import dispatch
 
-    dispatch(TASK, ids)
+    owners = list(owners)
+    try:
+        owners = owners if claimed else claim(owners)
+    except DatabaseError:
+        log.warning("could not claim the entity drawing of %d owners; the sweep will", len(owners), exc_info=True)
+        return 0
+    for tenant_id, memory_user_id in owners:
+        dispatch(TASK, tenant_id, memory_user_id)
+    return len(owners)
 
 
 def _send_loop() -> None:
     while True:
         _outbox_ready.wait()
-        # Ids that arrive meanwhile ride along: a send costs ~4 ms of this process's CPU (the broker's
-        # INSERT through SQLAlchemy), as much as a whole write, and four clients writing one fact each
-        # would otherwise send a task per write.
+        # Owners that arrive meanwhile ride along: four clients writing one fact each share a claim.
         time.sleep(getattr(settings, "ENTITY_DRAW_SEND_EVERY", 0.0))
         with _outbox_lock:
-            ids = sorted(_outbox)
+            owners = list(_outbox)
             _outbox.clear()
             _outbox_ready.clear()
-        if ids:
-            _send(ids)
+        if owners:
+            close_old_connections()  # a long-lived thread: a connection broken meanwhile is replaced
+            _send(owners)
 
 
 def _ensure_sender() -> None:
@@ -276,20 +405,21 @@ def _flush() -> None:
     pending = getattr(connection, "_entity_draw_pending", None)
     if not pending:
         return
-    ids = [str(i) for i in pending]
+    owners = list(pending)
     pending.clear()
     if getattr(settings, "ENTITY_DRAW_SEND_IN_REQUEST", False):
-        _send(ids)
+        _send(owners)
         return
     with _outbox_lock:
-        _outbox.update(ids)
+        _outbox.update(owners)
         _outbox_ready.set()
     _ensure_sender()
 
 
 def draw_after_commit(fact: Fact | None) -> None:
-    """The write path's hook: once the current transaction commits, one task draws the entities of every
-    active fact noted in it. Costs no statement; outside a transaction the task is sent at once."""
+    """The write path's hook: once the current transaction commits, the drawing of every owner of an
+    active fact noted in it is claimed (and sent when none was pending). Costs no statement; outside a
+    transaction the claim is made at once."""
     if fact is None or fact.status != Fact.Status.ACTIVE or fact.tenant_id is None:
         return
     pending = getattr(connection, "_entity_draw_pending", None)
@@ -297,16 +427,13 @@ def draw_after_commit(fact: Fact | None) -> None:
         pending = connection._entity_draw_pending = set()
     if not any(entry[1] is _flush for entry in connection.run_on_commit):
         pending.clear()  # noted in a transaction that rolled back: those facts do not exist
-    pending.add(fact.pk)
+    pending.add((fact.tenant_id, fact.memory_user_id))
     transaction.on_commit(_flush)
 
 
-# --- Walking the facts in order: the backfill command and the live sweep --------------------------------
+# --- Walking the facts in order: the backfill command; the live sweep ------------------------------------
 
-SWEEP_SCOPE = "live"
-SWEEP_GRACE_SECONDS = 5.0  # a fact this new is the after-commit task's, not the sweep's (yet)
-SWEEP_START_MINUTES = 10.0  # a first sweep starts this far back; older facts are the backfill's
-SWEEP_BATCH = 500
+SWEEP_GRACE_SECONDS = 5.0  # a fact this new is its write's claim's, not the sweep's (yet)
 
 
 def facts_after(marker: EntityBackfill, *, tenant_id: int | None = None):
@@ -335,13 +462,11 @@ def walk_step(marker: EntityBackfill, facts: QuerySet[Fact], size: int) -> tuple
 
 
 def sweep() -> int:
-    """The beat's catch-up: facts whose after-commit task was lost (the broker down, a worker killed) are
-    drawn here, walking forward from the live marker to SWEEP_GRACE_SECONDS ago. Returns facts gone through."""
-    now = timezone.now()
-    marker, created = EntityBackfill.objects.get_or_create(scope=SWEEP_SCOPE)
-    if created or marker.last_created_at is None:
-        marker.last_created_at = now - timedelta(minutes=SWEEP_START_MINUTES)
-        marker.last_fact_id = UUID(int=0)
-    facts = facts_after(marker).filter(created_at__lte=now - timedelta(seconds=SWEEP_GRACE_SECONDS))
-    done, _ = walk_step(marker, facts, SWEEP_BATCH)
-    return done
+    """The beat's catch-up: the owners of facts due for longer than SWEEP_GRACE_SECONDS whose drawing is
+    not pending (the write's claim never ran: its process died, the database was away) or is lost (no
+    sign of life from its task for ENTITY_DRAW_LOST_SECONDS) get their drawing sent. Returns tasks sent."""
+    # Global facts name no entities (fact_draw): nothing is due for them.
+    Fact.objects.filter(entities_due=True, tenant__isnull=True).update(entities_due=False)
+    cutoff = timezone.now() - timedelta(seconds=SWEEP_GRACE_SECONDS)
+    due = Fact.objects.filter(entities_due=True, tenant__isnull=False, created_at__lte=cutoff)
+    return _send(due.values_list("tenant_id", "memory_user_id").distinct().order_by())

@@ -1,5 +1,6 @@
 """Entities drawn from the text of facts written through any door (SPEC §12): the write commits, one
-task per transaction draws them (run here as the worker runs it), resolved like the extractor's."""
+pending drawing per owner draws everything due (run here as the worker runs it), resolved like the
+extractor's. tests/services/test_entity_draw_worker.py runs it on a real worker."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from extraction.tasks import entities_draw
 from memory_admin import celery as celery_module
-from memory_admin.models import Entity, FactEntity, Relation
+from memory_admin.models import Entity, EntityDrawing, Fact, FactEntity, MemoryUser, Relation
 from memory_admin.services.entity_draw import TASK, draw, names
 
 
@@ -61,7 +62,8 @@ def test_a_fact_posted_through_the_api_gets_its_entities_after_commit(
 ):
     with django_capture_on_commit_callbacks(execute=True):
         fact = post_fact(api, "alice", "The user works at Globex with Hank Scorpio.")["fact"]
-    assert dispatched == [(TASK, [fact["id"]])]
+    alice = MemoryUser.objects.get(external_id="alice")
+    assert dispatched == [(TASK, alice.tenant_id, alice.pk)]
     assert not FactEntity.objects.exists()  # nothing was drawn inside the write
     run_sent(dispatched)
     found = api.get("entities", q="Globex", user_id="alice").json()
@@ -74,43 +76,58 @@ def test_a_fact_posted_through_the_api_gets_its_entities_after_commit(
     assert Relation.objects.get().type == "works_at"
 
 
+@pytest.mark.django_db(transaction=True)  # the sender thread's own connection must see the committed write
 def test_in_production_the_send_leaves_the_request_to_a_background_thread(
     api, dispatched, django_capture_on_commit_callbacks, settings
 ):
     """The broker round trip (a few ms) is not paid by the writer: the commit only puts the ids in the
-    process's outbox, and the sender thread sends them, every id waiting in one task."""
+    process's outbox, and the sender thread claims the owner's drawing and sends its task."""
     settings.ENTITY_DRAW_SEND_IN_REQUEST = False
     with django_capture_on_commit_callbacks(execute=True):
         first = post_fact(api, "alice", "The user works at Globex.")["fact"]
     with django_capture_on_commit_callbacks(execute=True):
         second = post_fact(api, "alice", "The user lives in Springfield.")["fact"]
     deadline = time.monotonic() + 10
-    while {i for _, ids in dispatched for i in ids} != {first["id"], second["id"]} and time.monotonic() < deadline:
+    while not dispatched and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert {i for _, ids in dispatched for i in ids} == {first["id"], second["id"]}
-    assert all(task == TASK for task, _ in dispatched) and 1 <= len(dispatched) <= 2
+    time.sleep(0.3)  # a second task, if any, would be sent right behind the first
+    alice = MemoryUser.objects.get(external_id="alice")
+    assert dispatched == [(TASK, alice.tenant_id, alice.pk)]  # the second write found the drawing pending
     run_sent(dispatched)
+    assert set(Fact.objects.filter(entities_due=True).values_list("pk", flat=True)) == set()
+    assert {first["id"], second["id"]} <= {str(i) for i in FactEntity.objects.values_list("fact_id", flat=True)}
     assert {e["name"] for e in api.get("entities", user_id="alice").json()["items"]} >= {"Globex", "Springfield"}
 
 
-def test_writes_committed_close_together_ride_in_one_task(
-    api, dispatched, django_capture_on_commit_callbacks, settings
+def test_writes_while_a_drawing_is_pending_send_nothing_and_are_drawn_by_it(
+    api, dispatched, django_capture_on_commit_callbacks
 ):
-    """Single writes from several clients do not each pay a broker send: the sender waits
-    ENTITY_DRAW_SEND_EVERY after the first id and sends every id committed by then in one task."""
-    settings.ENTITY_DRAW_SEND_IN_REQUEST = False
-    settings.ENTITY_DRAW_SEND_EVERY = 2.0
+    """One pending drawing per memory user: the first write sends its task, the next ones find it pending;
+    the task draws them all. Once it ran, the next write sends a task again."""
     ids = []
     for text in ("The user works at Globex.", "The user lives in Springfield.", "Dana Scully moved to Lisbon."):
         with django_capture_on_commit_callbacks(execute=True):
             ids.append(post_fact(api, "alice", text)["fact"]["id"])
-    deadline = time.monotonic() + 10
-    while not dispatched and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)  # a second task, if any, would be sent right behind the first
-    assert dispatched == [(TASK, sorted(ids))]
+    alice = MemoryUser.objects.get(external_id="alice")
+    assert dispatched == [(TASK, alice.tenant_id, alice.pk)]
     run_sent(dispatched)
-    assert {e["name"] for e in api.get("entities", user_id="alice").json()["items"]} >= {"Globex", "Dana Scully"}
+    assert set(ids) <= {str(i) for i in FactEntity.objects.values_list("fact_id", flat=True)}
+    drawing = EntityDrawing.objects.get(memory_user=alice)
+    assert (drawing.pending_since, drawing.runs, drawing.facts_drawn) == (None, 1, 3)
+    with django_capture_on_commit_callbacks(execute=True):
+        post_fact(api, "alice", "Kim Wexler left Globex.")
+    assert len(dispatched) == 2
+
+
+def test_each_memory_user_has_a_drawing_of_their_own(api, dispatched, django_capture_on_commit_callbacks):
+    for user in ("alice", "bob", "alice", "bob"):
+        with django_capture_on_commit_callbacks(execute=True):
+            post_fact(api, user, f"{user.title()} met Dana Scully in Lisbon.")
+    owners = {(u.tenant_id, u.pk) for u in MemoryUser.objects.all()}
+    assert sorted(args for _, *args in dispatched) == sorted(list(o) for o in owners)
+    run_sent(dispatched)
+    assert not Fact.objects.filter(entities_due=True).exists()
+    assert set(Entity.objects.values_list("memory_user__external_id", flat=True)) == {"alice", "bob"}
 
 
 def test_a_batch_dispatches_one_task_for_all_its_facts(api, dispatched, django_capture_on_commit_callbacks):
@@ -121,8 +138,7 @@ def test_a_batch_dispatches_one_task_for_all_its_facts(api, dispatched, django_c
     with django_capture_on_commit_callbacks(execute=True):
         response = api.post("users/alice/facts/batch", {"facts": facts})
     assert response.status_code in (200, 201, 207), response.json()
-    ids = {r["fact"]["id"] for r in response.json()["results"]}
-    assert len(dispatched) == 1 and set(dispatched[0][1]) == ids
+    assert len(dispatched) == 1
     run_sent(dispatched)
     falcon = Entity.objects.get(name="Project Falcon")
     assert FactEntity.objects.filter(entity=falcon).count() == 2  # both facts, one entity
@@ -155,21 +171,53 @@ def test_the_name_a_fact_opens_with_is_its_subject_the_others_are_mentioned():
     ]
 
 
-def test_the_sweep_draws_the_facts_whose_task_was_lost_once(api):
+def test_the_sweep_sends_the_drawing_of_facts_whose_claim_never_ran(api, dispatched):
+    """A write whose after-commit claim never ran (its process died first): the sweep sends the owner's
+    drawing once the facts are SWEEP_GRACE_SECONDS old, and only once."""
     from datetime import timedelta
 
     from django.utils import timezone
 
-    from memory_admin.models import Fact
     from memory_admin.services.entity_draw import sweep
 
-    fact_id = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]["id"]  # its task never ran
+    fact_id = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]["id"]  # no commit: no claim
+    assert sweep() == 0  # too new: its own claim may be under way
     Fact.objects.filter(pk=fact_id).update(created_at=timezone.now() - timedelta(minutes=1))
-    old = post_fact(api, "alice", "Kim Wexler left Globex.")["fact"]["id"]  # before the sweep's start
-    Fact.objects.filter(pk=old).update(created_at=timezone.now() - timedelta(hours=2))
     assert sweep() == 1
+    assert sweep() == 0  # pending: not sent twice
+    run_sent(dispatched)
     assert set(FactEntity.objects.values_list("entity__name", flat=True)) == {"Dana Scully", "Lisbon"}
-    assert sweep() == 0  # it walks forward: nothing is gone through twice
+    assert sweep() == 0 and len(dispatched) == 1
+
+
+def test_a_drawing_lost_after_its_claim_is_sent_again(api, dispatched, django_capture_on_commit_callbacks, settings):
+    """The task of a claimed drawing never arrived (the broker lost it, a worker died with it): once it
+    gave no sign of life for ENTITY_DRAW_LOST_SECONDS, the next write (or the sweep) sends it again."""
+    settings.ENTITY_DRAW_LOST_SECONDS = 60
+    with django_capture_on_commit_callbacks(execute=True):
+        post_fact(api, "alice", "Dana Scully moved to Lisbon.")
+    dispatched.clear()  # lost
+    with django_capture_on_commit_callbacks(execute=True):
+        post_fact(api, "alice", "Kim Wexler left Globex.")
+    assert dispatched == []  # still pending, as far as anyone can tell
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    EntityDrawing.objects.update(touched_at=timezone.now() - timedelta(seconds=61))
+    with django_capture_on_commit_callbacks(execute=True):
+        post_fact(api, "alice", "Hank Scorpio founded Globex.")
+    assert len(dispatched) == 1
+    run_sent(dispatched)
+    assert not Fact.objects.filter(entities_due=True).exists()
+    assert {"Dana Scully", "Kim Wexler", "Hank Scorpio"} <= set(Entity.objects.values_list("name", flat=True))
+
+
+def test_a_message_sent_before_drawing_was_per_owner_still_draws_its_facts(api):
+    fact_id = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]["id"]
+    entities_draw([fact_id])  # the old message: fact ids
+    assert set(FactEntity.objects.values_list("entity__name", flat=True)) == {"Dana Scully", "Lisbon"}
+    assert not Fact.objects.get(pk=fact_id).entities_due
 
 
 def test_a_rolled_back_write_is_never_sent(api, tenant, dispatched, django_capture_on_commit_callbacks):
@@ -184,5 +232,5 @@ def test_a_rolled_back_write_is_never_sent(api, tenant, dispatched, django_captu
         fact_write(principal=Principal.system(tenant.pk), memory_user=user, content="Kim Wexler left Globex.")
         raise RuntimeError("rolled back")
     with django_capture_on_commit_callbacks(execute=True):
-        fact = post_fact(api, "alice", "Dana Scully moved to Lisbon.")["fact"]
-    assert dispatched == [(TASK, [fact["id"]])]
+        post_fact(api, "alice", "Dana Scully moved to Lisbon.")
+    assert dispatched == [(TASK, tenant.pk, user.pk)]
