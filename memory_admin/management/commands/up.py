@@ -103,7 +103,9 @@ def worker_lanes(total: int) -> list[WorkerLane]:
     processes = max(1, total // 2)
     return [
         WorkerLane("worker", ("control", "interactive"), "threads", max(2, total - processes)),
-        WorkerLane("worker-bulk", ("bulk", "interactive"), "prefork", processes),
+        # One process runs its tasks itself (solo): a prefork parent would be one more interpreter
+        # holding the model (~85 MB) to supervise a single child.
+        WorkerLane("worker-bulk", ("bulk", "interactive"), "prefork" if processes > 1 else "solo", processes),
     ]
 
 
