@@ -99,10 +99,12 @@ def worker_lanes(total: int) -> list[WorkerLane]:
     a heartbeat never waits for a free process behind a batch's slow LLM call, and no pool process
     costs another copy of the interpreter. `worker-bulk` takes bulk and interactive work on half the
     cores in processes (entity drawing is CPU work), so a backlog of bulk work never sits in front of
-    a sweep, and interactive work has both workers. At least two threads, at least one process."""
+    a sweep, and interactive work has both workers."""
     processes = max(1, total // 2)
     return [
-        WorkerLane("worker", ("control", "interactive"), "threads", max(2, total - processes)),
+        # Threads wait on the LLM and on Postgres more than they compute; twice the cores left, at least
+        # four, so that a sweep finds a free thread while batches run.
+        WorkerLane("worker", ("control", "interactive"), "threads", max(4, 2 * (total - processes))),
         # One process runs its tasks itself (solo): a prefork parent would be one more interpreter
         # holding the model (~85 MB) to supervise a single child.
         WorkerLane("worker-bulk", ("bulk", "interactive"), "prefork" if processes > 1 else "solo", processes),
