@@ -262,7 +262,7 @@ class UpStack:
         left = []
         for role, proc in before:
             try:
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                if not gone(proc):
                     left.append(f"{role} (pid {proc.pid}: {' '.join(proc.cmdline())[:80]})")
             except psutil.NoSuchProcess:
                 pass
@@ -283,6 +283,14 @@ class UpStack:
                 postmaster.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+def gone(proc: psutil.Process) -> bool:
+    """The process has exited (a zombie waiting for a parent that does not reap it counts as gone)."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def _role(proc: psutil.Process) -> str:

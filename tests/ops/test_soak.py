@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.soak import LOCOMO, UpStack, soak
+from bench.soak import LOCOMO, UpStack, gone, soak
 from tests.ops.cluster import embedder_cache
 
 pytestmark = pytest.mark.slow
@@ -70,5 +70,5 @@ def test_a_sustained_burst_drains_with_no_kill_no_5xx_and_nothing_lost(stack, ca
     code, left = stack.stop()
     assert code == 0, stack.tail()
     assert left == [], left
-    assert not postmaster.is_running()
+    assert gone(postmaster)
     assert stack.up_lines()[-1] == "up: embedded Postgres stopped", stack.up_lines()

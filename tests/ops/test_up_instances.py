@@ -16,8 +16,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.soak import UpStack
-from tests.ops.cluster import embedder_cache
+from bench.soak import UpStack, gone
+from tests.ops.cluster import embedder_cache, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +79,8 @@ def test_two_instances_share_nothing_and_sigterm_leaves_no_process_behind(two):
     assert any(s.endswith("gunicorn.ctl") for s in sockets_a), sockets_a  # each has its own control socket
     assert any(".s.PGSQL." in s for s in sockets_a), sockets_a
     assert not sockets_a & sockets_b, sockets_a & sockets_b
+    for stack in two:  # the MCP server may come up after the web server answers
+        wait_until(lambda stack=stack: len(tcp_listening(stack)) >= 2, 90, "web and MCP to listen", stack.tail)
     ports_a, ports_b = tcp_listening(a), tcp_listening(b)
     assert len(ports_a) >= 2 and not ports_a & ports_b, (ports_a, ports_b)  # web and MCP each
     cache = embedder_cache()
@@ -96,5 +98,5 @@ def test_two_instances_share_nothing_and_sigterm_leaves_no_process_behind(two):
         code, left = stack.stop()
         assert code == 0, stack.tail()
         assert left == [], left
-        assert postmaster is not None and not postmaster.is_running()
+        assert postmaster is not None and gone(postmaster)
         assert stack.up_lines()[-1] == "up: embedded Postgres stopped"
