@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 REFUSE = """
 CREATE FUNCTION refuse_messages() RETURNS trigger LANGUAGE plpgsql AS
 $$ BEGIN RAISE EXCEPTION 'broker table refuses writes'; END $$;
-CREATE TRIGGER refuse BEFORE INSERT ON kombu_message FOR EACH ROW EXECUTE FUNCTION refuse_messages();
+CREATE TRIGGER refuse BEFORE INSERT ON broker_message FOR EACH ROW EXECUTE FUNCTION refuse_messages();
 """
 
 
@@ -35,7 +35,7 @@ def published(pg: TempPostgres) -> bool:
                 "-d",
                 "memory_admin",
                 "-tAc",
-                "SELECT EXISTS (SELECT FROM kombu_message)",
+                "SELECT EXISTS (SELECT FROM broker_message)",
             ]
         )
     except subprocess.CalledProcessError:
