@@ -6,7 +6,7 @@
 
 Each run: a fresh database `bench_broker`; N empty tasks published while no worker runs (so the
 publisher's speed is not what is measured); then `celery worker` starts (the product's app and
-settings, prefork pool, --concurrency as given) and each task appends the time it ran to a file.
+settings, prefork pool unless --pool, --concurrency as given) and each task appends the time it ran to a file.
 Deliveries/s = (N - 1) / (last run - first run): the steady rate at which the broker hands one worker
 work, without the worker's start-up. The drain time (worker ready → last task run) is printed too.
 Prints one line per run and the median.
@@ -44,7 +44,7 @@ def noop() -> None:
             out.write(f"{time.time()}\n")
 
 
-def one_run(n: int, concurrency: int, queue: str | None) -> tuple[float, float]:
+def one_run(n: int, concurrency: int, queue: str | None, pool: str) -> tuple[float, float]:
     url = os.environ.get("BENCH_BROKER_DATABASE_URL") or database_url("bench_broker", fresh=True)
     tmp = Path(tempfile.mkdtemp(prefix="bench-broker-"))
     stamps = tmp / "stamps"
@@ -77,7 +77,7 @@ def one_run(n: int, concurrency: int, queue: str | None) -> tuple[float, float]:
             "bench.broker",
             "worker",
             "--loglevel=WARNING",
-            os.environ.get("BENCH_POOL", "--pool=prefork"),
+            f"--pool={pool}",
             f"--concurrency={concurrency}",
             "--without-heartbeat",
             "--without-mingle",
@@ -119,6 +119,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=1)
     parser.add_argument("--queue", default=None, help="publish to this queue (default: the task's route)")
+    parser.add_argument("--pool", default="prefork", help="the worker's pool (prefork as deployed; solo: no IPC)")
     args = parser.parse_args()
     import django
     from django.conf import settings
@@ -127,12 +128,12 @@ def main() -> None:
     broker = settings.CELERY_BROKER_URL.split("://")[0]
     rates, drains = [], []
     for run in range(args.runs):
-        rate, drain = one_run(args.tasks, args.concurrency, args.queue)
+        rate, drain = one_run(args.tasks, args.concurrency, args.queue, args.pool)
         rates.append(rate)
         drains.append(drain)
         print(f"run {run + 1}: {rate:8.1f} deliveries/s, drained {drain:6.1f} s after the worker start")
     print(
-        f"broker {broker}, 1 worker, concurrency {args.concurrency}, {args.tasks} empty tasks: "
+        f"broker {broker}, 1 worker, {args.pool} pool, concurrency {args.concurrency}, {args.tasks} empty tasks: "
         f"median {statistics.median(rates):.1f} deliveries/s, median drain {statistics.median(drains):.1f} s "
         "(worker start included)"
     )

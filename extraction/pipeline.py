@@ -12,11 +12,13 @@ State lives in the database, never only in the broker:
   either nothing or everything; a duplicate delivery finds the batch claimed or done and returns;
   a worker whose lease expired finds a newer token and throws its result away.
 * A lost task (SIGKILL: the embedded broker does not redeliver) or an expired lease is recovered
-  by the sweeper, which re-dispatches. Retries are bounded by `EXTRACTION_MAX_ATTEMPTS` (worker deaths
+  by the sweeper, which re-dispatches. Each dispatch is recorded (`dispatched_at`): a batch whose
+  message still waits in the queue is never sent again, however long the queue (duplicates filled a
+  slow queue faster than it drained: a livelock). Retries are bounded by `EXTRACTION_MAX_ATTEMPTS` (worker deaths
   count) with exponential backoff held in the database (`lease_until` of a pending batch), so no
   worker sleeps and a restart loses no retry.
 
-Batch states: pending (dispatchable; `lease_until` = when the sweeper dispatches it again) → running
+Batch states: pending (`lease_until` = not dispatched before then; `dispatched_at` = sent then) → running
 (`lease_until` = lease expiry) → done | failed. Failed batches keep their messages `pending`, visible
 in the dashboard with the reason, until `batch_retry`.
 """
@@ -32,7 +34,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
-from extraction import conf, llm, rules
+from extraction import broker, conf, llm, rules
 from extraction.schemas import (
     EXTRACTION_SYSTEM,
     SUMMARY_SYSTEM,
@@ -127,17 +129,37 @@ def plan_due_threads(*, now: datetime | None = None, limit: int = 200) -> list[i
     return [bid for tid in due if (bid := plan_thread(tid, now=now)) is not None]
 
 
-def recover_batches(*, now: datetime | None = None, limit: int = 200) -> list[int]:
-    """Batches whose dispatch was lost or whose worker's lease expired: make them dispatchable again
-    (or fail them once they have used all their attempts). Returns the ids to dispatch."""
+def _lost_before(now: datetime) -> datetime:
+    """A pending batch's run_batch message sent before this moment is lost: it was sent more than
+    EXTRACTION_REDISPATCH_SECONDS ago, and the interactive queue no longer holds anything sent before
+    it (its oldest waiting message is younger), so a worker took it and the batch is still not claimed
+    (the worker died, or the message was dropped). While the queue is backed up, a message waiting in
+    it is never duplicated, however long it waits. Without queue figures (the broker unreachable, or
+    one that cannot tell) the age alone decides. The queue's clock and ours are compared with a margin
+    of two seconds (each reading is a little late)."""
+    from memory_admin.celery import INTERACTIVE
+
+    before = now - timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS"))
+    waiting = broker.queue_stats().get(INTERACTIVE)
+    if waiting and waiting["depth"] and waiting["oldest_age_seconds"] is not None:
+        before = min(before, timezone.now() - timedelta(seconds=waiting["oldest_age_seconds"] + 2))
+    return before
+
+
+def recover_batches(*, now: datetime | None = None, limit: int = 200, planned: list[int] = ()) -> list[int]:
+    """Batches to dispatch: pending ones never sent (or whose backoff is over), pending ones whose
+    message was lost (`_lost_before`), and running ones whose worker's lease expired (or failed, once
+    they have used all their attempts). Returns their ids; `dispatched_at` is cleared until sent."""
     now = now or timezone.now()
     max_attempts = int(conf.get("EXTRACTION_MAX_ATTEMPTS"))
+    due = Q(lease_until__lte=now) | Q(lease_until__isnull=True)
+    unsent_or_lost = Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=_lost_before(now))
     out: list[int] = []
     with transaction.atomic():
         rows = list(
             ExtractionBatch.objects.select_for_update(skip_locked=True)
-            .filter(Q(status=PENDING) | Q(status=RUNNING))
-            .filter(Q(lease_until__lte=now) | Q(lease_until__isnull=True))
+            .filter((Q(status=PENDING) & due & unsent_or_lost) | (Q(status=RUNNING) & due))
+            .exclude(pk__in=planned)  # this sweep's own, about to be sent
             .order_by("pk")[:limit]
         )
         for batch in rows:
@@ -147,19 +169,21 @@ def recover_batches(*, now: datetime | None = None, limit: int = 200) -> list[in
                     _fail_locked(batch, f"gave up after {batch.attempts} attempts; last: {reason}")
                     continue
                 batch.error = reason
+            elif batch.dispatched_at is not None:
+                log.info("batch %s: its run_batch sent at %s was lost; sending again", batch.pk, batch.dispatched_at)
             batch.status = PENDING
+            batch.dispatched_at = None
             batch.lease_until = now + timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS"))
-            batch.save(update_fields=["status", "lease_until", "error"])
+            batch.save(update_fields=["status", "lease_until", "error", "dispatched_at"])
             out.append(batch.pk)
     return out
 
 
 def sweep() -> dict[str, int]:
-    """One beat tick: plan due threads, recover lost work, dispatch."""
+    """One beat tick: plan due threads, recover lost work, dispatch (each batch once)."""
     planned = plan_due_threads()
-    recovered = recover_batches()
-    for batch_id in planned + recovered:
-        celery_module.dispatch("extraction.run_batch", batch_id)
+    recovered = recover_batches(planned=planned)
+    celery_module.dispatch_batches(planned + recovered)
     return {"planned": len(planned), "recovered": len(recovered)}
 
 
@@ -214,7 +238,8 @@ def _claim(batch_id: int) -> tuple[ExtractionBatch, int] | None:
         batch.attempts += 1
         batch.lease_until = now + timedelta(seconds=conf.lease_seconds())
         batch.started_at = batch.started_at or now
-        batch.save(update_fields=["status", "attempts", "lease_until", "started_at"])
+        batch.dispatched_at = None  # its message is consumed: pending again, it needs a new one
+        batch.save(update_fields=["status", "attempts", "lease_until", "started_at", "dispatched_at"])
     return batch, batch.attempts
 
 

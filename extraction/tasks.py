@@ -117,6 +117,14 @@ def build_episode(thread_id: int) -> str | None:
 
 @shared_task(name="extraction.episodes_sweep", ignore_result=True)
 def episodes_sweep() -> int:
+    """build_episode for each idle thread; none while the interactive queue still holds messages as
+    old as one sweep period (the last sweep's may be among them: sending more would only add
+    duplicates to a queue that is not keeping up)."""
+    from memory_admin.celery import EPISODE_SWEEP_SECONDS, INTERACTIVE
+
+    waiting = broker.queue_stats().get(INTERACTIVE)
+    if waiting and waiting["depth"] and (waiting["oldest_age_seconds"] or 0) >= EPISODE_SWEEP_SECONDS:
+        return 0
     threads = pipeline.idle_threads()
     for thread_id in threads:
         build_episode.delay(thread_id)

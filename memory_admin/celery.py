@@ -110,10 +110,12 @@ app.autodiscover_tasks(["extraction"])
 # proves the background is alive and keeps it moving (heartbeats, sweeps, housekeeping), so it never
 # waits behind work; `interactive` what a user waits for (a batch due now, a thread closed); `bulk`
 # what may lag (entity drawing, re-embedding, imports, the daily and hourly scans). The embedded
-# broker fetches in that order (extraction/broker.py); tasks of no route go to `interactive`.
+# broker fetches in that order (extraction/broker.py). Tasks of no route stay on Celery's default
+# queue, `celery`, which every worker consumes too (after interactive work, before bulk): it is where
+# a client that knows nothing of these routes sends (a bare Celery app, an operator's probe).
 CONTROL, INTERACTIVE, BULK = "control", "interactive", "bulk"
-app.conf.task_queues = (Queue(CONTROL), Queue(INTERACTIVE), Queue(BULK))
-app.conf.task_default_queue = INTERACTIVE
+app.conf.task_queues = (Queue(CONTROL), Queue(INTERACTIVE), Queue("celery"), Queue(BULK))
+app.conf.task_default_queue = "celery"
 app.conf.task_routes = {
     **{
         name: {"queue": CONTROL}
@@ -150,6 +152,8 @@ def _stamp_published_at(headers=None, **_kwargs) -> None:
         headers.setdefault("published_at", time.time())
 
 
+EPISODE_SWEEP_SECONDS = _seconds("EPISODE_SWEEP_SECONDS", 30)
+
 # Beat: the sweeper is the heartbeat of extraction (due threads, lost tasks, expired leases), so it
 # runs every couple of seconds; each run is a few indexed queries when there is nothing to do.
 app.conf.beat_schedule = {
@@ -161,7 +165,7 @@ app.conf.beat_schedule = {
     },
     "episodes-idle": {
         "task": "extraction.episodes_sweep",
-        "schedule": timedelta(seconds=_seconds("EPISODE_SWEEP_SECONDS", 30)),
+        "schedule": timedelta(seconds=EPISODE_SWEEP_SECONDS),
         "options": {"expires": 120},
     },
     # Entities of facts whose after-commit task was lost (services/entity_draw.py).
@@ -185,12 +189,29 @@ app.conf.beat_schedule = {
 }
 
 
-def dispatch(task: str, *args: object) -> None:
+def dispatch(task: str, *args: object) -> bool:
     """Send a task by name; never fail the caller: the database is the source of truth, and the sweeper
-    dispatches again what a lost send left behind (the broker down, say)."""
+    dispatches again what a lost send left behind (the broker down, say). True if it was sent."""
     try:
         app.send_task(task, args=list(args))
     except Exception:  # noqa: BLE001 - a lost dispatch is recovered by the sweeper
         logging.getLogger("memory_admin.dispatch").warning(
             "could not dispatch %s%s; the sweeper will retry", task, args, exc_info=True
         )
+        return False
+    return True
+
+
+def dispatch_batches(batch_ids: list[int]) -> None:
+    """Send run_batch for each pending batch and record when it was sent (`dispatched_at`, after the
+    send: the message is older than the record). The sweeper sends a batch again only when that
+    message is lost (extraction.pipeline.recover_batches), never while it waits in the queue."""
+    from django.utils import timezone
+
+    from memory_admin.models import ExtractionBatch
+
+    sent = [pk for pk in dict.fromkeys(batch_ids) if dispatch("extraction.run_batch", pk)]
+    if sent:
+        ExtractionBatch.objects.filter(
+            pk__in=sent, status=ExtractionBatch.Status.PENDING, dispatched_at__isnull=True
+        ).update(dispatched_at=timezone.now())

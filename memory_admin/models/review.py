@@ -153,6 +153,9 @@ class ExtractionBatch(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
     lease_until = models.DateTimeField(null=True, blank=True)
+    # When run_batch was last sent for it while pending: the sweeper sends it again only once that
+    # message is lost, never while it still waits in the queue (extraction/pipeline.py).
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

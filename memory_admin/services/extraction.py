@@ -237,7 +237,8 @@ def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
         batch.error = f"retried by {principal.actor}; previous failure: {previous}"[:2000]
         batch.finished_at = None
         batch.lease_until = timezone.now()
-        batch.save(update_fields=["status", "attempts", "error", "finished_at", "lease_until"])
+        batch.dispatched_at = None
+        batch.save(update_fields=["status", "attempts", "error", "finished_at", "lease_until", "dispatched_at"])
         audit(principal, "extraction.retry", outcome="pending", target=batch, reason=previous)
         transaction.on_commit(lambda: _dispatch_batch(batch.pk))
     return batch
@@ -246,4 +247,4 @@ def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
 def _dispatch_batch(batch_pk: int) -> None:
     from memory_admin import celery as celery_module
 
-    celery_module.dispatch("extraction.run_batch", batch_pk)
+    celery_module.dispatch_batches([batch_pk])

@@ -22,14 +22,29 @@ def send(url: str, counts: dict[str, int]) -> None:
                 app.send_task("extraction.sweep", queue=queue, connection=conn)
 
 
+def broker_url_of_test_database() -> str:
+    db = connection.settings_dict
+    if db["PORT"] or not db["HOST"].startswith("/"):
+        return f"pg+postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    return f"pg+postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={db['HOST']}"
+
+
+def use_broker(url: str) -> None:
+    """Point this process's app (its sends) and queue_stats() at `url`. The app's connection pools are
+    dropped the way Celery drops them after a fork (celery.app.base.Celery._after_fork)."""
+    app.conf.broker_url = url
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def embedded_broker(settings, transactional_db):
-    """The embedded transport on this run's test database, its queue table emptied."""
-    db = connection.settings_dict
-    url = f"pg+postgresql://{db['USER']}:{db['PASSWORD']}@/{db['NAME']}?host={db['HOST']}"
-    if db["PORT"] or not db["HOST"].startswith("/"):
-        url = f"pg+postgresql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    """The embedded transport on this run's test database (not the development one the settings name),
+    its queue table emptied; this process sends through it."""
+    url = broker_url_of_test_database()
+    before = app.conf.broker_url
     settings.CELERY_BROKER_URL = url
+    use_broker(url)
     with app.connection_for_write(url) as conn:
         conn.connect()  # creates the table
     with connection.cursor() as cursor:
@@ -37,6 +52,7 @@ def embedded_broker(settings, transactional_db):
     yield url
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM broker_message")
+    use_broker(before)
 
 
 def test_depth_and_age_of_the_oldest_message_per_queue_on_the_embedded_broker(embedded_broker):
