@@ -5,8 +5,9 @@ the embedded Postgres if this `up` started it.
 
 The two workers split WORKER_CONCURRENCY (default: the machine's cores) between them (`worker_lanes`):
 `worker` consumes the `control` queue (heartbeats, sweeps) and `interactive` (batches, thread closes)
-on threads, `worker-bulk` consumes `bulk` (entity drawing, re-embedding, imports) and `interactive`
-in processes. A backlog of bulk work therefore never holds up a sweep, a heartbeat or a batch.
+on threads, `worker-bulk` consumes `bulk` (entity drawing, re-embedding, imports), `interactive` and
+Celery's default `celery` in processes. A backlog of bulk work therefore never holds up a sweep, a
+heartbeat or a batch.
 
 `up` supervises its children (memory_admin/supervisor.py): one that exits (crash, OOM kill, a beat
 giving up after an outage) or is wedged for `--wedged-after` seconds is started again after a backoff
@@ -107,7 +108,8 @@ def worker_lanes(total: int) -> list[WorkerLane]:
         WorkerLane("worker", ("control", "interactive"), "threads", max(4, 2 * (total - processes))),
         # One process runs its tasks itself (solo): a prefork parent would be one more interpreter
         # holding the model (~85 MB) to supervise a single child.
-        WorkerLane("worker-bulk", ("bulk", "interactive"), "prefork" if processes > 1 else "solo", processes),
+        # Also Celery's default queue: what a client that knows no routes sends (memory_admin/celery.py).
+        WorkerLane("worker-bulk", ("bulk", "interactive", "celery"), "prefork" if processes > 1 else "solo", processes),
     ]
 
 
