@@ -95,10 +95,12 @@ class Scheduler(PersistentScheduler):
 app = Celery("memory_admin")
 # Request ids in task headers and Celery's log format, the metrics directory, tracing per process.
 from memory_admin import metrics, requestlog, tracing  # noqa: E402
+from memory_admin.services import heartbeats  # noqa: E402
 
 requestlog.connect_celery()
 metrics.connect_celery()
 tracing.connect_celery()
+heartbeats.connect_celery()  # a worker's progress: liveness that does not wait in a queue
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.beat_scheduler = Scheduler
 app.conf.broker_connection_retry_on_startup = True

@@ -3,7 +3,8 @@
 With no DATABASE_URL the project starts Postgres 16 with pgvector from the `pgserver` wheel, keeps its
 data under the git-ignored `.data/` folder (or MEMORY_ADMIN_DATA_DIR) and talks to it over a unix
 socket. The server outlives the process that started it, so the web server, the Celery worker, beat and
-the test runner all share one instance.
+the test runner all share one instance; `manage.py up` stops it on exit when it was the one that
+started it (`stop_if_started_here`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,42 @@ def embedded_server(base_dir: Path):
 
     pgdata = data_dir(base_dir) / "pgdata"
     fresh = not (pgdata / "PG_VERSION").exists()
+    was_running = _running(pgdata)
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     _size_shared_buffers(server, pgdata, fresh)
+    if not was_running:
+        _started_here[pgdata] = server
     return server
+
+
+# The embedded servers this process started (rather than joined): pgdata -> pgserver handle.
+_started_here: dict[Path, object] = {}
+
+
+def _running(pgdata: Path) -> bool:
+    from pgserver.utils import PostmasterInfo
+
+    try:
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+    except (AssertionError, ValueError, OSError):
+        return True  # postmaster.pid half written: somebody else is starting it right now
+    return info is not None and info.is_running()
+
+
+def stop_if_started_here() -> bool:
+    """Stop (fast: open sessions are cut, nothing committed is lost) the embedded servers that this
+    process started; one it found already running belongs to whoever started it. Returns whether it
+    stopped one."""
+    import pgserver
+
+    stopped = False
+    while _started_here:
+        pgdata, server = _started_here.popitem()
+        if not _running(pgdata):
+            continue
+        pgserver.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=server.system_user, timeout=60)
+        stopped = True
+    return stopped
 
 
 def shared_buffers_mb() -> int:

@@ -4,6 +4,9 @@ import os
 
 from gunicorn.glogging import Logger as _GunicornLogger
 
+# ONNX Runtime's telemetry store is one SQLite file per user that every process using it opens, shared
+# by every instance on the host; set before a worker loads the runtime.
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
 bind = os.environ.get("BIND", "127.0.0.1:8000")
 workers = int(os.environ.get("WEB_WORKERS", "2"))
 threads = int(os.environ.get("WEB_THREADS", "4"))
@@ -26,6 +29,25 @@ if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
         },
     }
 wsgi_app = "memory_admin.wsgi:application"
+
+
+def _control_socket() -> str | None:
+    """gunicorn's control socket (`gunicornc`) in this installation's data directory, so two instances
+    on one host never share one (gunicorn's default is one per user: $XDG_RUNTIME_DIR/gunicorn.ctl or
+    ~/.gunicorn/gunicorn.ctl). None (no socket) when the path is too long for a unix socket."""
+    from pathlib import Path
+
+    from memory_admin.embedded_db import data_dir
+
+    path = data_dir(Path(__file__).resolve().parent.parent) / "gunicorn.ctl"
+    return str(path) if len(str(path).encode()) < 100 else None
+
+
+_socket = _control_socket()
+if _socket:
+    control_socket = _socket
+else:
+    control_socket_disable = True
 
 
 class Logger(_GunicornLogger):

@@ -7,7 +7,8 @@ start (`clean_multiproc_dir`: gunicorn's `on_starting`, Celery's `worker_init`/`
 marks a worker dead when it exits. The directory must be local to the host (pids are host-local).
 
 Gauges about stored state (review queue, open batches, heartbeat ages) are read from the database at
-scrape time, so every web process answers the same figures.
+scrape time, and the broker's queue depths and oldest-message ages from the broker, so every web
+process answers the same figures.
 
 Labels carry outcomes, kinds, routes and tenant ids: never content, never an identifier an agent sent.
 """
@@ -78,6 +79,11 @@ BATCH_LAG = Histogram(
     "memory_admin_extraction_lag_seconds",
     "From a batch's first message received to the batch done (includes the debounce window).",
     buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+TASKS = Counter(
+    "memory_admin_tasks",
+    "Celery tasks finished by the workers, by task name and state (SUCCESS, FAILURE, RETRY, ...): deliveries.",
+    ["task", "state"],
 )
 LLM_CALLS = Counter(
     "memory_admin_llm_calls", "Model calls by tenant, layer, model and success.", ["tenant", "layer", "model", "ok"]
@@ -265,6 +271,7 @@ class DatabaseCollector:
         yield oldest
         yield from self._batches(now, ExtractionBatch)
         yield from self._heartbeats()
+        yield from self._queues()
 
     @staticmethod
     def _batches(now, batch_model):
@@ -299,7 +306,7 @@ class DatabaseCollector:
             "sweep": ("memory_admin_beat_sweep_age_seconds", "Seconds since beat's last completed sweep."),
             "worker": (
                 "memory_admin_worker_heartbeat_age_seconds",
-                "Seconds since a worker last ran a heartbeat task.",
+                "Seconds since a worker last ran a heartbeat task or started or finished any task.",
             ),
         }
         for component, (name, doc) in names.items():
@@ -308,6 +315,27 @@ class DatabaseCollector:
                 family = GaugeMetricFamily(name, doc)
                 family.add_metric([], age)
                 yield family
+
+    @staticmethod
+    def _queues():
+        """The broker's queues (control, interactive, bulk): how many messages wait, and for how long
+        the oldest has (0 when the queue is empty). No samples when the broker cannot be read."""
+        from memory_admin.selectors.health import queue_backlogs
+
+        backlogs = queue_backlogs()
+        if backlogs is None:
+            return
+        depth = GaugeMetricFamily("memory_admin_queue_depth", "Messages waiting in a broker queue.", labels=["queue"])
+        oldest = GaugeMetricFamily(
+            "memory_admin_queue_oldest_seconds",
+            "How long the oldest message of a broker queue has waited (0 when empty).",
+            labels=["queue"],
+        )
+        for queue in backlogs:
+            depth.add_metric([queue.name], queue.depth)
+            oldest.add_metric([queue.name], queue.oldest_age_seconds or 0.0)
+        yield depth
+        yield oldest
 
 
 # --- The endpoint ---------------------------------------------------------------------------------------
@@ -373,9 +401,18 @@ def process_exited(pid: int) -> None:
     multiprocess.mark_process_dead(pid)
 
 
-def connect_celery() -> None:
-    from celery.signals import beat_init, worker_init, worker_process_shutdown
+def task_finished(task: object = None, state: str | None = None, **_kwargs: object) -> None:
+    """Celery's task_postrun, in the process that ran the task (eager runs in tests are not counted)."""
+    request = getattr(task, "request", None)
+    if request is None or request.is_eager:
+        return
+    TASKS.labels(getattr(task, "name", "?"), state or "?").inc()
 
+
+def connect_celery() -> None:
+    from celery.signals import beat_init, task_postrun, worker_init, worker_process_shutdown
+
+    task_postrun.connect(task_finished, weak=False, dispatch_uid="memory_admin.metrics.tasks")
     worker_init.connect(lambda **_: clean_multiproc_dir(), weak=False)
     beat_init.connect(lambda **_: clean_multiproc_dir(), weak=False)
     worker_process_shutdown.connect(lambda pid=None, **_: process_exited(pid or os.getpid()), weak=False)

@@ -241,6 +241,7 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 WORKER_HEARTBEAT_SECONDS = float(os.environ.get("WORKER_HEARTBEAT_SECONDS", "10"))
 HEALTH_STALE_SECONDS = float(os.environ.get("HEALTH_STALE_SECONDS", "120"))
 HEALTH_STARTUP_GRACE_SECONDS = float(os.environ.get("HEALTH_STARTUP_GRACE_SECONDS", "60"))
+HEALTH_BACKLOG_SECONDS = float(os.environ.get("HEALTH_BACKLOG_SECONDS", "60"))  # readiness: `degraded` beyond
 
 # Logs: one JSON object per line (LOG_FORMAT=text for a terminal), each with the request id that
 # follows a request into its Celery tasks and extraction batches (memory_admin/requestlog.py).

@@ -179,8 +179,16 @@ def llm_usage(response) -> None:
 
 
 def connect_celery() -> None:
-    """Pool children set tracing up after the fork (a span processor's thread does not survive one)."""
-    from celery.signals import beat_init, worker_process_init
+    """Pool children set tracing up after the fork (a span processor's thread does not survive one);
+    a worker whose pool does not fork (threads, solo: `manage.py up`'s workers) sets it up itself."""
+    from celery.signals import beat_init, worker_init, worker_process_init
 
     worker_process_init.connect(lambda **_: init("worker"), weak=False)
+    worker_init.connect(lambda sender=None, **_: None if _forks(sender) else init("worker"), weak=False)
     beat_init.connect(lambda **_: init("beat"), weak=False)
+
+
+def _forks(worker) -> bool:
+    pool = getattr(worker, "pool_cls", "prefork")
+    name = pool if isinstance(pool, str) else f"{getattr(pool, '__module__', '')}.{getattr(pool, '__name__', '')}"
+    return "prefork" in name or "processes" in name

@@ -7,7 +7,7 @@ from ninja import Router
 from memory_admin.api.schemas import SettingsOut, SettingsPatch
 from memory_admin.errors import Unavailable
 from memory_admin.selectors.access import ADMIN
-from memory_admin.selectors.health import background_status, database_reachable
+from memory_admin.selectors.health import background_status, database_reachable, queues_status
 from memory_admin.services.settings import settings_snapshot, tenant_settings, tenant_settings_update
 
 router = Router(tags=["system"])
@@ -27,14 +27,18 @@ def _readiness() -> dict:
         raise Unavailable(
             "; ".join(reasons), code="background_stale", database="ok", reasons=reasons, background=background
         )
+    queues, behind = queues_status()  # a backlog that still moves is `degraded`, never a 503
     starting = any(part["status"] == "starting" for part in background.values())
-    return {"status": "starting" if starting else "ok", "database": "ok", "background": background}
+    status = "starting" if starting else "degraded" if behind else "ok"
+    return {"status": status, "database": "ok", "background": background, "queues": queues, "reasons": behind}
 
 
 @router.get("/health", auth=None)
 def health(request):
-    """Readiness with details (same answer as /health/ready): 200 `ok` or `starting`, 503 with
-    `reasons` when the database is unreachable or the sweep or worker heartbeat is stale."""
+    """Readiness with details (same answer as /health/ready): 200 `ok`, `starting` or `degraded` (a
+    queue's oldest message waits longer than HEALTH_BACKLOG_SECONDS: behind but moving), 503 with
+    `reasons` when the database is unreachable or the sweep or the workers have not moved for
+    HEALTH_STALE_SECONDS."""
     return _readiness()
 
 

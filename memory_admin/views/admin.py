@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.db.models import Prefetch
 from django.http import Http404, HttpRequest, HttpResponse, QueryDict
@@ -14,6 +15,7 @@ from memory_admin.errors import DomainError, NotFound
 from memory_admin.inputs import form_number
 from memory_admin.models import PII_ACTIONS, PII_KINDS, Agent, ApiKey, ExtractionBatch
 from memory_admin.selectors.access import ADMIN, CURATE, get_visible, visible
+from memory_admin.selectors.health import queue_backlogs
 from memory_admin.services.extraction import batch_retry
 from memory_admin.services.settings import LIMITS, tenant_settings, tenant_settings_update
 from memory_admin.services.tenant_admin import dashboard_key_create, dashboard_key_revoke
@@ -35,6 +37,8 @@ def batches(request: HttpRequest) -> HttpResponse:
             "status": status,
             "statuses": ExtractionBatch.Status.values,
             "can_retry": request.principal.can(CURATE),
+            "queues": queue_backlogs(),
+            "backlog_seconds": settings.HEALTH_BACKLOG_SECONDS,
         },
     )
 

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from memory_admin.models import Heartbeat
-from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
+from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record, progress_name, progress_record
 
 pytestmark = pytest.mark.django_db
 
@@ -107,3 +107,44 @@ def test_a_heartbeat_is_one_row_overwritten(db):
     heartbeat_record(SWEEP, "first")
     heartbeat_record(SWEEP, "second")
     assert list(Heartbeat.objects.values_list("name", "detail")) == [(SWEEP, "second")]
+
+
+def test_a_worker_finishing_tasks_is_ready_though_its_heartbeat_waits_in_a_queue(client, after_grace):
+    """The heartbeat task sits behind a backlog, but the worker finished a task a second ago: alive."""
+    heartbeat_record(SWEEP)
+    heartbeat_record(WORKER)
+    age(WORKER, 300)
+    assert progress_record("worker-bulk@host", now=1000.0)
+    age(progress_name("worker-bulk@host"), 1)
+    r = client.get("/api/v1/health/ready")
+    assert r.status_code == 200, r.json()
+    assert r.json()["background"]["worker"]["status"] == "ok"
+    assert 1 <= r.json()["background"]["worker"]["age_seconds"] < 3
+
+
+def test_no_heartbeat_and_no_progress_is_not_ready(client, after_grace):
+    heartbeat_record(SWEEP)
+    heartbeat_record(WORKER)
+    progress_record("worker@host", now=2000.0)
+    age(WORKER, 300)
+    age(progress_name("worker@host"), 200)
+    r = client.get("/api/v1/health/ready")
+    assert r.status_code == 503
+    assert r.json()["background"]["worker"] == {"status": "stale", "age_seconds": pytest.approx(200, abs=2)}
+    assert r.json()["reasons"] == [
+        "no worker heartbeat and no task finished for 200 s (no worker is consuming tasks from the broker)"
+    ]
+
+
+def test_progress_is_written_at_most_once_a_second_per_process(db):
+    name = progress_name("worker@throttled")
+
+    def seconds_old() -> float:
+        return (timezone.now() - Heartbeat.objects.get(name=name).last_at).total_seconds()
+
+    assert progress_record("worker@throttled", now=5000.0) is True
+    age(name, 30)
+    assert progress_record("worker@throttled", now=5000.5) is False  # within the second: not written
+    assert seconds_old() == pytest.approx(30, abs=2)
+    assert progress_record("worker@throttled", now=5001.1) is True
+    assert seconds_old() < 2

@@ -112,7 +112,7 @@ class Stack:
                 self.proc.wait(40)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
-        for child in ("worker", "beat", "web"):  # in case `up` could not stop them itself
+        for child in ("worker", "worker-bulk", "beat", "web", "mcp"):  # in case `up` could not stop them itself
             try:
                 os.killpg(self.pid_of(child), signal.SIGKILL)
             except (IndexError, ProcessLookupError, PermissionError):

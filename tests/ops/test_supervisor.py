@@ -3,9 +3,9 @@
 Each child (web, worker, beat, mcp) is SIGKILLed in turn: `up` says so, starts a new one (a new pid),
 /health/ready is ok again, and a message posted afterwards is extracted. Then beat and web are wedged
 (SIGSTOP: alive but doing nothing): `up` notices (no sweep; no answer on /health/live), kills and
-restarts them. Last, SIGTERM to `up` while a batch's LLM call and an API request are in flight: the
-request is answered, the batch is finished by the worker (warm shutdown), every child is gone and `up`
-exits with status 0.
+restarts them; so is the bulk worker, stopped while entity drawing waits in its queue. Last, SIGTERM
+to `up` while a batch's LLM call and an API request are in flight: the request is answered, the batch
+is finished by the worker (warm shutdown), every child is gone and `up` exits with status 0.
 
 Bounded: about 2.5 minutes.
 """
@@ -74,7 +74,7 @@ class Up:
         return self.pids(child)[-1]
 
     def all_pids(self) -> list[int]:
-        return [pid for child in ("web", "worker", "beat", "mcp") for pid in self.pids(child)]
+        return [pid for child in ("web", "worker", "worker-bulk", "beat", "mcp") for pid in self.pids(child)]
 
     def stop(self) -> None:
         """Teardown, whatever happened: `up` and every process group it ever started."""
@@ -224,6 +224,45 @@ def test_a_wedged_child_is_killed_and_restarted(stack, child):
     extracted_after_post(stack, f"unwedged-{child}", f"I unwedged the {child} without any help.")
 
 
+def test_a_stopped_worker_with_work_waiting_is_killed_and_restarted(stack):
+    """SIGSTOP to the bulk worker: it takes nothing more, and the entity drawing queued by the next
+    writes waits in `bulk`. No progress while its queue has a message waiting longer than the wedge
+    limit is a wedge (an idle worker with empty queues is not)."""
+    old = stack.pid_of("worker-bulk")
+    os.killpg(old, signal.SIGSTOP)
+    try:
+        for i in range(3):
+            status, body = http(
+                "POST", stack.base + "users/drawn/facts", {"content": f"The user met Ada Quill on trip {i}."}, stack.key
+            )
+            assert status in (200, 201), body
+        wait_until(
+            lambda: stack.pid_of("worker-bulk") != old,
+            3 * WEDGED_AFTER + 20,
+            "up to find worker-bulk wedged",
+            stack.tail,
+        )
+    finally:
+        try:
+            os.killpg(old, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    line = next(line for line in stack.up_lines() if line.startswith(f"up: worker-bulk (pid {old}) wedged:"))
+    assert "no task started or finished" in line and "queue bulk has a message waiting" in line, line
+    assert "killed by signal 9" in line, line
+    # The control worker was never touched: it kept moving all along.
+    assert not any(line.startswith("up: worker (pid ") for line in stack.up_lines()), stack.up_lines()
+    wait_until(
+        lambda: (
+            (b := http("GET", stack.base + "health/ready")[1])
+            and (b.get("queues") or {}).get("bulk", {}).get("depth") == 0
+        ),
+        60,
+        "the restarted bulk worker to empty its queue",
+        stack.tail,
+    )
+
+
 def test_sigterm_finishes_in_flight_work_and_stops_every_child(stack, fake, capsys):
     # A standing fact, so that the next write has a neighbour and asks the (slow) judge.
     status, body = http(
@@ -291,6 +330,6 @@ def test_sigterm_finishes_in_flight_work_and_stops_every_child(stack, fake, caps
     restarts = [line for line in lines if " restarted (pid " in line]
     with capsys.disabled():
         print(
-            f"\nup: {len(restarts)} restarts over the module (4 kills, 2 wedges); SIGTERM with a request and a "
+            f"\nup: {len(restarts)} restarts over the module (4 kills, 3 wedges); SIGTERM with a request and a "
             f"batch in flight: both finished, {len(pids)} process groups gone, exit 0 after {took:.1f} s"
         )

@@ -1,19 +1,36 @@
 """Start the whole product on embedded defaults: Postgres (pgserver), migrations, demo data,
-the web server (gunicorn), a Celery worker, the beat scheduler and the MCP server. Ctrl-C or SIGTERM
-stops all of them cleanly (in-flight requests and the running batch finish first).
+the web server (gunicorn), two Celery workers, the beat scheduler and the MCP server. Ctrl-C or
+SIGTERM stops all of them cleanly (in-flight requests and the running batch finish first), and then
+the embedded Postgres if this `up` started it.
+
+The two workers split WORKER_CONCURRENCY (default: the machine's cores) between them (`worker_lanes`):
+`worker` consumes the `control` queue (heartbeats, sweeps) and `interactive` (batches, thread closes)
+on threads, `worker-bulk` consumes `bulk` (entity drawing, re-embedding, imports), `interactive` and
+Celery's default `celery` in processes. A backlog of bulk work therefore never holds up a sweep, a
+heartbeat or a batch.
 
 `up` supervises its children (memory_admin/supervisor.py): one that exits (crash, OOM kill, a beat
-giving up after an outage) or is wedged (web or MCP not answering, no worker heartbeat, no sweep
-while the worker is fine, for `--wedged-after` seconds) is started again after a backoff that doubles
-on each quick failure (1 s, 2 s, 4 s ... up to 60 s) and resets once the child has stayed up for a
-minute. Each exit, wedge and restart is printed. To add a child, add an entry to `children()`.
+giving up after an outage) or is wedged for `--wedged-after` seconds is started again after a backoff
+that doubles on each quick failure (1 s, 2 s, 4 s ... up to 60 s) and resets once the child has stayed
+up for a minute. Wedged: web or MCP not answering; a worker that started or finished no task while a
+queue it consumes had a message waiting that long (a worker making progress is never wedged, however
+long its queue); no sweep while the workers are fine. Each exit, wedge and restart is printed.
+To add a child, add an entry to `children()`.
+
+Models are built and the demo seeded by a child process (`up --prepare-only`), so `up` itself holds
+no embedding model while it supervises.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 import sys
 from argparse import ArgumentParser
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -21,8 +38,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from memory_admin.selectors.health import heartbeat_ages
-from memory_admin.services.heartbeats import SWEEP, WORKER
+from memory_admin import embedded_db
+from memory_admin.selectors.health import heartbeat_ages, queue_backlogs, worker_age
+from memory_admin.services.heartbeats import SWEEP, WORKER, progress_name
 from memory_admin.supervisor import Backoff, Child, LivenessProbe, Supervisor
 
 __all__ = ["Child", "Command"]
@@ -44,18 +62,71 @@ def local_url(bind: str, path: str) -> str | None:
     return f"http://{host}:{port}{path}"
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    sys.exit(128 + signum)
+
+
+MCP_PORT_OFFSET = 765  # BIND 127.0.0.1:8000 -> MCP on 127.0.0.1:8765
+
+
+def mcp_bind(bind: str) -> str:
+    """MCP_BIND when set; else the web server's host, 765 ports above its port (8000 -> 8765), so two
+    instances with different BINDs never share the MCP server's port either."""
+    configured = os.environ.get("MCP_BIND")
+    if configured:
+        return configured
+    host, _, port = bind.rpartition(":")
+    if bind.startswith("unix:") or not port.isdigit():
+        return "127.0.0.1:8765"
+    return f"{host or '127.0.0.1'}:{int(port) + MCP_PORT_OFFSET}"
+
+
+@dataclass(frozen=True)
+class WorkerLane:
+    """One Celery worker `up` runs: its child name, the queues it consumes, its pool and pool size."""
+
+    name: str
+    queues: tuple[str, ...]
+    pool: str
+    concurrency: int
+
+    @property
+    def nodename(self) -> str:
+        return f"{self.name}@{socket.gethostname()}"
+
+
+def worker_lanes(total: int) -> list[WorkerLane]:
+    """Two workers. `worker` takes control and interactive work on threads in one process: a sweep or
+    a heartbeat never waits for a free process behind a batch's slow LLM call, and no pool process
+    costs another copy of the interpreter. `worker-bulk` takes bulk and interactive work on half the
+    cores in processes (entity drawing is CPU work), so a backlog of bulk work never sits in front of
+    a sweep, and interactive work has both workers."""
+    processes = max(1, total // 2)
+    return [
+        # Threads wait on the LLM and on Postgres more than they compute; twice the cores left, at least
+        # four, so that a sweep finds a free thread while batches run.
+        WorkerLane("worker", ("control", "interactive"), "threads", max(4, 2 * (total - processes))),
+        # One process runs its tasks itself (solo): a prefork parent would be one more interpreter
+        # holding the model (~85 MB) to supervise a single child.
+        # Also Celery's default queue: what a client that knows no routes sends (memory_admin/celery.py).
+        WorkerLane("worker-bulk", ("bulk", "interactive", "celery"), "prefork" if processes > 1 else "solo", processes),
+    ]
+
+
 class Heartbeats:
-    """The background heartbeats as `up` sees them (ops_heartbeat, read at most once a second).
+    """The background's liveness as `up` sees it: ops_heartbeat (heartbeats, sweeps and each
+    worker's progress) and the broker's queues, read at most once a second.
 
     Says nothing (None) while the database is unreachable and for `wedged_after` seconds after it
-    came back: an outage is not a wedge. A child whose heartbeat has not been recorded since it
-    started gets `start_grace` seconds to come up."""
+    came back: an outage is not a wedge. A child that has not been seen moving since it started gets
+    `start_grace` seconds to come up."""
 
     def __init__(self, wedged_after: float, start_grace: float):
         self.wedged_after, self.start_grace = wedged_after, max(start_grace, wedged_after)
         self.db_ok_since: float | None = None
-        self.fresh_since: dict[str, float] = {}  # since when the worker heartbeat has stayed fresh
+        self.fresh_since: dict[str, float] = {}  # since when the workers have stayed fresh
         self._ages: dict[str, float] | None = None
+        self._waiting: dict[str, float] | None = None
         self._read_at = float("-inf")
 
     def ages(self, now: float) -> dict[str, float] | None:
@@ -67,13 +138,16 @@ class Heartbeats:
             self._ages = heartbeat_ages()
         except Exception:  # noqa: BLE001 - database down: /health/ready reports it, `up` waits
             connection.close()
-            self._ages, self.db_ok_since = None, None
+            self._ages, self.db_ok_since, self._waiting = None, None, None
             self.fresh_since.clear()
             return None
+        backlogs = queue_backlogs()
+        self._waiting = None if backlogs is None else {q.name: q.oldest_age_seconds or 0.0 for q in backlogs}
         self.db_ok_since = now if self.db_ok_since is None else self.db_ok_since
-        # Workers run tasks as long as their heartbeat misses at most two periods in a row.
-        worker_age = self._ages.get(WORKER)
-        if worker_age is None or worker_age > min(self.wedged_after, 3 * settings.WORKER_HEARTBEAT_SECONDS):
+        # Workers run tasks as long as they move (a heartbeat, a task started or finished) at least
+        # every two heartbeat periods.
+        age = worker_age(self._ages)
+        if age is None or age > min(self.wedged_after, 3 * settings.WORKER_HEARTBEAT_SECONDS):
             self.fresh_since.pop(WORKER, None)
         else:
             self.fresh_since.setdefault(WORKER, now)
@@ -91,23 +165,56 @@ class Heartbeats:
             return None
         return f"no {name} heartbeat in the {up_for:.0f} s since it started"
 
-    def worker_probe(self, child: Child, now: float) -> str | None:
-        return self.stale(WORKER, child, now)
+    def worker_probe(self, lane: WorkerLane) -> Callable[[Child, float], str | None]:
+        """Wedged: the worker started or finished no task for `wedged_after` seconds while one of its
+        queues had a message waiting longer than that. Busy on a backlog is alive; idle with empty
+        queues is alive; only work waiting that nobody takes is a wedge."""
+
+        def probe(child: Child, now: float) -> str | None:
+            ages = self.ages(now)
+            if ages is None or self._waiting is None or now - self.db_ok_since < self.wedged_after:
+                return None  # the database or the broker cannot be read: cannot tell
+            moved, up_for = ages.get(progress_name(lane.nodename)), now - child.started_at
+            if moved is not None and moved < up_for:  # moved since this child started
+                if moved <= self.wedged_after:
+                    return None
+                silent = f"for {moved:.0f} s"
+            elif up_for <= self.start_grace:
+                return None
+            else:
+                silent = f"in the {up_for:.0f} s since it started"
+            queue, waited = max(((q, self._waiting.get(q, 0.0)) for q in lane.queues), key=lambda item: item[1])
+            if waited <= self.wedged_after:
+                return None
+            return f"no task started or finished {silent} while queue {queue} has a message waiting for {waited:.0f} s"
+
+        return probe
 
     def beat_probe(self, child: Child, now: float) -> str | None:
-        # No sweep while workers have been running tasks all along: beat is not scheduling.
-        # Without a working worker, a missing sweep is not beat's fault.
+        # No sweep while workers have been running tasks all along and nothing waits in `control`
+        # (where beat's sweeps go): beat is not scheduling. Without a working worker, or with sweeps
+        # waiting (or expiring) in a backed-up control queue, a missing sweep is not beat's fault.
         reason = self.stale(SWEEP, child, now)
         workers_fine = now - self.fresh_since.get(WORKER, now) >= self.wedged_after
-        return reason if workers_fine else None
+        control_waits = (self._waiting or {}).get("control", 0.0) > min(5.0, self.wedged_after / 2)
+        return reason if workers_fine and not control_waits else None
 
 
 class Command(BaseCommand):
-    help = "Run server, worker, scheduler and MCP server together (embedded Postgres unless DATABASE_URL is set)."
+    help = "Run server, workers, scheduler and MCP server together (embedded Postgres unless DATABASE_URL is set)."
+    # The checks import every URL, view and API module (~40 MB `up` would keep for its whole life);
+    # the preparing child runs them instead (`prepare`).
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
         parser.add_argument("--bind", default=os.environ.get("BIND", "127.0.0.1:8000"))
         parser.add_argument("--no-demo", action="store_true", help="skip seeding the demo tenant")
+        parser.add_argument(
+            "--prepare-only",
+            action="store_true",
+            help="migrate, collect static files, build the embedder and seed the demo, then exit "
+            "(what `up` runs in a child before starting the rest)",
+        )
         parser.add_argument(
             "--restart-backoff",
             type=float,
@@ -121,7 +228,7 @@ class Command(BaseCommand):
             "--wedged-after",
             type=float,
             default=_env_float("UP_WEDGED_SECONDS", 120),
-            help="restart a child whose liveness or heartbeat has been silent this long (0: never)",
+            help="restart a child that has not answered or moved this long (0: never)",
         )
         parser.add_argument(
             "--start-grace",
@@ -137,14 +244,25 @@ class Command(BaseCommand):
         )
 
     @staticmethod
-    def children(env: dict[str, str]) -> list[Child]:
+    def children(env: dict[str, str], lanes: list[WorkerLane]) -> list[Child]:
         celery = [sys.executable, "-m", "celery", "-A", "memory_admin"]
-        return [
+        workers = [
             Child(
-                "worker",
-                celery + ["worker", "--loglevel=INFO", "--concurrency=1", "--pool=prefork", "--hostname=worker@%h"],
+                lane.name,
+                celery
+                + [
+                    "worker",
+                    "--loglevel=INFO",
+                    f"--concurrency={lane.concurrency}",
+                    f"--pool={lane.pool}",
+                    f"--queues={','.join(lane.queues)}",
+                    f"--hostname={lane.nodename}",
+                ],
                 env,
-            ),
+            )
+            for lane in lanes
+        ]
+        return workers + [
             Child(
                 "beat",
                 celery + ["beat", "--loglevel=INFO", f"--schedule={settings.CELERY_BEAT_SCHEDULE_FILENAME}"],
@@ -155,34 +273,43 @@ class Command(BaseCommand):
         ]
 
     @staticmethod
-    def attach_probes(children: list[Child], env: dict[str, str], wedged_after: float, start_grace: float) -> None:
-        """How each child is found wedged: web and MCP by answering HTTP, worker and beat by heartbeats."""
+    def attach_probes(
+        children: list[Child], lanes: list[WorkerLane], env: dict[str, str], wedged_after: float, start_grace: float
+    ) -> None:
+        """How each child is found wedged: web and MCP by answering HTTP, workers by their progress
+        against their queues, beat by its sweeps."""
         if wedged_after <= 0:
             return
         heartbeats = Heartbeats(wedged_after, start_grace)
         urls = {
             "web": local_url(env["BIND"], "/api/v1/health/live"),
-            "mcp": local_url(env.get("MCP_BIND", "127.0.0.1:8765"), "/mcp"),
+            "mcp": local_url(env["MCP_BIND"], "/mcp"),
         }
+        probes = {lane.name: heartbeats.worker_probe(lane) for lane in lanes} | {"beat": heartbeats.beat_probe}
         for child in children:
             if urls.get(child.name):
                 child.probe = LivenessProbe(urls[child.name], wedged_after, start_grace)
-            elif child.name == "worker":
-                child.probe = heartbeats.worker_probe
-            elif child.name == "beat":
-                child.probe = heartbeats.beat_probe
+            else:
+                child.probe = probes.get(child.name)
 
     def say(self, message: str) -> None:
         self.stdout.write(f"up: {message}")
         self.stdout.flush()
 
     def prepare(self, *, demo: bool) -> None:
+        call_command("check")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         if settings.EMBEDDER in ("onnx", "static"):
             call_command("build_embedder")  # once, before the workers start; a no-op when the cache verifies
         if demo:
             call_command("seed_demo")
+
+    def prepare_in_child(self, env: dict[str, str], *, demo: bool) -> None:
+        """`prepare` in a process of its own: building the embedder and seeding the demo load the
+        model (~150 MB), which `up` must not keep for the rest of its life."""
+        argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "up", "--prepare-only"]
+        subprocess.run(argv + ([] if demo else ["--no-demo"]), env=env, check=True)
 
     def banner(self, bind: str) -> None:
         key_file = settings.DATA_DIR / "demo-api-key"
@@ -201,6 +328,7 @@ class Command(BaseCommand):
         *args: Any,
         bind: str,
         no_demo: bool,
+        prepare_only: bool,
         restart_backoff: float,
         restart_backoff_max: float,
         wedged_after: float,
@@ -208,19 +336,39 @@ class Command(BaseCommand):
         stop_timeout: float,
         **options: Any,
     ) -> None:
-        self.prepare(demo=not no_demo)
-        env = {**os.environ, "BIND": bind, "DATABASE_URL": settings.DATABASE_URL}
-        children = self.children(env)
-        self.attach_probes(children, env, wedged_after, start_grace)
-        supervisor = Supervisor(
-            children,
-            say=self.say,
-            backoff=Backoff(restart_backoff, restart_backoff_max),
-            stop_timeout=stop_timeout,
-            check_every=min(5.0, max(1.0, wedged_after / 4)),
-        )
-        supervisor.start_all()
-        self.banner(bind)
-        code = supervisor.run()
-        connection.close()
+        if prepare_only:
+            self.prepare(demo=not no_demo)
+            return
+        env = {
+            # ONNX Runtime's telemetry keeps a SQLite file per user (~/.cache/Microsoft/DeveloperTools/
+            # .onnxruntime/onnxruntime.db) that every process on the host using it opens: off.
+            "ORT_DISABLE_TELEMETRY": "1",
+            **os.environ,
+            "BIND": bind,
+            "MCP_BIND": mcp_bind(bind),
+            "DATABASE_URL": settings.DATABASE_URL,
+        }
+        code = 1
+        # Until the supervisor takes the signals over: a SIGTERM during the preparation still ends in
+        # the `finally` below (the child preparing is killed by subprocess.run on the way out).
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        try:
+            self.prepare_in_child(env, demo=not no_demo)
+            lanes = worker_lanes(settings.WORKER_CONCURRENCY)
+            children = self.children(env, lanes)
+            self.attach_probes(children, lanes, env, wedged_after, start_grace)
+            supervisor = Supervisor(
+                children,
+                say=self.say,
+                backoff=Backoff(restart_backoff, restart_backoff_max),
+                stop_timeout=stop_timeout,
+                check_every=min(5.0, max(1.0, wedged_after / 4)),
+            )
+            supervisor.start_all()
+            self.banner(bind)
+            code = supervisor.run()
+        finally:
+            connection.close()
+            if embedded_db.stop_if_started_here():
+                self.say("embedded Postgres stopped")
         sys.exit(code)
