@@ -10,9 +10,69 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import contextvars
 import functools
 import re
+import time
 import unicodedata
+from collections.abc import Iterator
+
+from memory_admin.errors import TooLarge
+
+# ---------------------------------------------------------------------------------------------------
+# The screening budget. Every screen's cost is linear in its text (tests/security/test_screening_cost.py
+# holds each to a CPU budget on the shape corpus), so this never fires on text the limits allow; it is
+# the net under that promise: should a screen still run long (a pattern nobody thought of, a machine
+# under load), the write is refused with a stable code well before gunicorn's timeout kills the worker
+# and leaves the client without an answer. Screens call `check_budget()` between their steps; the clock
+# starts at the outermost `screening_budget()` and nested screens (a decoded payload scanned again, the
+# preview re-scanned) share it.
+
+DEFAULT_SCREENING_BUDGET_SECONDS = 8.0
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("screening_deadline", default=None)
+
+
+class ScreeningBudgetExceeded(TooLarge):
+    """A text took longer to screen than the budget allows: refused, nothing of the write stored."""
+
+    code = "screening_budget_exceeded"
+
+    def __init__(self, seconds: float):
+        super().__init__(
+            f"The text could not be screened for secrets and instructions within {seconds:g} s, so nothing "
+            "was stored. Send it in smaller parts (or with less repetition).",
+            budget_seconds=seconds,
+        )
+
+
+def _budget_seconds() -> float:
+    from django.conf import settings
+
+    return float(getattr(settings, "SCREENING_BUDGET_SECONDS", DEFAULT_SCREENING_BUDGET_SECONDS))
+
+
+@contextlib.contextmanager
+def screening_budget() -> Iterator[None]:
+    """Run the screens inside with one wall-clock budget (`settings.SCREENING_BUDGET_SECONDS`, default
+    8 s: a write runs at most four screens of its text, all well within gunicorn's 60 s). Nested use
+    keeps the outer clock."""
+    if _deadline.get() is not None:
+        yield
+        return
+    token = _deadline.set(time.monotonic() + _budget_seconds())
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_budget() -> None:
+    """Raise ScreeningBudgetExceeded if the running screen's budget is spent."""
+    deadline = _deadline.get()
+    if deadline is not None and time.monotonic() > deadline:
+        raise ScreeningBudgetExceeded(_budget_seconds())
+
 
 # Look-alikes that NFKC leaves alone: Cyrillic and Greek letters drawn like Latin ones, plus a few
 # Latin-extended and symbol forms. Enough to fold every letter of the secret prefixes and of the
@@ -312,8 +372,12 @@ def screen_form(text: str) -> Mapped:
     """The form the secret scan reads: folded, escapes decoded, folded again (a decoded escape may
     itself be a fullwidth or invisible character), with the map back to `text`."""
     form = fold_mapped(text)
+    check_budget()
     decoded = decode_escapes_mapped(form)
-    return form if decoded is form else fold_mapped(decoded)
+    if decoded is form:
+        return form
+    check_budget()
+    return fold_mapped(decoded)
 
 
 def base64_text(run: str) -> str:
