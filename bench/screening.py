@@ -52,7 +52,7 @@ def main() -> None:
     block_all = {"email": "block", "phone": "block", "national_id": "block"}
 
     def run_guard(text: str) -> None:
-        guard._cache.clear()  # noqa: SLF001 - every round evaluates the text afresh
+        guard.clear_cache()  # every round evaluates the text afresh
         if guard.verdict(text).flagged:
             guard._first_flagged_line(text)  # noqa: SLF001 - what a refused notebook or skill pays
 

@@ -196,6 +196,20 @@ _PRIVATE_KEY = re.compile(
 # (Matched on the lower-cased text: a case-insensitive alternation is several times slower.)
 _ANY_PREFIX = re.compile(r"sk-|[sr]k_|gh[pousr]_|github_pat_|akia|asia|xox|eyj|aiza")
 _ANY_PREFIX_I = re.compile(_ANY_PREFIX.pattern, re.I)
+# The one pattern each prefix can open, by the prefix's first three characters (lower case).
+_SPEC_FOR_PREFIX = {
+    start: next(spec for spec in _PREFIXED if spec.kind == kind)
+    for kind, starts in (
+        ("openai_key", ("sk-",)),
+        ("stripe_key", ("sk_", "rk_")),
+        ("github_token", ("ghp", "gho", "ghu", "ghs", "ghr", "git")),
+        ("aws_access_key", ("aki", "asi")),
+        ("slack_token", ("xox",)),
+        ("jwt", ("eyj",)),
+        ("google_api_key", ("aiz",)),
+    )
+    for start in starts
+}
 _PRIVATE_KEY_COMPACT = re.compile(r"(?<!-)-{2,}+BEGIN[A-Z0-9]{0,40}?PRIVATEKEY[A-Z]{0,12}-{2,}.*", re.S | re.I)
 
 # A token may follow `=` (`aws_secret_access_key=…` in a credentials or env file): `=` ends a run of
@@ -405,10 +419,7 @@ class _RunEnds:
 
 
 _B64URL = "A-Za-z0-9_-"
-_RUN_OF = {
-    chars: re.compile(f"[{chars}]*")
-    for chars in (_B64URL, "A-Za-z0-9", "A-Za-z0-9_", "A-Za-z0-9-", "0-9A-Z")
-}
+_RUN_OF = {chars: re.compile(f"[{chars}]*") for chars in (_B64URL, "A-Za-z0-9", "A-Za-z0-9_", "A-Za-z0-9-", "0-9A-Z")}
 _BODY_CHARS = {
     "stripe_key": "A-Za-z0-9",
     "openai_key": _B64URL,
@@ -431,46 +442,64 @@ def _jwt_end(text: str, start: int, run_end: _RunEnds) -> int | None:
 
 
 def _prefixed_matches(text: str, compact: bool, starts: list[int] | None = None):
-    """A _Hit for every prefixed-secret candidate: the patterns are tried only where some prefix occurs
-    (one pass over the text for all kinds). A body is read to at most MAX_BODY characters; a hit whose
-    body reaches that bound ends where its run does. Occurrences inside a strict hit are skipped (any
-    hit there would overlap it)."""
+    """A _Hit for every prefixed-secret candidate: the pattern of the prefix found is tried only where
+    some prefix occurs (one pass over the text for all kinds). A body is read to at most MAX_BODY
+    characters; a hit whose body reaches that bound ends where its run does. Occurrences inside a strict
+    hit are skipped (any hit there would overlap it), and so are JWT openings inside a run already found
+    not to hold one (every opening in a run ends its first part where the run ends)."""
     low = text.lower()
     run_end = _RunEnds(text)
     skip_until = 0
+    jwt_dead_until = [0]
     occurrences = _ANY_PREFIX.finditer(low) if len(low) == len(text) else _ANY_PREFIX_I.finditer(text)
     for n, p in enumerate(occurrences):
-        if p.start() < skip_until:
+        start = p.start()
+        if start < skip_until:
             continue
         if n % 256 == 0:
             check_budget()
-        for spec in _PREFIXED:
-            if spec.kind == "jwt":
-                end = _jwt_end(text, p.start(), run_end) if text.startswith("eyJ", p.start()) else None
-                if end is not None and compact:
-                    shape = _JWT_SHAPE.match(text, p.start(), _trim_words(p.start(), end, starts or [], text))
-                    end = shape.end() if shape else None
-                if end is not None:
-                    yield _Hit("strict", "jwt", p.start(), end)
-                    skip_until = end
-                continue
-            pattern = spec.compact_pattern if compact else spec.pattern
-            m = pattern.match(text, p.start())
-            if m is None:
-                continue
-            if compact:
-                m = pattern.match(text, m.start(), _trim_words(m.start(), m.end(), starts or [], text))
-                if m is None:
-                    continue
-            verdict = _verdict(spec, m, text, compact=compact)
-            if not verdict:
-                continue
-            end = m.end()
-            if not compact and spec.kind in _BODY_CHARS and len(m.group("body")) >= MAX_BODY:
-                end = run_end(_BODY_CHARS[spec.kind], end)
-            yield _Hit(verdict, spec.kind, m.start(), end)
-            if verdict == "strict":
-                skip_until = end
+        spec = _SPEC_FOR_PREFIX[p.group()[:3].lower()]
+        if spec.kind == "jwt":
+            hit = _jwt_hit(text, start, compact, starts or [], run_end, jwt_dead_until)
+        else:
+            hit = _prefixed_hit(spec, text, start, compact, starts or [], run_end)
+        if hit is not None:
+            yield hit
+            if hit.verdict == "strict":
+                skip_until = hit.end
+
+
+def _jwt_hit(
+    text: str, start: int, compact: bool, starts: list[int], run_end: _RunEnds, dead_until: list[int]
+) -> _Hit | None:
+    if start < dead_until[0] or not text.startswith("eyJ", start):
+        return None
+    end = _jwt_end(text, start, run_end)
+    if end is None:
+        dead_until[0] = run_end(_B64URL, start + 3)
+        return None
+    if compact:
+        shape = _JWT_SHAPE.match(text, start, _trim_words(start, end, starts, text))
+        if shape is None:
+            return None
+        end = shape.end()
+    return _Hit("strict", "jwt", start, end)
+
+
+def _prefixed_hit(
+    spec: _Prefixed, text: str, start: int, compact: bool, starts: list[int], run_end: _RunEnds
+) -> _Hit | None:
+    pattern = spec.compact_pattern if compact else spec.pattern
+    m = pattern.match(text, start)
+    if m is not None and compact:
+        m = pattern.match(text, start, _trim_words(start, m.end(), starts, text))
+    verdict = _verdict(spec, m, text, compact=compact) if m is not None else None
+    if not verdict:
+        return None
+    end = m.end()
+    if not compact and spec.kind in _BODY_CHARS and len(m.group("body")) >= MAX_BODY:
+        end = run_end(_BODY_CHARS[spec.kind], end)
+    return _Hit(verdict, spec.kind, start, end)
 
 
 _JWT_SHAPE = re.compile(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}")
@@ -536,24 +565,60 @@ def _scan_aws_secret(col: _Collector, form: Mapped) -> None:
 
 
 @functools.lru_cache(maxsize=1)
-def _rule_set() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    """(kind, pattern) for every pattern of the kept detect-secrets plugins (their `denylist`, the
-    documented attribute of a regex-based plugin). No plugin's `verify` is ever called: it would send
-    the value to the provider."""
+def _rule_set() -> tuple[tuple[str, re.Pattern[str], str | None], ...]:
+    """(kind, pattern, a literal every match holds or None) for every pattern of the kept detect-secrets
+    plugins (their `denylist`, the documented attribute of a regex-based plugin). No plugin's `verify`
+    is ever called: it would send the value to the provider."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
 
     by_name = {cls.__name__: cls for cls in get_mapping_from_secret_type_to_class().values()}
     return tuple(
-        (kind, pattern) for name, kind in RULE_SET_PLUGINS.items() for pattern in by_name[name].denylist
+        (kind, pattern, _required_literal(pattern))
+        for name, kind in RULE_SET_PLUGINS.items()
+        for pattern in by_name[name].denylist
     )
+
+
+def _required_literal(pattern: re.Pattern[str]) -> str | None:
+    """The longest run of literal characters (two or more) that every match of `pattern` holds, lower-cased
+    when the pattern ignores case: a text without it is not searched. Read from the parse tree of
+    `re._parser` (stable since 3.11; the one public alternative would be a hand-kept list per plugin);
+    on any surprise the answer is None and the pattern is always searched."""
+    from re import _constants as c  # noqa: PLC0415
+
+    try:
+        items = list(re._parser.parse(pattern.pattern, pattern.flags))  # noqa: SLF001
+    except Exception:  # noqa: BLE001 - a prefilter only
+        return None
+    runs, run = [], ""
+    for op, av in items:
+        if op is c.LITERAL:
+            run += chr(av)
+        else:
+            runs.append(run)
+            run = ""
+    runs.append(run)
+    best = max(runs, key=len)
+    if len(best) < 2:
+        return None
+    return best.lower() if pattern.flags & re.IGNORECASE else best
 
 
 def _scan_rule_set(col: _Collector, form: Mapped) -> None:
     """The maintained rule set on the normalised form. detect-secrets reads a file line by line; none of
     the kept patterns can match across a line end, so reading the whole text at once finds the same."""
-    for kind, pattern in _rule_set():
+    text = form.text
+    low = None
+    for kind, pattern, literal in _rule_set():
         check_budget()
-        for m in pattern.finditer(form.text):
+        if literal is not None:
+            if pattern.flags & re.IGNORECASE:
+                low = text.lower() if low is None else low
+                if literal not in low:
+                    continue
+            elif literal not in text:
+                continue
+        for m in pattern.finditer(text):
             if m.end() > m.start():
                 col.add(kind, form, m.start(), m.end())
 
@@ -563,14 +628,18 @@ def _scan_rule_set(col: _Collector, form: Mapped) -> None:
 # an assignment (`=`, `:`, `:=`, `=>`), an optional quote, and a value that reads like a secret (not a
 # word, a placeholder or a template). Every part is bounded and read whole, so each occurrence of a
 # name costs a few hundred steps at most.
-_CREDENTIAL = re.compile(
-    r"(?i:secret|passw(?:or)?d|pwd|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key|"
-    r"client[_-]?secret|auth[_-]?token|access[_-]?token|api[_-]?token|bearer[_-]?token)"
+_CREDENTIAL_NAME = re.compile(
+    r"secret|passw(?:or)?d|pwd|api[_-]?key|apikey|access[_-]?key|auth[_-]?key|private[_-]?key|"
+    r"client[_-]?secret|auth[_-]?token|access[_-]?token|api[_-]?token|bearer[_-]?token"
+)  # searched on the lower-cased text: an alternation of literals the engine skips ahead to
+_CREDENTIAL_ASSIGNMENT = re.compile(
     r"(?:[_-][A-Za-z0-9]{1,15}|[A-Z][a-z0-9]{0,14}){0,3}+"  # `_access_key`, `AccessKey`: not `secretary`
     r"[\"'\]]{0,2}+[ \t]{0,5}+(?::=|=>|==?|:)[ \t]{0,5}+"
     r"(?P<quote>[\"'`]?)(?P<value>[^\s\"'`,;&<>(){}\[\]]{8,200}+)",
 )
-_PLACEHOLDER = re.compile(r"^(?:x+|\*+|\.+|-+|_+|changeme|password\d*|secret\d*|none|null|true|false|example\w*)$", re.I)
+_PLACEHOLDER = re.compile(
+    r"^(?:x+|\*+|\.+|-+|_+|changeme|password\d*|secret\d*|none|null|true|false|example\w*)$", re.I
+)
 _URL_PASSWORD = re.compile(r"(?<=://)(?P<user>[^\s/@:{}]{1,64}+):(?P<value>[^\s/@{}]{3,128}+)@")
 _NPM_TOKEN = re.compile(r"_authToken=[ \t]{0,5}+(?P<value>npm_[A-Za-z0-9]{36}|[A-Fa-f0-9-]{36})", re.I)
 _PYPI_TOKEN = re.compile(r"pypi-AgE(?:IcHlwaS5vcmc|NdGVzdC5weXBpLm9yZw)[A-Za-z0-9_-]{50,400}+")
@@ -593,10 +662,14 @@ def _reads_as_secret(value: str) -> bool:
 
 def _scan_credentials(col: _Collector, form: Mapped) -> None:
     text = form.text
-    for n, m in enumerate(_CREDENTIAL.finditer(text)):
+    low = text.lower()
+    if len(low) != len(text):  # a letter whose lower case is longer: match the name case-blind instead
+        low = "".join(ch.lower() if len(ch.lower()) == 1 else ch for ch in text)
+    for n, name in enumerate(_CREDENTIAL_NAME.finditer(low)):
         if n % 256 == 0:
             check_budget()
-        if _reads_as_secret(m["value"]):
+        m = _CREDENTIAL_ASSIGNMENT.match(text, name.end())
+        if m and _reads_as_secret(m["value"]):
             col.add("credential", form, m.start("value"), m.end("value"))
     check_budget()
     for m in _URL_PASSWORD.finditer(text):
@@ -607,8 +680,17 @@ def _scan_credentials(col: _Collector, form: Mapped) -> None:
             col.add(kind, form, *(m.span("value") if pattern.groups else m.span()))
 
 
+_DECODED_APART = "\n;\n"  # between two decodings: a line no secret pattern reads across
+
+
 def _scan_encoded(col: _Collector, form: Mapped) -> None:
-    """A base64 run that decodes to readable text: scanned again, decoded, for secrets."""
+    """A base64 run that decodes to readable text: scanned again, decoded, for secrets. The readable
+    decodings of all runs are scanned in one pass, joined apart, so a text of ten thousand short runs
+    costs one scan of their decodings rather than ten thousand scans."""
+    decodings: list[str] = []
+    owners: list[tuple[int, int]] = []
+    starts: list[int] = []
+    at = 0
     for n, whole in enumerate(_B64_RUN.finditer(form.text)):
         if n % 64 == 0:
             check_budget()
@@ -618,28 +700,35 @@ def _scan_encoded(col: _Collector, form: Mapped) -> None:
         # The run may be glued to a word or a path ("task-", "ops/") and so start off the 4-character
         # grid of base64: its pieces between separators, and each of four offsets, are tried.
         parts = {run} | {p.group() for pattern in _B64_PARTS for p in pattern.finditer(run)}
+        seen: set[str] = set()
         for part in sorted(parts, key=len, reverse=True):
-            kind = next((k for k in (_decoded_secret_kind(part[i:]) for i in range(4)) if k), None)
-            if kind:
-                col.add(kind, form, whole.start(), whole.end())
-                break
+            for i in range(4):
+                decoded = _readable_decoding(part[i:])
+                if decoded and decoded not in seen:
+                    seen.add(decoded)
+                    decodings.append(decoded)
+                    owners.append(whole.span())
+                    starts.append(at)
+                    at += len(decoded) + len(_DECODED_APART)
+    if not decodings:
+        return
+    for finding in find(_DECODED_APART.join(decodings), contact=False, encoded=False):
+        owner = owners[bisect.bisect_right(starts, finding.start) - 1]
+        col.add(finding.kind, form, *owner)
 
 
-def _decoded_secret_kind(run: str) -> str | None:
-    """The kind of secret that `run`, base64-decoded, holds in readable text (else None)."""
+def _readable_decoding(run: str) -> str:
+    """`run` base64-decoded, when that is readable text (else "")."""
     if len(run.rstrip("=")) < 24:
-        return None
-    decoded = base64_text(run)
-    if not decoded:
-        return None
-    inner = find(decoded, contact=False, encoded=False)
-    return inner[0].kind if inner else None
+        return ""
+    return base64_text(run)
 
 
 def find(text: str, *, contact: bool = True, encoded: bool = True) -> list[Finding]:
     """Every secret and contact-PII span of `text` (offsets into `text` as given), without overlaps
     (secrets take precedence), found on the normalised form. Raises ScreeningBudgetExceeded
     (textnorm) should the scan run past the screening budget."""
+    _rule_set()  # loaded once per process, outside the budget's clock
     with screening_budget():
         return _find(text, contact=contact, encoded=encoded)
 
@@ -650,9 +739,9 @@ def _find(text: str, *, contact: bool, encoded: bool) -> list[Finding]:
     norm = form.text
     # Tokens split by whitespace or line breaks: the form without any whitespace.
     compact = None
-    squashed = re.sub(r"\s+", "", norm)
+    squashed = "".join(norm.split())  # what `re.sub(r"\s+", "", norm)` gives, in C
     low = squashed.lower()
-    if squashed != norm and (_ANY_PREFIX_I.search(squashed) or "begin" in low):
+    if squashed != norm and (_ANY_PREFIX.search(low) or "begin" in low):
         starts: list[int] = []
         pieces = [m.span() for m in re.finditer(r"\S+", norm)]
         n = 0

@@ -296,7 +296,11 @@ def _rule_set_texts() -> list[tuple[str, str, str]]:
     telegram = "5432109876" + ":AAF" + "k2Lm9Qp4Rt7Vw1Xz5Bc8Dn3Fg6Hj0Km2Ns"
     square = "sq0csp-" + "aB3dE6fG9hJ2kL5mN8pQ1rS4tU7vW0xY3zA6bC9dE2f"
     return [
-        ("azure_storage", f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={azure};EndpointSuffix=x", azure),
+        (
+            "azure_storage",
+            f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={azure};EndpointSuffix=x",
+            azure,
+        ),
         ("gitlab_token", f"her gitlab token is {gitlab}", gitlab[6:]),
         ("twilio_account_sid", f"twilio sid AC{_HEX32} for the sms", _HEX32),
         ("twilio_api_key", f"twilio key SK{_HEX32[::-1]} for the sms", _HEX32[::-1]),

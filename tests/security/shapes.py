@@ -217,7 +217,11 @@ def shapes() -> list[Shape]:
         out.append(Shape(f"prefix/{name}+run", "A", lead=prefix))
     out += [Shape(f"guard/{name}", unit) for name, unit in _GUARD_UNITS.items()]
     # A feature's start once, then the run its pattern can stretch over to the end of the text.
-    for name, lead in (("ignore", "ignore"), ("image", "![a](http://x"), ("private_key", "-----BEGIN PRIVATE KEY-----")):
+    for name, lead in (
+        ("ignore", "ignore"),
+        ("image", "![a](http://x"),
+        ("private_key", "-----BEGIN PRIVATE KEY-----"),
+    ):
         for run in ("-", " ", "'-", "?", "a", "\n", "="):
             out.append(Shape(f"stretch/{name}+{run!r}", run, lead=lead))
     out += [Shape(f"nested/{name}", text + " ") for name, text in _NESTED.items()]
