@@ -29,8 +29,11 @@ from memory_admin.errors import TooLarge
 # starts at the outermost `screening_budget()` and nested screens (a decoded payload scanned again, the
 # preview re-scanned) share it.
 
-DEFAULT_SCREENING_BUDGET_SECONDS = 15.0
-_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar("screening_deadline", default=None)
+DEFAULT_SCREENING_BUDGET_SECONDS = 5.0
+_WALL_PER_CPU = 4  # the wall-clock allowance, per second of CPU budget
+_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "screening_deadline", default=None
+)
 
 
 class ScreeningBudgetExceeded(TooLarge):
@@ -40,8 +43,8 @@ class ScreeningBudgetExceeded(TooLarge):
 
     def __init__(self, seconds: float):
         super().__init__(
-            f"The text could not be screened for secrets and instructions within {seconds:g} s, so nothing "
-            "was stored. Send it in smaller parts (or with less repetition).",
+            f"The text could not be screened for secrets and instructions within the screening budget "
+            f"({seconds:g} s of CPU), so nothing was stored. Send it in smaller parts (or with less repetition).",
             budget_seconds=seconds,
         )
 
@@ -54,15 +57,17 @@ def _budget_seconds() -> float:
 
 @contextlib.contextmanager
 def screening_budget() -> Iterator[None]:
-    """Run the screens inside with one wall-clock budget (`settings.SCREENING_BUDGET_SECONDS`, default
-    15 s). A write runs at most three screens of its whole text in turn (the guard, the scan, the scan of
-    its redacted preview), so even a refused write answers within gunicorn's 60 s; wall-clock, because
-    that timeout is, and generous, because a busy machine stretches a screen's 1-2 s of CPU. Nested use
-    keeps the outer clock."""
+    """Run the screens inside with one budget: `settings.SCREENING_BUDGET_SECONDS` (default 5) seconds of
+    the thread's CPU, and four times that of wall clock. CPU, so that a busy machine does not turn an
+    ordinary text away (the worst shape of a 1 MB notebook takes about 2 s of CPU); wall clock too,
+    because gunicorn's timeout is: a write runs two budgeted screens of its text in turn (the guard; the
+    secret/PII scan with the scan of its preview), 2 x 20 s, within the 60 s after which gunicorn kills
+    the worker and the client gets no answer. Nested use keeps the outer clock."""
     if _deadline.get() is not None:
         yield
         return
-    token = _deadline.set(time.monotonic() + _budget_seconds())
+    budget = _budget_seconds()
+    token = _deadline.set((time.thread_time() + budget, time.monotonic() + budget * _WALL_PER_CPU))
     try:
         yield
     finally:
@@ -72,7 +77,7 @@ def screening_budget() -> Iterator[None]:
 def check_budget() -> None:
     """Raise ScreeningBudgetExceeded if the running screen's budget is spent."""
     deadline = _deadline.get()
-    if deadline is not None and time.monotonic() > deadline:
+    if deadline is not None and (time.thread_time() > deadline[0] or time.monotonic() > deadline[1]):
         raise ScreeningBudgetExceeded(_budget_seconds())
 
 

@@ -566,8 +566,9 @@ FEATURES: tuple[Feature, ...] = (
         "exfiltrate",
         "a request to send memory or secrets somewhere",
         1.0,
-        _rx(rf"\b{_SEND}\b[^.\n]{{0,80}}?\b{_SENSITIVE}\b[^\n]{{0,80}}?{_DEST}"),
+        _rx(rf"\b{_SEND}\b[^.\n]{{0,80}}?\b{_SENSITIVE}\b"),
         directive=True,
+        accept=lambda m: _destination_follows(m),
     ),
     Feature(
         "exfiltrate_weak",
@@ -910,6 +911,22 @@ _SQUASHED = re.compile(
     r"your|system)(?:instructions?|rules|guidance|guidelines|directions|prompts?|context)"
     r"|you(?:are|re)now|systemprompt|developermode|jailbreak|doanythingnow"
 )
+
+
+_DEST_RX = re.compile(_DEST, re.M)
+# How far after its verb a destination may open: the verb, 80 characters, the data named, 80 more.
+_DEST_REACH = 11 + 80 + 30 + 80
+
+
+def _destination_follows(m: re.Match[str]) -> bool:
+    """A destination (a URL, an address, a webhook...) on the same line, within reach of the request to
+    send data (`m`: the verb and the data named). Searched here in a bounded window: as one pattern, every
+    place the data could be named was tried with every place a destination could open."""
+    text = m.string
+    line_end = text.find("\n", m.end())
+    stop = min(m.start() + _DEST_REACH, len(text) if line_end < 0 else line_end)
+    dest = _DEST_RX.search(text, m.end(), stop + 64)
+    return dest is not None and dest.start() <= stop
 
 
 _FILLED_PARAMETER = re.compile(r"=\s*(?:\{|\[|%7b|<)")

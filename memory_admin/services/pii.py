@@ -859,6 +859,14 @@ def preview(text: str, findings: list[Finding], limit: int = 240) -> str:
 
 
 def scan(text: str, policy: dict[str, str]) -> ScanResult:
+    """What the tenant `policy` makes of the secrets and contact PII in `text`. One screening budget for
+    the whole of it: the scan, and the scans of its preview and of its redacted form."""
+    _rule_set()
+    with screening_budget():
+        return _scan(text, policy)
+
+
+def _scan(text: str, policy: dict[str, str]) -> ScanResult:
     findings = find(text)
     if not findings:
         return ScanResult(content=text)
