@@ -44,9 +44,9 @@ IMPERATIVE_BONUS = 0.3
 SCAN_ALL_CHARS = 64 * 1024  # longer texts are read as far as a context block can serve them
 _SERVED_SLACK_TOKENS = 1024  # a head cut inside a word tokenises differently only near the cut
 _SERVED_SLACK_CHARS = 1024
-# The head tokenised to cut a long text: 3 characters a token. Prose (4-5 a token) is cut by the words
-# bound instead; a run of one character (64 a token) is read whole rather than tokenised whole, which
-# costs tiktoken more than the guard.
+# The head tokenised first to cut a long text: 3 characters a token. Prose (4-5 a token) is cut by the
+# words bound instead; a run of one character (64 a token) is read whole rather than tokenised whole,
+# which costs tiktoken more than the guard.
 _HEAD_CHARS_PER_TOKEN = 3
 _CACHE_SIZE = 2048
 
@@ -1013,12 +1013,17 @@ def _served_part(text: str) -> str:
 
     words = _served_words(MAX_BUDGET_TOKENS + _SERVED_SLACK_TOKENS).match(text)
     bound = text[: words.end() + _SERVED_SLACK_CHARS] if words else text
-    head = bound[: MAX_BUDGET_TOKENS * _HEAD_CHARS_PER_TOKEN]
-    tokens = encoding().encode(head, disallowed_special=())
-    check_budget()
-    if len(tokens) > MAX_BUDGET_TOKENS + _SERVED_SLACK_TOKENS:
-        served = encoding().decode(tokens[:MAX_BUDGET_TOKENS])
-        return head[: len(served) + _SERVED_SLACK_CHARS]
+    size = MAX_BUDGET_TOKENS * _HEAD_CHARS_PER_TOKEN
+    for _ in range(2):  # a head, then (if its tokens were long) a head long enough at that rate
+        head = bound[:size]
+        tokens = encoding().encode(head, disallowed_special=())
+        check_budget()
+        if len(tokens) > MAX_BUDGET_TOKENS + _SERVED_SLACK_TOKENS:
+            served = encoding().decode(tokens[:MAX_BUDGET_TOKENS])
+            return head[: len(served) + _SERVED_SLACK_CHARS]
+        size = int(len(head) * (MAX_BUDGET_TOKENS + _SERVED_SLACK_TOKENS) / max(1, len(tokens)) * 1.25)
+        if len(head) == len(bound) or size >= len(bound):
+            break  # very long tokens (a run of one character): reading it all costs less than tokenising it
     return bound
 
 
