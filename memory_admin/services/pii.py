@@ -103,6 +103,8 @@ _ALNUM = "A-Za-z0-9"
 
 def _looks_random(body: str, *, min_len: int = 16) -> bool:
     """A token body drawn at random (digits and both cases), not words glued together."""
+    if body.isalpha() or body.islower() or body.isupper():
+        return False  # no digit, or a single case: decided without the slower tests below
     letters = re.sub(r"[^A-Za-z0-9]", "", body)
     if len(letters) < min_len:
         return False
