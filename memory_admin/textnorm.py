@@ -10,9 +10,76 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
+import contextvars
 import functools
 import re
+import time
 import unicodedata
+from collections.abc import Iterator
+
+from memory_admin.errors import TooLarge
+
+# ---------------------------------------------------------------------------------------------------
+# The screening budget. Every screen's cost is linear in its text (tests/security/test_screening_cost.py
+# holds each to a CPU budget on the shape corpus), so this never fires on text the limits allow; it is
+# the net under that promise: should a screen still run long (a pattern nobody thought of, a machine
+# under load), the write is refused with a stable code well before gunicorn's timeout kills the worker
+# and leaves the client without an answer. Screens call `check_budget()` between their steps; the clock
+# starts at the outermost `screening_budget()` and nested screens (a decoded payload scanned again, the
+# preview re-scanned) share it.
+
+DEFAULT_SCREENING_BUDGET_SECONDS = 5.0
+_WALL_PER_CPU = 4  # the wall-clock allowance, per second of CPU budget
+_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+    "screening_deadline", default=None
+)
+
+
+class ScreeningBudgetExceeded(TooLarge):
+    """A text took longer to screen than the budget allows: refused, nothing of the write stored."""
+
+    code = "screening_budget_exceeded"
+
+    def __init__(self, seconds: float):
+        super().__init__(
+            f"The text could not be screened for secrets and instructions within the screening budget "
+            f"({seconds:g} s of CPU), so nothing was stored. Send it in smaller parts (or with less repetition).",
+            budget_seconds=seconds,
+        )
+
+
+def _budget_seconds() -> float:
+    from django.conf import settings
+
+    return float(getattr(settings, "SCREENING_BUDGET_SECONDS", DEFAULT_SCREENING_BUDGET_SECONDS))
+
+
+@contextlib.contextmanager
+def screening_budget() -> Iterator[None]:
+    """Run the screens inside with one budget: `settings.SCREENING_BUDGET_SECONDS` (default 5) seconds of
+    the thread's CPU, and four times that of wall clock. CPU, so that a busy machine does not turn an
+    ordinary text away (the worst shape of a 1 MB notebook takes about 2 s of CPU); wall clock too,
+    because gunicorn's timeout is: a write runs two budgeted screens of its text in turn (the guard; the
+    secret/PII scan with the scan of its preview), 2 x 20 s, within the 60 s after which gunicorn kills
+    the worker and the client gets no answer. Nested use keeps the outer clock."""
+    if _deadline.get() is not None:
+        yield
+        return
+    budget = _budget_seconds()
+    token = _deadline.set((time.thread_time() + budget, time.monotonic() + budget * _WALL_PER_CPU))
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def check_budget() -> None:
+    """Raise ScreeningBudgetExceeded if the running screen's budget is spent."""
+    deadline = _deadline.get()
+    if deadline is not None and (time.thread_time() > deadline[0] or time.monotonic() > deadline[1]):
+        raise ScreeningBudgetExceeded(_budget_seconds())
+
 
 # Look-alikes that NFKC leaves alone: Cyrillic and Greek letters drawn like Latin ones, plus a few
 # Latin-extended and symbol forms. Enough to fold every letter of the secret prefixes and of the
@@ -162,7 +229,29 @@ def strip_invisible(text: str) -> str:
     """`text` without the characters nobody sees (offsets change; for matching only)."""
     if text.isascii():
         return text
-    return "".join(ch for ch in text if not _is_invisible(ch))
+    return text.translate(_DROP_INVISIBLE)
+
+
+class _DropTable(dict):
+    """A `str.translate` table, built as characters are met, that drops the characters `drop(ch)` names
+    and keeps the rest: one C-level pass over a long text instead of a Python test per character."""
+
+    LIMIT = 1 << 16
+
+    def __init__(self, drop) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def __missing__(self, cp: int) -> str | None:
+        if len(self) > self.LIMIT:
+            self.clear()
+        value = None if self.drop(chr(cp)) else chr(cp)
+        self[cp] = value
+        return value
+
+
+_DROP_INVISIBLE = _DropTable(_is_invisible)
+_DROP_COMBINING = _DropTable(unicodedata.combining)
 
 
 def fold(text: str) -> str:
@@ -175,7 +264,7 @@ def fold(text: str) -> str:
     text = unicodedata.normalize("NFKC", strip_invisible(text))
     text = _OTHER_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text.translate(_FOLD_TABLE))
     # NFKC can leave combining marks on folded letters (e.g. "ё" decomposed); drop the marks.
-    text = "".join(ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch))
+    text = unicodedata.normalize("NFKD", text).translate(_DROP_COMBINING)
     return _HSPACE.sub(" ", text)
 
 
@@ -209,7 +298,8 @@ class Mapped:
 
     @classmethod
     def identity(cls, text: str) -> Mapped:
-        return cls(text, list(range(len(text))), list(range(1, len(text) + 1)))
+        # ranges index and slice like the lists they stand for, without a million ints in memory
+        return cls(text, range(len(text)), range(1, len(text) + 1))  # type: ignore[arg-type]
 
     def span(self, start: int, stop: int) -> tuple[int, int]:
         """The original span of output characters [start, stop)."""
@@ -261,18 +351,66 @@ def _fold_char(ch: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c))
 
 
-_NON_ASCII = re.compile(r"[^\x00-\x7f]")
 # Horizontal whitespace other than one plain space.
 _ODD_HSPACE = re.compile(r" [^\S\n]+|[^\S\n ][^\S\n]*")
 
 
+class _FoldTable(dict):
+    """`str.translate` tables built as characters are met (a text holds few distinct ones): `one` folds
+    each character that folds to exactly one character and leaves the others; `uneven` names, by code
+    point, the characters that fold to none (invisible) or to several (`«`, ligatures)."""
+
+    LIMIT = 1 << 16  # distinct characters remembered; a text of more starts the tables afresh
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.uneven: dict[int, str] = {}
+
+    def __missing__(self, cp: int) -> str:
+        if len(self) > self.LIMIT:
+            self.clear()
+            self.uneven.clear()
+        folded = _fold_char(chr(cp))
+        if len(folded) == 1:
+            self[cp] = folded
+        else:
+            self[cp] = chr(cp)
+            self.uneven[cp] = folded
+        return self[cp]
+
+
+_FOLD_ONE = _FoldTable()
+
+
+def _uneven_pattern(vanish: list[str], grow: list[str]) -> re.Pattern[str]:
+    """Runs of characters that vanish (one piece each run), and each character that grows."""
+    alternatives = []
+    if vanish:
+        alternatives.append("[" + "".join(re.escape(ch) for ch in sorted(vanish)) + "]+")
+    if grow:
+        alternatives.append("[" + "".join(re.escape(ch) for ch in sorted(grow)) + "]")
+    return re.compile("|".join(alternatives))
+
+
 def fold_mapped(text: str | Mapped) -> Mapped:
     """`fold(text)` with its map back to `text` (character by character, so NFKC compositions across
-    characters are not applied; the combining marks they would absorb are dropped anyway)."""
+    characters are not applied; the combining marks they would absorb are dropped anyway). Characters
+    that fold to one character are folded in place by `str.translate` (the map is unchanged); only the
+    ones that vanish or grow are cut out one run or one character at a time."""
     form = text if isinstance(text, Mapped) else Mapped.identity(text)
     if not form.text.isascii():
-        pieces = _runs(form.text, _NON_ASCII, lambda m: _fold_char(m.group()))
-        form = form.rewrite(pieces)
+        folded = form.text.translate(_FOLD_ONE)
+        form = Mapped(folded, form.src, form.end)
+        uneven = dict(_FOLD_ONE.uneven)  # a copy: another thread may add to it meanwhile
+        if uneven:
+            chars = {ord(ch) for ch in set(folded)}
+            vanish = [chr(cp) for cp in chars if uneven.get(cp) == ""]
+            grow = [chr(cp) for cp in chars if uneven.get(cp)]
+            if vanish or grow:
+                form = form.rewrite(
+                    _runs(folded, _uneven_pattern(vanish, grow), lambda m: uneven.get(ord(m[0][0]), ""))
+                )
+                check_budget()
     pieces = _runs(form.text, _ODD_HSPACE, lambda m: " ")
     return form.rewrite(pieces) if pieces else form
 
@@ -312,8 +450,12 @@ def screen_form(text: str) -> Mapped:
     """The form the secret scan reads: folded, escapes decoded, folded again (a decoded escape may
     itself be a fullwidth or invisible character), with the map back to `text`."""
     form = fold_mapped(text)
+    check_budget()
     decoded = decode_escapes_mapped(form)
-    return form if decoded is form else fold_mapped(decoded)
+    if decoded is form:
+        return form
+    check_budget()
+    return fold_mapped(decoded)
 
 
 def base64_text(run: str) -> str:

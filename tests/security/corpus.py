@@ -250,3 +250,92 @@ BENIGN = [
     "the bug is tracked as JIRA-48213 and PR #5521",
     "/api/v1/users/Alice2024/facts/Recent is the route she calls",
 ]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Credentials as they are written in files people paste (issue 27): the AWS credentials file, env files,
+# JSON and YAML, quoted values; and the formats of the maintained rule set (detect-secrets' plugins) that
+# the hand-written list did not know. Each is (name, the text, its distinctive core).
+
+_AWS_SECRET = "Zx9" + "qL2mN8pR4tV6wY1bC3dF5gH7jK0sE2uI4oA6rT8y"[:37]
+_HEX32 = "3f7a9c1e5b2d4f6a" + "8c0e2b4d6f1a3c5e"
+
+
+def _credential_texts() -> list[tuple[str, str, str]]:
+    v = _AWS_SECRET
+    key_id = "AKIA" + "QX7Z2LMN4PRT8VWY"
+    return [
+        ("credentials_file_no_spaces", f"aws_secret_access_key={v}", v),
+        ("credentials_file_spaces", f"aws_secret_access_key = {v}", v),
+        (
+            "credentials_file_profile",
+            f"[default]\naws_access_key_id={key_id}\naws_secret_access_key={v}\nregion=eu-west-1",
+            v,
+        ),
+        ("env_upper", f"AWS_SECRET_ACCESS_KEY={v}", v),
+        ("env_export_double_quotes", f'export AWS_SECRET_ACCESS_KEY="{v}"', v),
+        ("env_single_quotes", f"AWS_SECRET_ACCESS_KEY='{v}'", v),
+        ("json", f'{{"aws_secret_access_key": "{v}", "region": "eu-west-1"}}', v),
+        ("json_cli_output", f'{{"AccessKeyId": "{key_id}", "SecretAccessKey": "{v}"}}', v),
+        ("yaml", f"aws:\n  secret_access_key: {v}\n  region: eu-west-1", v),
+        ("yaml_quoted", f"aws_secret_access_key: '{v}'", v),
+        ("terraform", f'secret_key = "{v}"', v),
+        ("python_kwarg", f"boto3.client('s3', aws_secret_access_key='{v}')", v),
+        ("url_parameter", f"https://example.org/upload?AWSSecretKey={v}&x=1", v),
+    ]
+
+
+def _rule_set_texts() -> list[tuple[str, str, str]]:
+    b64_88 = ("Qm9ndXNBenVyZVN0b3JhZ2VLZXk" + "xMjM0NTY3ODkwYWJjZGVmZ2hpamtsbW5vcHFyc3R1dnd4eXo") * 2
+    azure = b64_88[:86] + "=="
+    gitlab = "glpat-" + "x7Kp2Qm9Lr4Tz8Wb1Nc5"
+    sendgrid = "SG." + "aB3dE6fG9hJ2kL5mN8pQ1r" + "." + "sT4uV7wX0yZ3aB6cD9eF2gH5jK8mN1pQ4rS7tU0vW3x"
+    npm = "npm_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    pypi = "pypi-AgEIcHlwaS5vcmc" + "CJGQ4ZjM1YjEyLWE3ZGMtNGM0Yi1hNjYxLTk2ZGYxYzM3NzU3NwACKlsxLFsicHJvamVjdCJdXQ"
+    discord = "MTA4" + "NzY1NDMyMTA5ODc2NTQz.GhT2xK.aB3dE6fG9hJ2kL5mN8pQ1rS4tU7"
+    telegram = "5432109876" + ":AAF" + "k2Lm9Qp4Rt7Vw1Xz5Bc8Dn3Fg6Hj0Km2Ns"
+    square = "sq0csp-" + "aB3dE6fG9hJ2kL5mN8pQ1rS4tU7vW0xY3zA6bC9dE2f"
+    return [
+        (
+            "azure_storage",
+            f"DefaultEndpointsProtocol=https;AccountName=acme;AccountKey={azure};EndpointSuffix=x",
+            azure,
+        ),
+        ("gitlab_token", f"her gitlab token is {gitlab}", gitlab[6:]),
+        ("twilio_account_sid", f"twilio sid AC{_HEX32} for the sms", _HEX32),
+        ("twilio_api_key", f"twilio key SK{_HEX32[::-1]} for the sms", _HEX32[::-1]),
+        ("sendgrid", f"mail via {sendgrid}", sendgrid[3:25]),
+        ("npm_token", f"//registry.npmjs.org/:_authToken={npm}", npm[4:]),
+        ("pypi_token", f"password = {pypi}", pypi[20:60]),
+        ("discord_bot_token", f"bot token {discord}", discord[:24]),
+        ("mailchimp", f"mailchimp key {_HEX32}-us12", _HEX32),
+        ("basic_auth_url", "db at https://admin:Sup3rS3cretPw9@db.example.com/prod", "Sup3rS3cretPw9"),
+        ("telegram_bot_token", f"telegram {telegram}", telegram[11:]),
+        ("square_oauth", f"square secret {square}", square[7:]),
+        ("password_assignment", 'password = "Hunter2Blue!Sky"', "Hunter2Blue!Sky"),
+        ("password_json", '{"user": "alice", "password": "Hunter2Blue!Sky"}', "Hunter2Blue!Sky"),
+        ("password_yaml", "db:\n  password: Hunter2Blue!Sky", "Hunter2Blue!Sky"),
+        ("putty_key", "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 14", "PuTTY-User-Key-File"),
+    ]
+
+
+@dataclass(frozen=True)
+class FormatCase:
+    name: str  # "<group>/<format>/<evasion>"
+    text: str
+    needle: str  # canonical core that must never be stored
+
+
+FORMAT_EVASIONS = ("plain", "zero_width", "fullwidth", "cyrillic", "html_entities", "base64")
+
+
+def format_cases() -> list[FormatCase]:
+    out = []
+    for group, texts in (("credentials", _credential_texts()), ("rule_set", _rule_set_texts())):
+        for name, text, core in texts:
+            for evasion in FORMAT_EVASIONS:
+                disguised = EVASIONS[evasion]("format", text)
+                if disguised is None or (evasion != "plain" and disguised == text):
+                    continue
+                out.append(FormatCase(f"{group}/{name}/{evasion}", f"note for Alice:\n{disguised}\nok", canon(core)))
+    return out
