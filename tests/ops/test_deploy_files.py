@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,8 +25,7 @@ from django.conf import settings
 from django.db import connection
 from django.test import Client
 
-from memory_admin.management.commands.serve import role_names
-from memory_admin.management.commands.up import Command as Up
+from memory_admin.management.commands.serve import role_names, roles
 from tests.ops.cluster import embedder_cache, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,9 +63,9 @@ def app_services(compose: dict) -> dict[str, dict]:
 
 def test_every_role_of_up_has_a_service_and_every_service_runs_a_known_role(compose):
     services = app_services(compose)
-    roles = {name: spec["command"][0] for name, spec in services.items()}
-    assert set(roles.values()) <= set(role_names())
-    assert {child.name for child in Up.children(dict(os.environ))} | {"migrate"} == set(roles.values())
+    commands = {name: spec["command"][0] for name, spec in services.items()}
+    assert set(commands.values()) <= set(role_names())
+    assert {child.name for child in roles(dict(os.environ))} | {"migrate"} == set(commands.values())
     for spec in services.values():
         assert spec["build"]["dockerfile"] == "docs/deploy/Dockerfile"
         assert (DEPLOY / spec["build"]["context"] / spec["build"]["dockerfile"]).resolve() == DEPLOY / "Dockerfile"
@@ -96,7 +96,9 @@ def test_the_roles_start_in_order_on_one_shared_data_volume(compose):
 
 def test_health_checks_probe_real_routes_on_the_ports_the_roles_bind(compose, db):
     services = compose["services"]
-    assert {"postgres", "redis", "web", "worker", "mcp"} <= {n for n, s in services.items() if "healthcheck" in s}
+    assert {"postgres", "redis", "web", "worker", "worker-bulk", "mcp"} <= {
+        n for n, s in services.items() if "healthcheck" in s
+    }
     web = services["web"]
     bind_port = web["environment"]["BIND"].rsplit(":", 1)[1]
     probe = " ".join(web["healthcheck"]["test"])
@@ -106,8 +108,11 @@ def test_health_checks_probe_real_routes_on_the_ports_the_roles_bind(compose, db
     mcp = services["mcp"]
     mcp_port = mcp["environment"]["MCP_BIND"].rsplit(":", 1)[1]
     assert mcp_port in " ".join(mcp["healthcheck"]["test"]) and f"{mcp_port}:{mcp_port}" in mcp["ports"]
-    assert "worker@$$HOSTNAME" in services["worker"]["healthcheck"]["test"][1]
-    assert "--hostname=worker@%h" in next(c for c in Up.children(dict(os.environ)) if c.name == "worker").argv
+    # A worker's ping names the node `serve` starts it as: its role @ the container's host name.
+    for child in roles(dict(os.environ)):
+        if child.name.startswith("worker"):
+            assert f"--hostname={child.name}@{socket.gethostname()}" in child.argv
+            assert f"-d {child.name}@$$HOSTNAME" in services[child.name]["healthcheck"]["test"][1]
 
 
 def test_the_image_installs_the_runtime_with_the_projects_script_and_runs_serve(dockerfile, compose):

@@ -1,5 +1,6 @@
 """`manage.py serve ROLE`: run one role of the product in the foreground, for a container or a process
-manager (systemd, compose, Kubernetes) that supervises it: `web`, `worker`, `beat`, `mcp`, or `migrate`.
+manager (systemd, compose, Kubernetes) that supervises it: `web`, `worker`, `worker-bulk`, `beat`, `mcp`,
+or `migrate`.
 
 The roles' command lines are `up`'s own (Command.children in up.py): a role runs here exactly as it runs
 under `up`, only without `up`'s embedded Postgres, demo and supervisor. `migrate` applies migrations,
@@ -17,13 +18,20 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from memory_admin.management.commands.up import Command as Up
+from memory_admin.management.commands.up import worker_lanes
+from memory_admin.supervisor import Child
 
 PREPARE = "migrate"
 
 
+def roles(env: dict[str, str]) -> list[Child]:
+    """`up`'s children, with the workers `up` would split WORKER_CONCURRENCY into."""
+    return Up.children(env, worker_lanes(settings.WORKER_CONCURRENCY))
+
+
 def role_names() -> list[str]:
     """Every role `serve` runs: `up`'s children, then the one-shot preparation."""
-    return [child.name for child in Up.children(dict(os.environ))] + [PREPARE]
+    return [child.name for child in roles(dict(os.environ))] + [PREPARE]
 
 
 class Command(BaseCommand):
@@ -41,7 +49,7 @@ class Command(BaseCommand):
             return
         env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}
         env.setdefault("BIND", "127.0.0.1:8000")
-        children = {child.name: child for child in Up.children(env)}
+        children = {child.name: child for child in roles(env)}
         if role not in children:
             raise CommandError(f"Unknown role {role!r}: serve runs one of {', '.join(role_names())}.")
         argv = children[role].argv
