@@ -71,6 +71,11 @@ def post_worker_init(worker):
 
     embed_one("warm-up")
     count_tokens("warm-up")
+    # The secret scan's second detector (detect-secrets' plugins) loads on first use: 0.5-2.5 s that
+    # would otherwise fall on a worker's first write, outside its screening budget.
+    from memory_admin.services.pii import find
+
+    find("warm-up")
     # The broker's transport too (on embedded defaults extraction/broker.py),
     # so that a worker's first write does not pay for it when it sends its entity drawing. Not connected.
     from memory_admin.celery import app
