@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -140,7 +141,7 @@ def verified_model(directory: Path | None = None) -> Path | None:
     return model
 
 
-def ensure_model(directory: Path | None = None) -> Path:
+def ensure_model(directory: Path | None = None, progress: Callable[[str], None] | None = None) -> Path:
     """The verified cached model, building it first when needed. Concurrent processes (gunicorn and
     Celery workers starting together) serialise on a lock file; the loser finds the winner's file."""
     directory = directory or cache_dir()
@@ -151,7 +152,7 @@ def ensure_model(directory: Path | None = None) -> Path:
         found = verified_model(directory)
         if found is not None:
             return found
-        return build(directory)
+        return build(directory, progress)
 
 
 @contextlib.contextmanager
@@ -182,17 +183,30 @@ def _quiet_preprocessing_advice():
         logging.getLogger().removeFilter(advice)
 
 
-def build(directory: Path) -> Path:
-    """Write the fp32 graph, quantise it, and install file + manifest atomically."""
+BUILD_STAGES = ("calibration graph", "outlier smoothing", "float32 graph", "int8 quantisation")
+
+
+def build(directory: Path, progress: Callable[[str], None] | None = None) -> Path:
+    """Write the fp32 graph, quantise it, and install file + manifest atomically. `progress`, when
+    given, is called with "[n/4] stage" as each of BUILD_STAGES begins (it changes nothing built)."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    def stage(number: int) -> None:
+        if progress is not None:
+            progress(f"[{number}/{len(BUILD_STAGES)}] {BUILD_STAGES[number - 1]}")
 
     src = source_dir()
     directory.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as tmp:
         probe, fp32, int8 = Path(tmp) / "probe.onnx", Path(tmp) / "fp32.onnx", Path(tmp) / MODEL_FILE
+        stage(1)
         _write_fp32_graph(src, probe, expose_matmul_inputs=True)
-        _write_fp32_graph(src, fp32, smooth=_smoothing(src, probe))
+        stage(2)
+        smooth = _smoothing(src, probe)
+        stage(3)
+        _write_fp32_graph(src, fp32, smooth=smooth)
+        stage(4)
         # int8 weights per output channel; activations are quantised per run (dynamic, one uint8 scale per
         # tensor), every MatMul and the attention's projection (Attention becomes QAttention). Without the
         # smoothing the per-tensor scale is set by a few outlier channels (the FFN input and the GELU output

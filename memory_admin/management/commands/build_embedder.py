@@ -29,14 +29,23 @@ class Command(BaseCommand):
         )
         directory = onnx_model.cache_dir()
         started = time.monotonic()
+        if force or not verified(directory):
+            what = "a static token table" if module is static_model else "int8"
+            self.stdout.write(f"building all-MiniLM-L6-v2 {what} in {directory} (first start only) ...")
+            self.stdout.flush()
+        progress = self._progress if module is onnx_model else None
         if force:
-            path = module.build(directory)
+            path = module.build(directory, progress) if progress else module.build(directory)
             state = "built"
         else:
             state = "verified" if verified(directory) else "built"
-            path = ensure(directory)
+            path = ensure(directory, progress) if progress else ensure(directory)
         manifest = module.read_manifest(directory)
         self.stdout.write(
             f"{state}: {path} ({manifest['bytes']:,} bytes, sha256 {manifest['sha256'][:16]}…) "
             f"in {time.monotonic() - started:.1f} s"
         )
+
+    def _progress(self, stage: str) -> None:
+        self.stdout.write(f"  {stage} ...")
+        self.stdout.flush()

@@ -104,7 +104,7 @@ class Command(BaseCommand):
     def handle(self, *args, tenant: str, users: int, seed: int, **options):
         tenant_obj = tenant_create(slug=tenant, name=f"{tenant.title()} Inc.")
         if MemoryUser.objects.filter(tenant=tenant_obj).exists():
-            self.stdout.write(f"tenant {tenant} already has demo data; leaving it as is")
+            self.stdout.write(f"tenant {tenant} already seeded; left as it is")
             return
         rng = random.Random(seed)
         principal = Principal(tenant_id=tenant_obj.pk, role="system", actor="agent:demo-assistant", actor_type="agent")
@@ -129,8 +129,8 @@ class Command(BaseCommand):
         key_file.chmod(0o600)
         self.stdout.write(
             self.style.SUCCESS(
-                f"seeded tenant {tenant}: {len(people)} users, "
-                f"{Fact.objects.filter(tenant=tenant_obj).count()} facts; admin API key in {key_file}"
+                f"tenant {tenant} seeded ({len(people)} users, "
+                f"{Fact.objects.filter(tenant=tenant_obj).count()} facts; admin API key in {key_file})"
             )
         )
 

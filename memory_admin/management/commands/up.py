@@ -28,6 +28,9 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import urllib.error
+import urllib.request
 from argparse import ArgumentParser
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,6 +63,40 @@ def local_url(bind: str, path: str) -> str | None:
         host = "127.0.0.1"
     host = f"[{host}]" if ":" in host else host
     return f"http://{host}:{port}{path}"
+
+
+class _Prefixed:
+    """A stream that prefixes each line written to it (what a step's own command prints)."""
+
+    def __init__(self, out: Any, prefix: str):
+        self.out, self.prefix = out, prefix
+
+    def write(self, text: str) -> None:
+        lines = text.rstrip("\n").splitlines()
+        self.out.write("".join(f"{self.prefix}{line.strip()}\n" for line in lines if line.strip()), ending="")
+        self.out.flush()
+
+    def flush(self) -> None:
+        self.out.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _answers(url: str, stop: threading.Event, *, any_status: bool = False) -> bool:
+    """Wait until `url` answers 200 (or, with `any_status`, answers at all); False when `stop` is set."""
+    while not stop.is_set():
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:  # noqa: S310 - our own child, http
+                if response.status == 200 or any_status:
+                    return True
+        except urllib.error.HTTPError:
+            if any_status:
+                return True
+        except OSError:
+            pass
+        stop.wait(0.5)
+    return False
 
 
 def _exit_on_signal(signum: int, frame: object) -> None:
@@ -245,7 +282,8 @@ class Command(BaseCommand):
 
     @staticmethod
     def children(env: dict[str, str], lanes: list[WorkerLane]) -> list[Child]:
-        celery = [sys.executable, "-m", "celery", "-A", "memory_admin"]
+        # --quiet: no banner and task list per worker (up says what started; the logs say the rest).
+        celery = [sys.executable, "-m", "celery", "-A", "memory_admin", "--quiet"]
         workers = [
             Child(
                 lane.name,
@@ -297,13 +335,35 @@ class Command(BaseCommand):
         self.stdout.flush()
 
     def prepare(self, *, demo: bool) -> None:
-        call_command("check")
+        """One `up: <step>: ...` line per step as it happens (what the steps' own commands print is
+        prefixed the same way)."""
+        call_command("check", stdout=_Prefixed(self.stdout, "up: checks: "))
+        pending = self.pending_migrations()
         call_command("migrate", interactive=False, verbosity=0)
+        self.say(f"migrations: {pending} applied" if pending else "migrations: up to date")
         call_command("collectstatic", interactive=False, verbosity=0)
         if settings.EMBEDDER in ("onnx", "static"):
-            call_command("build_embedder")  # once, before the workers start; a no-op when the cache verifies
+            # Once, before the workers start; a no-op when the cache verifies.
+            call_command("build_embedder", stdout=_Prefixed(self.stdout, "up: embedding model: "))
         if demo:
-            call_command("seed_demo")
+            call_command("seed_demo", stdout=_Prefixed(self.stdout, "up: demo: "))
+
+    @staticmethod
+    def pending_migrations() -> int:
+        from django.db.migrations.executor import MigrationExecutor
+
+        executor = MigrationExecutor(connection)
+        return len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
+
+    def say_database(self) -> None:
+        if os.environ.get("DATABASE_URL"):
+            where = connection.settings_dict
+            self.say(f"database: Postgres at {where.get('HOST') or 'local socket'} (DATABASE_URL)")
+            return
+        pgdata = embedded_db.data_dir(settings.BASE_DIR) / "pgdata"
+        version = (pgdata / "PG_VERSION").read_text().strip() if (pgdata / "PG_VERSION").exists() else "?"
+        state = "started" if pgdata in embedded_db._started_here else "already running"
+        self.say(f"database: embedded Postgres {version} at {pgdata} ({state})")
 
     def prepare_in_child(self, env: dict[str, str], *, demo: bool) -> None:
         """`prepare` in a process of its own: building the embedder and seeding the demo load the
@@ -311,17 +371,22 @@ class Command(BaseCommand):
         argv = [sys.executable, str(settings.BASE_DIR / "manage.py"), "up", "--prepare-only"]
         subprocess.run(argv + ([] if demo else ["--no-demo"]), env=env, check=True)
 
-    def banner(self, bind: str) -> None:
-        key_file = settings.DATA_DIR / "demo-api-key"
-        self.stdout.write(
-            self.style.SUCCESS(
-                f"\nmemory-admin is starting on http://{bind}/\n"
-                f"  dashboard logins: admin / operator / auditor / member, password demo-password\n"
-                f"  agent API:        http://{bind}/api/v1/docs   (admin key in {key_file})\n"
-                f"  health:           curl http://{bind}/api/v1/health   (liveness: /api/v1/health/live)\n"
-            )
-        )
-        self.stdout.flush()
+    def say_urls_when_up(self, env: dict[str, str], stop: threading.Event, *, demo: bool) -> None:
+        """Each role's URL, once it answers (or once it is started, for a unix socket)."""
+        bind = env["BIND"]
+        health = local_url(bind, "/api/v1/health/live")
+        mcp = local_url(env["MCP_BIND"], "/mcp")
+        root = local_url(bind, "") or bind
+        if health is None or _answers(health, stop):
+            logins = " (dashboard logins admin / operator / auditor / member, password demo-password)"
+            self.say(f"web: {root}/{logins if demo else ''}")
+            key = f" (admin key in {settings.DATA_DIR / 'demo-api-key'})"
+            self.say(f"API docs: {root}/api/v1/docs{key if demo else ''}")
+            self.say(f"health: {root}/api/v1/health (liveness: /api/v1/health/live)")
+        if mcp is None or _answers(mcp, stop, any_status=True):
+            self.say(f"MCP: {mcp or env['MCP_BIND']}")
+        if not stop.is_set():
+            self.say("ready (Ctrl-C or SIGTERM stops everything)")
 
     def handle(
         self,
@@ -344,6 +409,11 @@ class Command(BaseCommand):
             # .onnxruntime/onnxruntime.db) that every process on the host using it opens: off.
             "ORT_DISABLE_TELEMETRY": "1",
             **os.environ,
+            # Celery warns each worker at length when it runs as root (a container's default user);
+            # `up` says it once instead (`handle`).
+            "PYTHONWARNINGS": ",".join(
+                filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:You're running the worker with superuser"])
+            ),
             "BIND": bind,
             "MCP_BIND": mcp_bind(bind),
             "DATABASE_URL": settings.DATABASE_URL,
@@ -352,7 +422,10 @@ class Command(BaseCommand):
         # Until the supervisor takes the signals over: a SIGTERM during the preparation still ends in
         # the `finally` below (the child preparing is killed by subprocess.run on the way out).
         signal.signal(signal.SIGTERM, _exit_on_signal)
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            self.say("note: running as root; a dedicated user is safer outside a container")
         try:
+            self.say_database()
             self.prepare_in_child(env, demo=not no_demo)
             lanes = worker_lanes(settings.WORKER_CONCURRENCY)
             children = self.children(env, lanes)
@@ -365,8 +438,14 @@ class Command(BaseCommand):
                 check_every=min(5.0, max(1.0, wedged_after / 4)),
             )
             supervisor.start_all()
-            self.banner(bind)
-            code = supervisor.run()
+            urls_said = threading.Event()
+            threading.Thread(
+                target=self.say_urls_when_up, args=(env, urls_said), kwargs={"demo": not no_demo}, daemon=True
+            ).start()
+            try:
+                code = supervisor.run()
+            finally:
+                urls_said.set()
         finally:
             connection.close()
             if embedded_db.stop_if_started_here():
