@@ -289,3 +289,40 @@ def test_a_slow_call_is_answered_timeout_and_others_are_served_meanwhile(mcp_url
     assert CALL_TIMEOUT <= took < CALL_TIMEOUT + 5, took
     time.sleep(1.0)  # the abandoned call had its statement cancelled: nothing of it lands later
     assert not Fact.objects.filter(content="Uma sails on weekends").exists()
+
+
+def test_the_largest_texts_of_the_worst_screening_shapes_answer_with_a_code_and_others_are_served(mcp_url, key):
+    """The screens at their largest sizes through MCP (a 1 MB notebook, an 8 KB memory of the shapes that
+    were quadratic before): each call answers, stored or refused with a stable code (the screening
+    budget's, or the call's time limit), and another client's tools/list is answered meanwhile. Before,
+    a 24 KB notebook froze the whole MCP server for every client."""
+    from django.conf import settings
+
+    from tests.security.shapes import shape
+
+    notebook = shape("run/digits").text(settings.MAX_NOTEBOOK_BYTES - 16)
+    memory = shape("stretch/ignore+'-'").text(settings.MAX_FACT_BYTES - 16)
+    codes = {"instruction_like", "blocked", "screening_budget_exceeded", "timeout", "quarantined"}
+
+    async def run():
+        async with session(mcp_url, key) as heavy, session(mcp_url, key) as other:
+            started = time.monotonic()
+            calls = asyncio.gather(
+                heavy.call_tool("update_notebook", {"user_id": "nia", "content": notebook, "version": 0}),
+                heavy.call_tool("add_memory", {"user_id": "nia", "content": memory}),
+            )
+            await asyncio.sleep(0.3)
+            listed_at = time.monotonic()
+            tools = (await other.list_tools()).tools
+            listed = time.monotonic() - listed_at
+            results = await calls
+            return tools, listed, results, time.monotonic() - started
+
+    tools, listed, results, took = asyncio.run(run())
+    assert tools and listed < 5.0, listed
+    assert took < 50, took
+    for result in results:
+        body = answer(result)
+        assert isinstance(body, dict)
+        if result.is_error:
+            assert body["code"] in codes, body

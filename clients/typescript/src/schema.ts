@@ -403,8 +403,10 @@ export interface paths {
         };
         /**
          * Health
-         * @description Readiness with details (same answer as /health/ready): 200 `ok` or `starting`, 503 with
-         *     `reasons` when the database is unreachable or the sweep or worker heartbeat is stale.
+         * @description Readiness with details (same answer as /health/ready): 200 `ok`, `starting` or `degraded` (a
+         *     queue's oldest message waits longer than HEALTH_BACKLOG_SECONDS: behind but moving), 503 with
+         *     `reasons` when the database is unreachable or the sweep or the workers have not moved for
+         *     HEALTH_STALE_SECONDS.
          */
         get: operations["health"];
         put?: never;

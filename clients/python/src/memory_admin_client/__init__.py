@@ -22,6 +22,7 @@ from memory_admin_client.errors import (
     EntityNameTooLong,
     EntityScopeMismatch,
     Forbidden,
+    ImpossibleHistory,
     InstructionLike,
     Invalid,
     MemoryAdminError,
@@ -33,6 +34,7 @@ from memory_admin_client.errors import (
     ReadOnlyScope,
     RejectedLowConfidence,
     RelationCorrected,
+    ScreeningBudgetExceeded,
     ServerError,
     TimedOut,
     TooLarge,
@@ -79,6 +81,8 @@ from memory_admin_client.models import (
 
 __version__ = "0.1.0"
 __all__ = [
+    "ImpossibleHistory",
+    "ScreeningBudgetExceeded",
     "OPERATIONS",
     "AsyncMemoryAdmin",
     "MemoryAdmin",

@@ -81,6 +81,11 @@ class TooLarge(MemoryAdminError):
         return self.body.get("limit")
 
 
+class ScreeningBudgetExceeded(TooLarge):
+    """413 `screening_budget_exceeded`: screening the text ran past its time budget; nothing was stored.
+    A shorter text (or one split in parts) goes through."""
+
+
 class Invalid(MemoryAdminError):
     """422 `invalid`: `field` names what was wrong; `errors` lists every field with its reason."""
 
@@ -91,6 +96,11 @@ class Invalid(MemoryAdminError):
     @property
     def errors(self) -> list[dict[str, str]]:
         return self.body.get("errors", [])
+
+
+class ImpossibleHistory(Invalid):
+    """422 on an import whose history the write path could never make: `supersession_cycle`,
+    `no_current_version` (a superseded fact nothing replaced) or `two_current_versions`. Nothing was written."""
 
 
 class EntityCurationRefused(Invalid):
@@ -251,6 +261,10 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "too_many_messages": TooLarge,
     "too_many_items": TooLarge,
     "invalid": Invalid,
+    "screening_budget_exceeded": ScreeningBudgetExceeded,
+    "supersession_cycle": ImpossibleHistory,
+    "no_current_version": ImpossibleHistory,
+    "two_current_versions": ImpossibleHistory,
     # Entity curation's refusals (POST /entity-merges, /entities/{id}/split|rename, /relations/{id}/...).
     "entity_merged": EntityMerged,
     "entity_merge_same": EntityMergeSame,
