@@ -12,12 +12,15 @@ Either way the key is looked up once per call, so revoking it takes effect at on
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import json
 import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -284,22 +287,28 @@ def _refused_write(result: WriteResult) -> ToolError:
 
 @dataclass
 class _Running:
-    """One call on its worker thread: its database connection (to cancel its query), and whether its
-    client was already answered `timeout` (then its transaction is rolled back, whatever it did)."""
+    """One call on its worker thread: its database connection (to cancel its query), whether its client
+    was already answered `timeout` (then its transaction is rolled back, whatever it did), and whether
+    it got past that point (it commits: its client gets its answer, however late)."""
 
     abandoned: bool = False
+    committing: bool = False
     db: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def abandon(self) -> None:
+    def abandon(self) -> bool:
+        """Give the call up: false when it is committing already (nothing can be given up then)."""
         with self.lock:
+            if self.committing:
+                return False
             self.abandoned = True
             raw = getattr(self.db, "connection", None) if self.db is not None else None
         if raw is not None:
             try:
-                raw.cancel()  # psycopg: thread-safe; the running statement fails, the transaction rolls back
+                raw.cancel()  # the running statement fails, the transaction rolls back
             except Exception:  # noqa: BLE001, S110 - the connection may have closed meanwhile
                 pass
+        return True
 
 
 def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], running: _Running) -> Any:
@@ -316,20 +325,31 @@ def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], running: _Running
         with running.lock:
             if running.abandoned:
                 transaction.set_rollback(True)
+            else:
+                running.committing = True
     if refusal is not None:
         raise refusal
     return result
 
 
+# The threads tool calls run on. A call given up at its time limit keeps its thread until its work
+# stops (a cancelled statement stops it at once; screening or a model's answer only when done), so the
+# threads, and the database connections they hold, are counted until then: a burst of slow calls
+# waits for a thread (within its own limit) instead of opening one connection more per call.
+CALL_THREADS = int(os.environ.get("MCP_CALL_THREADS", "40"))
+_CALLS = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="mcp-call")
+
+
 async def _bounded(fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
     running = _Running()
+    # The call's context goes with it (the http door's access token is a context variable).
+    future = _CALLS.submit(contextvars.copy_context().run, _in_thread, fn, kwargs, running)
     try:
         with anyio.fail_after(timeout):
-            return await anyio.to_thread.run_sync(
-                functools.partial(_in_thread, fn, kwargs, running), abandon_on_cancel=True
-            )
+            return await asyncio.wrap_future(future)  # cancelled at the limit: a call still queued never runs
     except TimeoutError:
-        running.abandon()
+        if not running.abandon():  # it passed the limit while committing: what it did is kept, say so
+            return await asyncio.wrap_future(future)
         raise _refusal(
             {
                 "code": "timeout",

@@ -326,3 +326,81 @@ def test_the_largest_texts_of_the_worst_screening_shapes_answer_with_a_code_and_
         assert isinstance(body, dict)
         if result.is_error:
             assert body["code"] in codes, body
+
+
+@pytest.fixture
+def call_threads(monkeypatch):
+    """The server's call threads, three of them for the test."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from memory_admin import mcp_server
+
+    pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="test-call")
+    monkeypatch.setattr(mcp_server, "_CALLS", pool, raising=False)
+    yield 3
+    pool.shutdown(wait=True)
+
+
+def test_a_burst_of_calls_slower_than_the_limit_never_runs_more_than_the_call_threads(call_threads):
+    """Before: a call given up at its limit let its thread run on uncounted, so calls slower than the
+    limit in a way no cancelled statement stops (a model's answer, screening) each took one thread and
+    one database connection more: 160 such calls in 2 s ran 120 threads and Postgres refused clients."""
+    import threading
+
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    from memory_admin.mcp_server import _READ, MemoryMCPServer
+
+    server = MemoryMCPServer(name="burst", call_timeout=0.2)
+    lock, running, most = threading.Lock(), [0], [0]
+
+    @server.tool_of(_READ)
+    def slow() -> dict:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.6)  # work a cancelled statement does not stop
+        with lock:
+            running[0] -= 1
+        return {}
+
+    async def one() -> tuple[str, float]:
+        started = time.monotonic()
+        try:
+            await server.call_tool("slow", {})
+        except ToolError as exc:
+            return json.loads(str(exc).split(": ", 1)[1])["code"], time.monotonic() - started
+        return "answered", time.monotonic() - started
+
+    async def burst():
+        waves = []
+        for _ in range(4):
+            waves.append(asyncio.gather(*[one() for _ in range(5)]))
+            await asyncio.sleep(0.25)
+        return [answer for wave in await asyncio.gather(*waves) for answer in wave]
+
+    answers = asyncio.run(burst())
+    assert len(answers) == 20 and {code for code, _ in answers} == {"timeout"}
+    assert max(took for _, took in answers) < 1.0  # each client answered at its own limit
+    assert most[0] <= call_threads, most[0]
+
+
+def test_a_call_that_reaches_its_limit_while_committing_answers_what_it_kept(call_threads):
+    """Before: a call whose limit fell after its work, while its transaction committed, was answered
+    `timeout` ("nothing of it was kept") and what it wrote was kept all the same."""
+    from django.db import transaction
+
+    from memory_admin.mcp_server import _ADD, MemoryMCPServer
+    from memory_admin.models import Tenant
+
+    server = MemoryMCPServer(name="late", call_timeout=0.3)
+
+    @server.tool_of(_ADD)
+    def write() -> dict:
+        tenant_create(slug="kept-late")
+        transaction.on_commit(lambda: time.sleep(0.8))  # the commit's last part outlasts the limit
+        return {"written": True}
+
+    result = asyncio.run(server.call_tool("write", {}))
+    assert Tenant.objects.filter(slug="kept-late").exists()
+    assert not result.is_error and answer(result) == {"written": True}

@@ -135,3 +135,32 @@ def test_what_belongs_to_the_user_is_not_a_contradiction_found_by_words(api):
     assert write(api, "ida", "The user's son is called Theo")["outcome"] == "created"
     write(api, "ida", "Ida is a nurse")
     assert write(api, "ida", "Ida is a nurse")["outcome"] == "deduplicated"
+
+
+def test_someone_with_the_users_first_name_is_not_the_user(api):
+    """Before: "Dana Jones works at Acme" read as "the user Jones works at Acme", a fuller statement of
+    the user Dana's fact, and was merged into it: the user's fact became someone else's."""
+    first = write(api, "dana", "The user works at Acme")
+    other = write(api, "dana", "Dana Jones works at Acme")
+    assert other["outcome"] == "created", other
+    assert active("dana") == ["Dana Jones works at Acme", "The user works at Acme"]
+    assert Fact.objects.get(pk=first["fact"]["id"]).content == "The user works at Acme"
+
+
+@pytest.mark.parametrize("user", ["user", "will"])
+def test_a_user_id_that_is_a_word_of_the_statement_still_names_statements_alike(api, user):
+    """Before: the id "user" counted as the user's name, so "The user drinks ..." read "the the user
+    drinks ...", about no one, and never met "I drink ..."."""
+    first = write(api, user, "The user drinks oolong tea")
+    again = write(api, user, "I drink oolong tea")
+    assert again["outcome"] == "deduplicated" and again["fact"]["id"] == first["fact"]["id"], again
+
+
+def test_a_long_statement_about_the_user_meets_its_twin(api):
+    hobbies = (
+        "hiking, climbing, kayaking, sailing, skiing, surfing, cycling, running, rowing, swimming, diving, "
+        "fishing, camping, skating, juggling, painting, knitting and pottery"
+    )
+    first = write(api, "dana", f"The user enjoys {hobbies}")
+    again = write(api, "dana", f"Dana enjoys {hobbies}")
+    assert again["outcome"] == "deduplicated" and again["fact"]["id"] == first["fact"]["id"], again

@@ -41,6 +41,8 @@ _FILLER = frozenset(
     "from that this it its their they he she his her him also really very now currently still usually "
     "mostly always just does do did has have had will would".split()
 )
+# Words that never name the user: the filler and the first person.
+_NOT_A_NAME = _FILLER | {"i", "me", "my", "mine", "myself"}
 # The user is the statement's subject ("the user works at ..."), or owns it ("the user's editor is ...";
 # then only the same claim is the same statement: "the user's brother works at Acme" is about the brother).
 _SUBJECT_FIRST = re.compile(r"^the user('s)?\b")
@@ -63,6 +65,9 @@ class UserSubject:
         if match:
             candidates += [match.group(1), match.group(1).split()[0]]
         names = {n.strip() for n in candidates if n and _NAME_LIKE.fullmatch(n.split()[0])}
+        # A name made of the words a statement is spelled with ("user", "The", "Will") would rewrite
+        # every statement: "user" turns "the user prefers" into "the the user prefers", about no one.
+        names = {n for n in names if not set(n.lower().split()) <= _NOT_A_NAME}
         return cls(tuple(sorted(names, key=len, reverse=True)))
 
     @staticmethod
@@ -77,7 +82,12 @@ class UserSubject:
     def about(self, text: str) -> str:
         """The statement with the user named one way: "the user"."""
         for name in self.names:
-            text = re.sub(rf"\b{re.escape(name)}\b", USER, text, flags=re.I)
+            # As written in a sentence: with a capital first (the id "may" names "May", never "may"), or
+            # as a person spelled it ("de Vries"); and not the first word of a longer name ("Dana Jones"
+            # is not the user Dana).
+            spellings = {name[0].upper() + name[1:]} | ({name} if name != name.lower() else set())
+            spelled = "|".join(re.escape(n) for n in sorted(spellings))
+            text = re.sub(rf"\b(?:{spelled})\b(?!\s+[A-Z][a-z])", USER, text)
         for pattern, replacement in _FIRST_PERSON:
             text = pattern.sub(replacement, text)
         text = _THE_USER.sub(USER, text)

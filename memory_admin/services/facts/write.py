@@ -161,7 +161,10 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact, words: frozenset[str
     )
     slot = [memory_user_id, Fact.Status.ACTIVE.value, fact.task_ref]
     params = [Vector(fact.embedding), *slot, *exact_params, *slot]
-    query = " | ".join(sorted(w for w in (re.sub(r"[^a-z0-9]", "", w) for w in words) if w))
+    terms = {t for t in (re.sub(r"[^a-z0-9]", "", w) for w in words) if t}
+    # The longest words (the rarest, as a rule) of a long statement: what the query costs grows with its
+    # terms times the user's facts that share one (an 8 KB statement, 256 terms, 10,000 facts: 9 s).
+    query = " | ".join(sorted(sorted(terms, key=lambda t: (-len(t), t))[:ABOUT_USER_WORDS]))
     if query:
         sql += (
             f" UNION ALL "
@@ -181,8 +184,11 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact, words: frozenset[str
     return found
 
 
-# How many of the user's facts sharing words with a statement about the user step 4d looks at.
+# How many of the user's facts sharing words with a statement about the user step 4d looks at, and
+# by how many of its words at most: a claim of more words still finds its twin (4d needs all of them
+# shared, or all but MERGE_EXTRA_WORDS).
 ABOUT_USER = 5
+ABOUT_USER_WORDS = 16
 
 
 @dataclass
