@@ -960,16 +960,20 @@ def undrawn_entities(rows: list[tuple], keys: list[str], entity_vector: list[flo
 # by that text: a burst's names are embedded once per process, not at every search.
 _NAME_VECTORS: dict[str, np.ndarray] = {}
 _NAME_VECTORS_MAX = 20000
+# Names embedded by one search at most: each costs the embedder milliseconds, on the request (a user's
+# 5,000 undrawn candidates may hold 60,000 names: minutes). The names of a larger burst are embedded over
+# the next searches, or drawn first; until then they are not found by meaning, as before their drawing.
+NAME_EMBEDS_PER_SEARCH = 32
 
 
 def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set[str]:
     """When no name matches the query's words and no entity lies near its meaning: the names of undrawn
     facts whose entity, once drawn, the embedding fallback would find (the MAX_EMBEDDED_ENTITIES nearest
-    the query at ENTITY_EMBEDDING_MIN or more)."""
+    the query at ENTITY_EMBEDDING_MIN or more), among the names embedded so far (NAME_EMBEDS_PER_SEARCH)."""
     from memory_admin.embeddings import embed
 
     texts = {key: text for mentions, _ in undrawn.values() for key, _, text in mentions}
-    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS]
+    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS][:NAME_EMBEDS_PER_SEARCH]
     if missing:
         if len(_NAME_VECTORS) > _NAME_VECTORS_MAX:
             _NAME_VECTORS.clear()
@@ -978,7 +982,7 @@ def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set
             _NAME_VECTORS[text] = vector / (np.linalg.norm(vector) or 1.0)
     query = np.asarray(entity_vector, dtype=np.float32)
     query /= np.linalg.norm(query) or 1.0
-    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items())
+    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items() if text in _NAME_VECTORS)
     return {key for distance, key in near[:MAX_EMBEDDED_ENTITIES] if -distance >= ENTITY_EMBEDDING_MIN}
 
 
