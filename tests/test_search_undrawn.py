@@ -137,3 +137,23 @@ def test_a_search_embeds_a_bounded_number_of_undrawn_names(api, sent, monkeypatc
     assert names_embedded == [search.NAME_EMBEDS_PER_SEARCH, 4]
     ranked(api, "alice", "what did we eat?")
     assert names_embedded == [search.NAME_EMBEDS_PER_SEARCH, 4]  # all cached now
+
+
+def test_an_undrawn_fact_counts_the_drawn_graph_as_its_drawing_will(api, sent, django_capture_on_commit_callbacks):
+    """What is drawn already counts for a fact not drawn yet as it will once drawn: a name one relation away
+    from the entity the question names (Acme Robotics, where Dana Scully works) and a short name of that
+    entity ("Dana")."""
+    write(api, "alice", ["Dana Scully: I work at Acme Robotics."], django_capture_on_commit_callbacks)
+    drain(sent)
+    hop, short = write(
+        api,
+        "alice",
+        ["Acme Robotics opened a warehouse in Lisbon.", "Yesterday Dana said her greyhound sleeps all day."],
+        django_capture_on_commit_callbacks,
+    )
+    question = "What does Dana Scully do all day?"
+    before = {fid: entity for fid, entity, _ in ranked(api, "alice", question)}
+    drain(sent)
+    after = {fid: entity for fid, entity, _ in ranked(api, "alice", question)}
+    assert before == after
+    assert before[hop] > 0 and before[short] > 0  # a neighbour (HOP_SHARE), a mention (MENTION_SHARE)
