@@ -360,16 +360,18 @@ class _FoldTable(dict):
     each character that folds to exactly one character and leaves the others; `uneven` names, by code
     point, the characters that fold to none (invisible) or to several (`«`, ligatures)."""
 
-    LIMIT = 1 << 16  # distinct characters remembered; a text of more starts the tables afresh
+    LIMIT = 1 << 16  # distinct characters remembered; a text of more starts the table afresh
 
     def __init__(self) -> None:
         super().__init__()
+        # Never cleared: it only grows (to the ~14k such characters of Unicode), so every character of a
+        # translated text that it names is still named when the text's runs are cut out, even when the
+        # table was started afresh halfway through the text (or by another thread meanwhile).
         self.uneven: dict[int, str] = {}
 
     def __missing__(self, cp: int) -> str:
         if len(self) > self.LIMIT:
             self.clear()
-            self.uneven.clear()
         folded = _fold_char(chr(cp))
         if len(folded) == 1:
             self[cp] = folded
@@ -401,7 +403,7 @@ def fold_mapped(text: str | Mapped) -> Mapped:
     if not form.text.isascii():
         folded = form.text.translate(_FOLD_ONE)
         form = Mapped(folded, form.src, form.end)
-        uneven = dict(_FOLD_ONE.uneven)  # a copy: another thread may add to it meanwhile
+        uneven = _FOLD_ONE.uneven
         if uneven:
             chars = {ord(ch) for ch in set(folded)}
             vanish = [chr(cp) for cp in chars if uneven.get(cp) == ""]
