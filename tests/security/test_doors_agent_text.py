@@ -335,6 +335,19 @@ def test_every_spelling_is_refused_by_the_one_rule(hostile):
     assert agent_text_problem(NAME_SPELLINGS[hostile]) in ("blocked", "secret_like", "instruction_like")
 
 
+# Each is a secret in one spelling only (built at run time: no secret sits in the file as written).
+ONE_SPELLING = {
+    "separators_as_dashes": "sk" + "_Ab3De6Gh9Jk2_Mn5Pq8St1Vw4Yz7Bc0",  # an OpenAI key, `-` as `_` (a fact key)
+    "upper_case": "akia" + "abcdefghijklmnop",  # an AWS key id lower-cased (by a slug), without a digit
+    "token_run": "build_" + "q8l3n7r2t9v1w5x6y4z0",  # no known prefix: a run of mixed letters and digits
+}
+
+
+@pytest.mark.parametrize("spelling", list(ONE_SPELLING), ids=list(ONE_SPELLING))
+def test_a_secret_readable_in_one_spelling_only_is_refused_as_secret_like(spelling):
+    assert agent_text_problem(ONE_SPELLING[spelling]) == "secret_like"
+
+
 def test_ordinary_names_types_keys_and_paths_pass():
     ordinary = [
         "works_at", "lives_in", "reports_to", "member_of", "depends_on", "Acme Robotics", "Sam Lee", "the user",
