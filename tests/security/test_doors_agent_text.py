@@ -16,8 +16,7 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from extraction import llm, pipeline
-from memory_admin import celery as celery_module
+from extraction import pipeline
 from memory_admin import mcp_server
 from memory_admin.models import Entity, MemoryUser, Thread
 from memory_admin.selectors.access import Principal
@@ -26,7 +25,6 @@ from memory_admin.services.entities import EntityMention, RelationDraft, fact_en
 from memory_admin.services.facts import fact_write
 from memory_admin.services.keys import api_key_create
 from memory_admin.services.staff import staff_create
-from tests.fake_openai import FakeOpenAI
 
 PAST = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -284,25 +282,10 @@ def through_link(tenant, field: str, value: str, name: str) -> None:
     assert Entity.objects.filter(name="Dana", memory_user=user).exists()  # the door is open
 
 
-@pytest.fixture(scope="module")
-def fake_server():
-    server = FakeOpenAI().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def fake(fake_server, settings, monkeypatch):
-    fake_server.reset()
-    settings.OPENAI_API_KEY = "sk-test-not-a-real-key"
-    settings.OPENAI_BASE_URL = fake_server.base_url
-    settings.OPENAI_TIMEOUT_SECONDS = 2.0
-    settings.EXTRACTION_BACKOFF_SECONDS = 0
-    settings.EXTRACTION_BACKOFF_MAX_SECONDS = 0
-    monkeypatch.setattr(celery_module, "dispatch", lambda *args: None)
-    llm.client.cache_clear()
-    yield fake_server
-    llm.client.cache_clear()
+def fake(fake_llm, dispatched, settings):
+    settings.OPENAI_TIMEOUT_SECONDS = 2.0  # read when the client is first built, after fake_llm
+    return fake_llm
 
 
 @pytest.mark.parametrize("hostile", list(HOSTILE), ids=list(HOSTILE))
