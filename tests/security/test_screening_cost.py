@@ -124,3 +124,22 @@ def test_the_heaviest_shapes_at_the_largest_size_of_a_field_screen_in_linear_tim
 def test_the_heavy_list_names_real_shapes():
     names = {s.name for s in shapes()}
     assert set(HEAVY) <= names
+
+
+def test_the_screening_budget_counts_cpu_and_allows_four_times_its_length_of_waiting(settings):
+    """A screen that waits (a machine busy with other work) is not refused before four times the budget
+    has passed; one that spends the budget's CPU is."""
+    from memory_admin.textnorm import ScreeningBudgetExceeded, check_budget, screening_budget
+
+    settings.SCREENING_BUDGET_SECONDS = 0.2
+    with screening_budget():
+        time.sleep(0.3)  # past the budget's length, but no CPU spent
+        check_budget()
+    started = time.monotonic()
+    with pytest.raises(ScreeningBudgetExceeded), screening_budget():
+        while True:
+            check_budget()
+    assert time.monotonic() - started < 0.8 + 0.5  # refused, at the latest by the wall clock
+    with pytest.raises(ScreeningBudgetExceeded), screening_budget():
+        time.sleep(0.85)
+        check_budget()
