@@ -94,6 +94,17 @@ def test_the_roles_start_in_order_on_one_shared_data_volume(compose):
     assert (database.hostname, database.username, database.path) == ("postgres", postgres["POSTGRES_USER"], "/memory")
 
 
+def test_each_container_keeps_its_metric_files_off_the_shared_volume(compose):
+    # Metric files are named by process id and every container numbers its processes from 1: on the
+    # shared volume, two roles would write into one file, and a role starting would delete the others'.
+    for name, spec in app_services(compose).items():
+        env = spec["environment"]
+        metrics = env.get("PROMETHEUS_MULTIPROC_DIR", env["MEMORY_ADMIN_DATA_DIR"].rstrip("/") + "/metrics")
+        for volume in spec["volumes"]:
+            mounted = volume.split(":")[1].rstrip("/")
+            assert not (metrics + "/").startswith(mounted + "/"), f"{name} writes its metric files into {volume}"
+
+
 def test_health_checks_probe_real_routes_on_the_ports_the_roles_bind(compose, db):
     services = compose["services"]
     assert {"postgres", "redis", "web", "worker", "worker-bulk", "mcp"} <= {
