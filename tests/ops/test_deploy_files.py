@@ -140,6 +140,9 @@ def test_the_image_installs_the_runtime_with_the_projects_script_and_runs_serve(
     published = {p.split(":")[1] for spec in compose["services"].values() for p in spec.get("ports", [])}
     assert published <= exposed
     assert "MEMORY_ADMIN_DATA_DIR=/data" in steps["ENV"]
+    # Every variable the image sets, Python's own aside, is one the code reads: a renamed one fails here.
+    image_env = {pair.split("=", 1)[0] for pair in shlex.split(steps["ENV"])}
+    assert {name for name in image_env if not name.startswith("PYTHON")} <= variables_the_code_reads()
 
 
 def test_serve_refuses_an_unknown_role_by_name():
