@@ -145,6 +145,20 @@ def test_the_image_installs_the_runtime_with_the_projects_script_and_runs_serve(
     assert {name for name in image_env if not name.startswith("PYTHON")} <= variables_the_code_reads()
 
 
+def test_the_image_holds_its_static_files_collected_before_it_drops_to_its_user(dockerfile):
+    # The roles run as USER, who may not write WORKDIR, and each container has its own WORKDIR: what
+    # WhiteNoise serves must be collected into the image at build time, as root, where STATIC_ROOT is.
+    steps = [instruction for instruction, _ in dockerfile]
+    collect = next(
+        i for i, (instruction, args) in enumerate(dockerfile) if instruction == "RUN" and "collectstatic" in args
+    )
+    assert collect < steps.index("USER")
+    assert Path(settings.STATIC_ROOT).is_relative_to(ROOT)  # in the image: under WORKDIR, beside the code
+    # Nothing of an install goes into the image: no install keys in the volume's directory, no Postgres.
+    run = dockerfile[collect][1]
+    assert "MEMORY_ADMIN_DATA_DIR=/tmp/" in run and "DATABASE_URL=" in run
+
+
 def test_serve_refuses_an_unknown_role_by_name():
     done = subprocess.run(
         [sys.executable, "manage.py", "serve", "frontend"], cwd=ROOT, capture_output=True, text=True, timeout=120
