@@ -9,6 +9,7 @@ multi-process mode drops a process's series once it is marked dead)."""
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
 import sys
@@ -16,7 +17,7 @@ import time
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from memory_admin import metrics  # noqa: F401 -- sets PROMETHEUS_MULTIPROC_DIR before prometheus_client loads
+from memory_admin import metrics  # first: sets PROMETHEUS_MULTIPROC_DIR before prometheus_client loads
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
@@ -71,6 +72,10 @@ def record_process(force: bool = False) -> None:
     role = process_role()
     if _process["pid"] != pid:
         STARTED.labels(role).set(time.time() - _uptime())
+        # A process that ends normally takes its series with it (gunicorn's child_exit and Celery's
+        # worker_process_shutdown do this for the processes they fork; this covers beat, a solo or
+        # threads worker and the MCP server). A killed one's go when a server next starts (clean_multiproc_dir).
+        atexit.register(_exited, pid)
     _process.update(pid=pid, at=now)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     CPU.labels(role).set(usage.ru_utime + usage.ru_stime)
@@ -80,6 +85,11 @@ def record_process(force: bool = False) -> None:
         OPEN_FDS.labels(role).set(len(os.listdir("/proc/self/fd")))
     except OSError:  # not Linux: usage's peak is what there is
         RESIDENT.labels(role).set(usage.ru_maxrss * 1024)
+
+
+def _exited(pid: int) -> None:
+    if os.getpid() == pid:  # not in a forked child that inherited the handler
+        metrics.process_exited(pid)
 
 
 def _uptime() -> float:

@@ -66,6 +66,7 @@ from memory_admin.api.schemas import (
     Source,
 )
 from memory_admin.errors import DomainError, Invalid, TooLarge
+from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
@@ -409,6 +410,7 @@ class MemoryMCPServer(MCPServer):
         return register
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        record_process()  # this process's memory, CPU and files on /metrics, as web's requests do
         found = _unreadable(arguments or {}, "")
         if found:
             where, reason = found

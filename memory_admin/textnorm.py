@@ -31,7 +31,8 @@ from memory_admin.errors import TooLarge
 
 DEFAULT_SCREENING_BUDGET_SECONDS = 5.0
 _WALL_PER_CPU = 4  # the wall-clock allowance, per second of CPU budget
-_deadline: contextvars.ContextVar[tuple[float, float] | None] = contextvars.ContextVar(
+# (CPU deadline, wall-clock deadline, the wall-clock time before which the CPU budget cannot be spent)
+_deadline: contextvars.ContextVar[tuple[float, float, float] | None] = contextvars.ContextVar(
     "screening_deadline", default=None
 )
 
@@ -67,7 +68,8 @@ def screening_budget() -> Iterator[None]:
         yield
         return
     budget = _budget_seconds()
-    token = _deadline.set((time.thread_time() + budget, time.monotonic() + budget * _WALL_PER_CPU))
+    now = time.monotonic()
+    token = _deadline.set((time.thread_time() + budget, now + budget * _WALL_PER_CPU, now + budget))
     try:
         yield
     finally:
@@ -75,9 +77,14 @@ def screening_budget() -> Iterator[None]:
 
 
 def check_budget() -> None:
-    """Raise ScreeningBudgetExceeded if the running screen's budget is spent."""
+    """Raise ScreeningBudgetExceeded if the running screen's budget is spent. A thread spends no more CPU
+    than the wall-clock time that passes, so its CPU clock (a system call, ~2 µs; the screens check often)
+    is read only once the budget's length of wall-clock time has passed."""
     deadline = _deadline.get()
-    if deadline is not None and (time.thread_time() > deadline[0] or time.monotonic() > deadline[1]):
+    if deadline is None:
+        return
+    now = time.monotonic()
+    if now > deadline[1] or (now >= deadline[2] and time.thread_time() > deadline[0]):
         raise ScreeningBudgetExceeded(_budget_seconds())
 
 
@@ -360,16 +367,18 @@ class _FoldTable(dict):
     each character that folds to exactly one character and leaves the others; `uneven` names, by code
     point, the characters that fold to none (invisible) or to several (`«`, ligatures)."""
 
-    LIMIT = 1 << 16  # distinct characters remembered; a text of more starts the tables afresh
+    LIMIT = 1 << 16  # distinct characters remembered; a text of more starts the table afresh
 
     def __init__(self) -> None:
         super().__init__()
+        # Never cleared: it only grows (to the ~14k such characters of Unicode), so every character of a
+        # translated text that it names is still named when the text's runs are cut out, even when the
+        # table was started afresh halfway through the text (or by another thread meanwhile).
         self.uneven: dict[int, str] = {}
 
     def __missing__(self, cp: int) -> str:
         if len(self) > self.LIMIT:
             self.clear()
-            self.uneven.clear()
         folded = _fold_char(chr(cp))
         if len(folded) == 1:
             self[cp] = folded
@@ -401,7 +410,7 @@ def fold_mapped(text: str | Mapped) -> Mapped:
     if not form.text.isascii():
         folded = form.text.translate(_FOLD_ONE)
         form = Mapped(folded, form.src, form.end)
-        uneven = dict(_FOLD_ONE.uneven)  # a copy: another thread may add to it meanwhile
+        uneven = _FOLD_ONE.uneven
         if uneven:
             chars = {ord(ch) for ch in set(folded)}
             vanish = [chr(cp) for cp in chars if uneven.get(cp) == ""]

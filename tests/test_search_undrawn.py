@@ -102,3 +102,58 @@ def test_a_fact_the_extractor_linked_keeps_its_links_while_its_drawing_is_due(ap
     hits = {fid: entity for fid, entity, _ in ranked(api, "alice", "Which dog did Dana Scully adopt?")}
     assert hits[str(fact.fact.pk)] == 1.0  # the model's link, though the text names nobody
     assert hits[str(other.fact.pk)] == 0.0
+
+
+def test_a_search_embeds_a_bounded_number_of_undrawn_names(api, sent, monkeypatch, django_capture_on_commit_callbacks):
+    """A question that names nobody looks for the undrawn facts' names by meaning, which embeds them on the
+    request: a burst naming many new people is embedded NAME_EMBEDS_PER_SEARCH names a search, not all at
+    once (an import's thousands of names would hold one search for minutes)."""
+    from memory_admin import embeddings
+    from memory_admin.selectors import search
+
+    monkeypatch.setattr(search, "_NAME_VECTORS", {})
+    names_embedded: list[int] = []
+    real_embed = embeddings.embed
+
+    def counting_embed(texts, *args, **kwargs):
+        if texts and all(text.endswith(")") for text in texts):  # "Alma Brandt (other)": a name's entity text
+            names_embedded.append(len(texts))
+        return real_embed(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embeddings, "embed", counting_embed)
+    first = ["Alma", "Boris", "Celia", "Dmitri", "Edda", "Farid"]
+    last = ["Brandt", "Castro", "Dahl", "Holm", "Novak", "Stein"]
+    people = [f"{f} {la}" for f in first for la in last][: search.NAME_EMBEDS_PER_SEARCH + 4]
+    with django_capture_on_commit_callbacks(execute=True):
+        r = api.post(
+            "users/alice/facts/batch",
+            {"facts": [{"content": f"Had lunch with {p} at noon", "source": "user_stated"} for p in people]},
+        )
+    assert r.status_code in (200, 201), r.content
+    assert Fact.objects.filter(entities_due=True).count() == len(people)
+    ranked(api, "alice", "what did we eat?")
+    assert names_embedded == [search.NAME_EMBEDS_PER_SEARCH]
+    ranked(api, "alice", "what did we eat?")
+    assert names_embedded == [search.NAME_EMBEDS_PER_SEARCH, 4]
+    ranked(api, "alice", "what did we eat?")
+    assert names_embedded == [search.NAME_EMBEDS_PER_SEARCH, 4]  # all cached now
+
+
+def test_an_undrawn_fact_counts_the_drawn_graph_as_its_drawing_will(api, sent, django_capture_on_commit_callbacks):
+    """What is drawn already counts for a fact not drawn yet as it will once drawn: a name one relation away
+    from the entity the question names (Acme Robotics, where Dana Scully works) and a short name of that
+    entity ("Dana")."""
+    write(api, "alice", ["Dana Scully: I work at Acme Robotics."], django_capture_on_commit_callbacks)
+    drain(sent)
+    hop, short = write(
+        api,
+        "alice",
+        ["Acme Robotics opened a warehouse in Lisbon.", "Yesterday Dana said her greyhound sleeps all day."],
+        django_capture_on_commit_callbacks,
+    )
+    question = "What does Dana Scully do all day?"
+    before = {fid: entity for fid, entity, _ in ranked(api, "alice", question)}
+    drain(sent)
+    after = {fid: entity for fid, entity, _ in ranked(api, "alice", question)}
+    assert before == after
+    assert before[hop] > 0 and before[short] > 0  # a neighbour (HOP_SHARE), a mention (MENTION_SHARE)

@@ -492,14 +492,17 @@ _ENTITY_COLUMNS = (
     " WHERE EXISTS (SELECT 1 FROM search_ent)) AS ent"
 )
 # A fact whose entities are not drawn yet (services/entity_draw.py) has no mentions to probe: for it alone,
-# [its text, whether it has mentions anyway (the extractor linked them), how many named entities, then
-# the named entities' ids and their neighbours' ids], from which `undrawn_entities` counts what its
-# drawing will link. NULL for every drawn fact, so a search pays nothing for this once drawing caught up.
+# [its text, whether it has mentions anyway (the extractor linked them), how many named entities], from
+# which `undrawn_entities` counts what its drawing will link; the first such row also carries the named
+# entities' ids and their neighbours' ids (up to 80 ids on each of 5,000 rows cost Postgres ~0.3 s to
+# send). NULL for every drawn fact, so a search pays next to nothing for this once drawing caught up.
+_DUE = "c.entities_due AND c.status = 'active'"
 _DUE_COLUMN = (
-    ", CASE WHEN c.entities_due AND c.status = 'active' THEN ARRAY[{content},"
+    f", CASE WHEN {_DUE} THEN ARRAY[{{content}},"
     " (EXISTS (SELECT 1 FROM memory_admin_factentity d WHERE d.fact_id = c.id))::text,"
     " (SELECT cardinality(ids.ent) FROM search_ids ids)::text]"
-    " || (SELECT (ids.ent || ids.hop)::text[] FROM search_ids ids) END AS due"
+    f" || CASE WHEN count(*) FILTER (WHERE {_DUE}) OVER (ROWS UNBOUNDED PRECEDING) = 1"
+    " THEN (SELECT (ids.ent || ids.hop)::text[] FROM search_ids ids) END END AS due"
 )
 _DUE_CONTENT = "(SELECT f.content FROM memory_admin_fact f WHERE f.id = c.id)"
 _NO_ENTITY_COLUMNS = "NULL::bigint[] AS ent, NULL::text[] AS due"
@@ -928,8 +931,8 @@ def undrawn_entities(rows: list[tuple], keys: list[str], entity_vector: list[flo
         return rows
     from memory_admin.services.entity_draw import drawn_names
 
-    head = rows[due[0]][DUE]
-    n_named, ids = int(head[2]), head[3:]
+    n_named = int(rows[due[0]][DUE][2])
+    ids = next((rows[i][DUE][3:] for i in due if len(rows[i][DUE]) > 3), [])  # on one row (_DUE_COLUMN)
     alias_keys = dict(Entity.objects.filter(pk__in=ids).values_list("id", "alias_keys")) if ids else {}
     named = [set(alias_keys.get(uuid.UUID(i), ())) for i in ids[:n_named]]
     hop_keys = set().union(*(alias_keys.get(uuid.UUID(i), ()) for i in ids[n_named:]))
@@ -960,16 +963,20 @@ def undrawn_entities(rows: list[tuple], keys: list[str], entity_vector: list[flo
 # by that text: a burst's names are embedded once per process, not at every search.
 _NAME_VECTORS: dict[str, np.ndarray] = {}
 _NAME_VECTORS_MAX = 20000
+# Names embedded by one search at most: each costs the embedder milliseconds, on the request (a user's
+# 5,000 undrawn candidates may hold 60,000 names: minutes). The names of a larger burst are embedded over
+# the next searches, or drawn first; until then they are not found by meaning, as before their drawing.
+NAME_EMBEDS_PER_SEARCH = 32
 
 
 def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set[str]:
     """When no name matches the query's words and no entity lies near its meaning: the names of undrawn
     facts whose entity, once drawn, the embedding fallback would find (the MAX_EMBEDDED_ENTITIES nearest
-    the query at ENTITY_EMBEDDING_MIN or more)."""
+    the query at ENTITY_EMBEDDING_MIN or more), among the names embedded so far (NAME_EMBEDS_PER_SEARCH)."""
     from memory_admin.embeddings import embed
 
     texts = {key: text for mentions, _ in undrawn.values() for key, _, text in mentions}
-    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS]
+    missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS][:NAME_EMBEDS_PER_SEARCH]
     if missing:
         if len(_NAME_VECTORS) > _NAME_VECTORS_MAX:
             _NAME_VECTORS.clear()
@@ -978,7 +985,7 @@ def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set
             _NAME_VECTORS[text] = vector / (np.linalg.norm(vector) or 1.0)
     query = np.asarray(entity_vector, dtype=np.float32)
     query /= np.linalg.norm(query) or 1.0
-    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items())
+    near = sorted((-float(_NAME_VECTORS[text] @ query), key) for key, text in texts.items() if text in _NAME_VECTORS)
     return {key for distance, key in near[:MAX_EMBEDDED_ENTITIES] if -distance >= ENTITY_EMBEDDING_MIN}
 
 

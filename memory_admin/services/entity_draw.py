@@ -214,12 +214,11 @@ def drawn_names(text: str) -> tuple[tuple[tuple[str, bool, str], ...], tuple[tup
     )
 
 
-def fact_draw(fact: Fact) -> int:
-    """Draw and link one fact's entities, unless it has mentions already; returns the entities linked.
-    The caller holds the owner's write lock (fact_entities_link's rule)."""
-    if fact.status != Fact.Status.ACTIVE or fact.tenant_id is None:
-        return 0
-    if FactEntity.objects.filter(fact_id=fact.pk).exists():
+def fact_draw(fact: Fact, *, mentioned: bool) -> int:
+    """Draw and link one fact's entities, unless it has mentions already (`mentioned`: the extractor linked
+    it, or an earlier run did); returns the entities linked. The caller holds the owner's write lock
+    (fact_entities_link's rule)."""
+    if fact.status != Fact.Status.ACTIVE or fact.tenant_id is None or mentioned:
         return 0
     mentions, relations = draw(fact.content)
     if not mentions:
@@ -235,8 +234,10 @@ def fact_draw(fact: Fact) -> int:
 
 def _draw(facts: list[Fact]) -> int:
     """Draw these facts of one owner (the caller holds its lock, in a transaction) and mark them drawn."""
-    linked = sum(fact_draw(fact) for fact in facts)
-    Fact.objects.filter(pk__in=[fact.pk for fact in facts]).update(entities_due=False)
+    ids = [fact.pk for fact in facts]
+    mentioned = set(FactEntity.objects.filter(fact_id__in=ids).values_list("fact_id", flat=True))  # one query
+    linked = sum(fact_draw(fact, mentioned=fact.pk in mentioned) for fact in facts)
+    Fact.objects.filter(pk__in=ids).update(entities_due=False)
     return linked
 
 

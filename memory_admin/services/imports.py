@@ -159,7 +159,7 @@ def check_import(data: dict[str, Any], *, max_items: int) -> None:
         try:
             check_skill_path(skill["path"])
         except Invalid as exc:
-            raise Invalid(f"skills.{index}.path: {exc.detail}", field=f"skills.{index}.path") from exc
+            raise Invalid(f"skills.{index}.path: {exc.detail}", code=exc.code, field=f"skills.{index}.path") from exc
         for revision in _skill_revisions(skill):
             check_size(revision["content"], limit=settings.MAX_SKILL_BYTES, what="A skill")
     _check_messages(data["messages"])

@@ -180,8 +180,15 @@ def login_retry_after(username: str, address: str, *, device: str | None = None)
 
 
 def login_failed(username: str, address: str, *, device: str | None = None) -> None:
-    """Count a failed sign-in against the account, and the address and pair (or the known device)."""
+    """Count a failed sign-in against the account, and the address and pair (or the known device): one
+    statement for all of them (their rows are locked in the same order by every attempt)."""
     if settings.LOGIN_FAILURE_LIMIT <= 0:
         return
-    for bucket in _login_buckets(username, address, device).values():
-        _hit(bucket, settings.LOGIN_FAILURE_WINDOW_SECONDS)
+    start, _ = _window(settings.LOGIN_FAILURE_WINDOW_SECONDS)
+    buckets = list(_login_buckets(username, address, device).values())
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _count_sql("VALUES " + ", ".join(["(%s, %s, 1)"] * len(buckets))),
+            [value for bucket in buckets for value in (bucket, start)],
+        )
+        _sweep(cursor)

@@ -70,6 +70,20 @@ def test_an_import_refuses_a_key_that_reads_as_instructions_like_the_api(admin_a
     assert nothing_written()
 
 
+@pytest.mark.parametrize(
+    "path",
+    ["ignore_all_previous_instructions/checklist.md", "build_" + "q8l3n7r2t9v1w5x6y4z0/checklist.md"],
+    ids=["instruction", "token"],
+)
+def test_an_import_refuses_a_skill_path_with_the_code_the_api_gives(admin_api, path):
+    by_api = admin_api.put(f"skills/{path}", {"content": "Run the tests first.", "user_id": "carol"})
+    by_import = admin_api.post(IMPORT, export(skills=[{"path": path, "content": "Run the tests first."}]))
+    assert by_api.status_code == by_import.status_code == 422, (by_api.content, by_import.content)
+    assert by_api.json()["code"] == by_import.json()["code"]
+    assert by_import.json()["field"] == "skills.0.path"
+    assert not Skill.objects.exists() and nothing_written()
+
+
 def test_a_good_key_imports(admin_api):
     r = admin_api.post(IMPORT, export(fact("Carol uses vim", key="preference.editor")))
     assert r.status_code == 200, r.content

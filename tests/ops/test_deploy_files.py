@@ -94,6 +94,17 @@ def test_the_roles_start_in_order_on_one_shared_data_volume(compose):
     assert (database.hostname, database.username, database.path) == ("postgres", postgres["POSTGRES_USER"], "/memory")
 
 
+def test_each_container_keeps_its_metric_files_off_the_shared_volume(compose):
+    # Metric files are named by process id and every container numbers its processes from 1: on the
+    # shared volume, two roles would write into one file, and a role starting would delete the others'.
+    for name, spec in app_services(compose).items():
+        env = spec["environment"]
+        metrics = env.get("PROMETHEUS_MULTIPROC_DIR", env["MEMORY_ADMIN_DATA_DIR"].rstrip("/") + "/metrics")
+        for volume in spec["volumes"]:
+            mounted = volume.split(":")[1].rstrip("/")
+            assert not (metrics + "/").startswith(mounted + "/"), f"{name} writes its metric files into {volume}"
+
+
 def test_health_checks_probe_real_routes_on_the_ports_the_roles_bind(compose, db):
     services = compose["services"]
     assert {"postgres", "redis", "web", "worker", "worker-bulk", "mcp"} <= {
@@ -129,6 +140,23 @@ def test_the_image_installs_the_runtime_with_the_projects_script_and_runs_serve(
     published = {p.split(":")[1] for spec in compose["services"].values() for p in spec.get("ports", [])}
     assert published <= exposed
     assert "MEMORY_ADMIN_DATA_DIR=/data" in steps["ENV"]
+    # Every variable the image sets, Python's own aside, is one the code reads: a renamed one fails here.
+    image_env = {pair.split("=", 1)[0] for pair in shlex.split(steps["ENV"])}
+    assert {name for name in image_env if not name.startswith("PYTHON")} <= variables_the_code_reads()
+
+
+def test_the_image_holds_its_static_files_collected_before_it_drops_to_its_user(dockerfile):
+    # The roles run as USER, who may not write WORKDIR, and each container has its own WORKDIR: what
+    # WhiteNoise serves must be collected into the image at build time, as root, where STATIC_ROOT is.
+    steps = [instruction for instruction, _ in dockerfile]
+    collect = next(
+        i for i, (instruction, args) in enumerate(dockerfile) if instruction == "RUN" and "collectstatic" in args
+    )
+    assert collect < steps.index("USER")
+    assert Path(settings.STATIC_ROOT).is_relative_to(ROOT)  # in the image: under WORKDIR, beside the code
+    # Nothing of an install goes into the image: no install keys in the volume's directory, no Postgres.
+    run = dockerfile[collect][1]
+    assert "MEMORY_ADMIN_DATA_DIR=/tmp/" in run and "DATABASE_URL=" in run
 
 
 def test_serve_refuses_an_unknown_role_by_name():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -14,9 +15,15 @@ from pathlib import Path
 
 import pytest
 from django.test import Client
+from mcp import Client as McpClient
+from mcp.client.stdio import StdioServerParameters
+from prometheus_client import CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from memory_admin.models import MemoryUser
+from memory_admin.services.keys import api_key_create
+from memory_admin.services.tenants import tenant_create
+from tests.integrations.conftest import server_env
 from tests.ops.cluster import embedder_cache, free_port
 from tests.ops.test_metrics import sample, scrape
 
@@ -96,3 +103,34 @@ def test_two_gunicorn_workers_add_up_in_one_scrape(tmp_path):
     assert live >= 41  # the 40 and at least one wait-loop probe, whichever worker answered each
     workers = {s.labels["pid"] for s in families(text)["memory_admin_process_resident_memory_bytes"]}
     assert len(workers) == 2, workers
+
+
+def process_series(directory: Path) -> dict[str, str]:
+    """role by pid of the process series a scrape of `directory` would carry."""
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=str(directory))
+    samples = families(generate_latest(registry).decode()).get("memory_admin_process_resident_memory_bytes", [])
+    return {s.labels["pid"]: s.labels["role"] for s in samples}
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_the_mcp_server_reports_its_process_while_it_runs_and_takes_it_away_when_it_exits(tmp_path):
+    tenant = tenant_create(slug="mcp-process")
+    _, key = api_key_create(tenant_id=tenant.pk, agent_name="agent")
+    env = server_env(MEMORY_ADMIN_API_KEY=key, PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    server = StdioServerParameters(
+        command=sys.executable, args=["manage.py", "mcp", "--transport", "stdio"], env=env, cwd=str(ROOT)
+    )
+
+    async def one_call() -> dict[str, str]:
+        async with McpClient(server) as mem:
+            assert not (await mem.call_tool("list_skills", {})).is_error
+            return process_series(tmp_path)
+
+    during = asyncio.run(one_call())
+    assert list(during.values()) == ["mcp"], during
+    deadline = time.monotonic() + 30
+    while process_series(tmp_path) and time.monotonic() < deadline:  # the server exits once stdin closes
+        time.sleep(0.2)
+    assert process_series(tmp_path) == {}

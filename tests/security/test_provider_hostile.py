@@ -12,9 +12,7 @@ import logging
 import pytest
 
 from extraction import llm, pipeline
-from memory_admin import celery as celery_module
 from memory_admin.models import AuditEvent, ExtractionBatch, LlmCall, Thread
-from tests.fake_openai import FakeOpenAI
 from tests.security.test_doors_agent_text import stored_anywhere
 
 KEY = "sk-proj-" + "K3yQuot3dByTh3Pr0vid3r0123456789"
@@ -22,27 +20,12 @@ KEY = "sk-proj-" + "K3yQuot3dByTh3Pr0vid3r0123456789"
 SPOKEN = "my grandmother's saffron recipe number 7731"
 
 
-@pytest.fixture(scope="module")
-def hostile_server():
-    server = FakeOpenAI().start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
-def hostile(hostile_server, settings, monkeypatch):
-    hostile_server.reset()
+def hostile(fake_llm, dispatched, settings):
+    # Read when the client is first built, after fake_llm: the key the server will quote back.
     settings.OPENAI_API_KEY = KEY
-    settings.OPENAI_BASE_URL = hostile_server.base_url
     settings.OPENAI_TIMEOUT_SECONDS = 2.0
-    settings.EXTRACTION_BACKOFF_SECONDS = 0
-    settings.EXTRACTION_BACKOFF_MAX_SECONDS = 0
-    settings.EXTRACTION_MAX_ATTEMPTS = 3
-    settings.EXTRACTION_REDISPATCH_SECONDS = 0
-    monkeypatch.setattr(celery_module, "dispatch", lambda *args: None)
-    llm.client.cache_clear()
-    yield hostile_server
-    llm.client.cache_clear()
+    return fake_llm
 
 
 @pytest.fixture

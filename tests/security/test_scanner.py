@@ -89,3 +89,21 @@ def test_aws_secret_access_key_with_context_or_random_enough_alone():
     assert find("a 40-character git sha: " + "0123456789abcdef" * 2 + "01234567") == []
     stray = "stray token wJalrXUtnFEMI/K7MDENG/" + "bPxRfiCYzQ3kP9x2Lm here"
     assert [f.kind for f in find(stray)] == ["aws_secret_key"]
+
+
+def test_a_hidden_token_is_found_when_the_fold_tables_start_afresh_halfway_through_the_text():
+    """The fold tables are bounded (textnorm._FoldTable.LIMIT distinct characters). A text that meets a
+    new character once they are full starts them afresh; the zero-width space it met before must still
+    be cut out, or the token it splits reads as two harmless pieces."""
+    from memory_admin import textnorm
+
+    text = "key sk-proj-Ab3dE5gH\u200b9jK1mN2pQ4rS6tU8vW0xYz and "
+    fresh = "".join(chr(cp) for cp in range(0x4E00, 0x4E10))  # met for the first time after the token
+    table = textnorm._FOLD_ONE
+    table.clear()
+    textnorm.fold_mapped(text)  # its characters, the zero-width space among them, are in the table
+    filler = (chr(cp) for cp in range(0x5000, 0x5000 + 2 * table.LIMIT))
+    textnorm.fold_mapped("".join(next(filler) for _ in range(table.LIMIT + 1 - len(table))))
+    assert len(table) == table.LIMIT + 1  # full: the next new character starts it afresh
+
+    assert [f.kind for f in find(text + fresh)] == ["openai_key"]

@@ -99,3 +99,17 @@ def test_the_counters_hold_no_name_and_no_address(olga):
     attack(olga, addresses=2, tries=2)
     buckets = " ".join(ThrottleWindow.objects.values_list("bucket", flat=True))
     assert buckets and "olga" not in buckets and "203.0.113" not in buckets
+
+
+def test_a_failed_sign_in_reads_its_counts_in_one_statement_and_counts_in_one(olga):
+    """A burst of guesses costs the database two statements each, however many counters an attempt has
+    (the occasional sweep of old windows aside)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        assert sign_in(Client(), olga, "a wrong guess", address="203.0.113.7").status_code == 200
+    table = ThrottleWindow._meta.db_table
+    on_counters = [q["sql"] for q in queries if table in q["sql"] and not q["sql"].startswith("DELETE")]
+    assert [sql.split()[0] for sql in on_counters] == ["SELECT", "INSERT"], on_counters
+    assert ThrottleWindow.objects.count() == 3  # the account, the (account, address) pair, the address
