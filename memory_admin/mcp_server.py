@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -39,6 +38,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotatio
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as SchemaError
 
+from memory_admin import config
 from memory_admin.api import invalid_body
 from memory_admin.api.entities import entity_detail_body
 from memory_admin.api.schemas import (
@@ -191,7 +191,7 @@ EntityLimit = Annotated[int, Field(ge=1, le=200)]
 
 # How long one call may run before it is answered with the error `timeout` (its database work is
 # cancelled and its transaction rolled back): one slow call must not leave its client without an answer.
-CALL_TIMEOUT_SECONDS = float(os.environ.get("MCP_CALL_TIMEOUT_SECONDS", "30"))
+CALL_TIMEOUT_SECONDS = config.get("MCP_CALL_TIMEOUT_SECONDS")
 
 _READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 _ADD = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
@@ -804,7 +804,7 @@ async def serve_http(server: MCPServer, *, host: str, port: int, security: Trans
     several can run behind a load balancer); MCP_STATELESS=0 keeps sessions."""
     import uvicorn
 
-    stateless = os.environ.get("MCP_STATELESS", "1") == "1"
+    stateless = config.get("MCP_STATELESS")
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=True,
@@ -812,5 +812,5 @@ async def serve_http(server: MCPServer, *, host: str, port: int, security: Trans
         transport_security=security,
         host=host,
     )
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    await uvicorn.Server(config).serve()
+    server_config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    await uvicorn.Server(server_config).serve()
