@@ -321,6 +321,7 @@ class Rehearsal:
                 continue
             try:
                 rollup = _smaps_rollup(p.pid)
+                cpu = sum(p.cpu_times()[:2])
                 conns = sum(1 for c in p.net_connections("tcp") if c.raddr and c.raddr.port == self.pg.port)
             except (psutil.Error, OSError):
                 continue
@@ -332,6 +333,7 @@ class Rehearsal:
                     "rss_mib": rollup.get("Rss", 0) / 1024,
                     "pss_mib": rollup.get("Pss", 0) / 1024,
                     "pg_connections": conns,
+                    "cpu_seconds": cpu,
                 }
             )
         return sorted(rows, key=lambda row: (row["role"], row["what"]))
@@ -381,9 +383,20 @@ def _smaps_rollup(pid: int) -> dict[str, int]:
 # --- the run -----------------------------------------------------------------------------------------
 
 
+def _cpu_by_role(rows: list[dict]) -> dict[str, float]:
+    """CPU seconds (user + system) so far, per kind of process: web, worker, beat, postgres, redis."""
+    total: dict[str, float] = {}
+    for row in rows:
+        kind = row["role"].split("-")[0]
+        total[kind] = total.get(kind, 0.0) + row["cpu_seconds"]
+    return total
+
+
 @dataclass
 class Figures:
+    cpu_ms_per_request: dict[str, float]  # before the kills: CPU ms each kind of process spent per request
     rps: dict[str, float]  # median completed requests per second in each phase
+    slowest: dict[str, int]  # the fewest requests completed in any one second of each phase
     failed_attempts: dict[str, int]
     failure_times: list[tuple[float, str]]  # seconds after the kills and what, each failed attempt
     failed_requests: int
@@ -398,9 +411,9 @@ class Figures:
 
     def lines(self) -> list[str]:
         out = [
-            "phase    req/s (median of 1 s buckets)   failed attempts",
+            "phase    req/s (median of 1 s buckets)   slowest second   failed attempts",
             *(
-                f"{phase:<8} {self.rps[phase]:>8.1f}                        {self.failed_attempts[phase]:>5}"
+                f"{phase:<8} {self.rps[phase]:>8.1f} {self.slowest[phase]:>30} {self.failed_attempts[phase]:>17}"
                 for phase in ("before", "during", "after")
             ),
             "failed attempts (s after the kills): "
@@ -410,6 +423,8 @@ class Figures:
             f"acknowledged fact writes: {self.acknowledged_facts}, missing from Postgres: {self.missing_facts}",
             f"acknowledged messages: {self.acknowledged_messages}, never extracted: {self.unextracted_messages} "
             f"(all extracted {self.extracted_in:.1f} s after the load stopped)",
+            "CPU ms per request before the kills (all processes of the kind): "
+            + ", ".join(f"{kind} {ms:.1f}" for kind, ms in self.cpu_ms_per_request.items()),
             f"Postgres errors: {len(self.database_errors)}",
             *(f"  {line}" for line in self.database_errors[:12]),
             "role       process              RSS MiB  PSS MiB  Postgres conns   (before the kills)",
@@ -427,9 +442,12 @@ def rehearse(rig: Rehearsal, clients: int = 4, before: float = 12, after: float 
     started = time.monotonic()
     for t in threads:
         t.start()
-    time.sleep(before - 2)
+    time.sleep(2)  # warm-up
+    cpu_from = _cpu_by_role(rig.footprint())
+    time.sleep(before - 4)
     footprint = rig.footprint()
     time.sleep(2)
+    cpu_to = _cpu_by_role(rig.footprint())
     killed_at = time.monotonic()
     rig.procs.kill("web-a")
     rig.procs.kill("worker-a")
@@ -452,16 +470,22 @@ def rehearse(rig: Rehearsal, clients: int = 4, before: float = 12, after: float 
         "during": (killed_at, killed_at + DURING_SECONDS),
         "after": (killed_at + DURING_SECONDS, stopped),
     }
-    rps, failed = {}, {}
+    rps, slowest, failed = {}, {}, {}
     for phase, (start, end) in phases.items():
         buckets = [0] * max(1, int(end - start))
         for at, ok in load.attempts:
             if ok and start <= at < start + len(buckets):
                 buckets[int(at - start)] += 1
         rps[phase] = statistics.median(buckets)
+        slowest[phase] = min(buckets)
         failed[phase] = sum(1 for at, ok in load.attempts if not ok and start <= at < end)
+    served = sum(1 for at, ok in load.attempts if ok and started + 2 <= at < killed_at)
     return Figures(
+        cpu_ms_per_request={
+            role: 1000 * (cpu_to[role] - cpu_from.get(role, 0)) / max(1, served) for role in sorted(cpu_to)
+        },
         rps=rps,
+        slowest=slowest,
         failed_attempts=failed,
         failure_times=sorted((at - killed_at, what) for at, what in load.failures),
         failed_requests=load.failed_requests,

@@ -567,7 +567,7 @@ Float(
     minimum=0,
 )
 # Health
-Float("WORKER_HEARTBEAT_SECONDS", 10, "how often each worker proves it consumes tasks", minimum=0.1)
+Float("WORKER_HEARTBEAT_SECONDS", 10, "how often each worker proves it consumes tasks (0: no heartbeat)", minimum=0)
 Float(
     "HEALTH_STALE_SECONDS",
     120,
