@@ -6,9 +6,9 @@ the same name as well.
 
 from __future__ import annotations
 
-import os
-
 from django.conf import settings
+
+from memory_admin import config
 
 DEFAULTS: dict[str, float] = {
     # Bounded retries of one batch (LLM attempts, worker deaths included), with exponential backoff.
@@ -31,7 +31,7 @@ DEFAULTS: dict[str, float] = {
 def get(name: str) -> float:
     if hasattr(settings, name):
         return float(getattr(settings, name))
-    return float(os.environ.get(name, DEFAULTS[name]))
+    return float(config.get(name))
 
 
 def lease_seconds() -> float:

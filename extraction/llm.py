@@ -12,7 +12,6 @@ never left unrecorded.
 from __future__ import annotations
 
 import json
-import os
 import time
 from decimal import Decimal
 from functools import lru_cache
@@ -20,7 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from memory_admin import metrics, tracing
+from memory_admin import config, metrics, tracing
 from memory_admin.services.pii import scrub
 
 # USD per 1M tokens (prompt, completion); unknown models are recorded at zero cost.
@@ -43,10 +42,8 @@ def _prices() -> dict[str, tuple[Decimal, Decimal]]:
     """The table above plus LLM_PRICES from the environment, e.g. for a self-hosted model:
     LLM_PRICES='{"llama-3.1-8b": [0.05, 0.08]}' (USD per 1M prompt, completion tokens)."""
     prices = dict(PRICES)
-    raw = os.environ.get("LLM_PRICES", "")
-    if raw:
-        for name, (prompt, completion) in json.loads(raw).items():
-            prices[name] = (Decimal(str(prompt)), Decimal(str(completion)))
+    for name, (prompt, completion) in (config.get("LLM_PRICES") or {}).items():
+        prices[name] = (Decimal(str(prompt)), Decimal(str(completion)))
     return prices
 
 

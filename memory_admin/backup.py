@@ -41,6 +41,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from memory_admin import config
+
 FORMAT = "memory-admin/backup-v1"
 SECRET_NAMES = ("secret_key", "pii_fingerprint_key")
 DUMP_MEMBER = "database.dump"
@@ -106,8 +108,8 @@ def pg_tool(name: str) -> str:
     """pg_dump / pg_restore: from PG_BIN_DIR, else the pgserver wheel's (Postgres 16, the embedded
     server's own), else PATH. Against a managed server, set PG_BIN_DIR to tools at least its version."""
     candidates = []
-    if os.environ.get("PG_BIN_DIR"):
-        candidates.append(Path(os.environ["PG_BIN_DIR"]) / name)
+    if config.get("PG_BIN_DIR"):
+        candidates.append(Path(config.get("PG_BIN_DIR")) / name)
     try:
         import pgserver
 

@@ -12,6 +12,8 @@ from celery.signals import before_task_publish
 from kombu import Queue
 from kombu.transport import TRANSPORT_ALIASES
 
+from memory_admin import config
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_admin.settings")
 
 # The embedded broker: Postgres through the transport in extraction/broker.py. Registered before any
@@ -22,7 +24,7 @@ for _alias in ("pg", "sqla", "sqlalchemy"):
 
 
 def _seconds(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+    return config.get(name)
 
 
 log = logging.getLogger("memory_admin.beat")

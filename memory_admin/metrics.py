@@ -28,11 +28,12 @@ from pathlib import Path
 
 from django.http import HttpRequest, HttpResponse
 
+from memory_admin import config
 from memory_admin.embedded_db import data_dir
 
 # Before prometheus_client is imported: it picks its multi-process value class on import.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(data_dir(Path(__file__).resolve().parent.parent) / "metrics"))
-Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+Path(config.get("PROMETHEUS_MULTIPROC_DIR")).mkdir(parents=True, exist_ok=True)
 
 from prometheus_client import (  # noqa: E402
     CONTENT_TYPE_LATEST,
@@ -385,7 +386,7 @@ def _alive(pid: int) -> bool:
 def clean_multiproc_dir() -> int:
     """Remove the files of processes that no longer run (a server starting after a stop or a crash);
     the files of running processes (another server on this host) are kept. Returns how many went."""
-    path = Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])
+    path = Path(config.get("PROMETHEUS_MULTIPROC_DIR"))
     path.mkdir(parents=True, exist_ok=True)
     removed = 0
     for file in path.glob("*.db"):

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memory_admin import config
+
 log = logging.getLogger(__name__)
 
 # Bump when the graph or the quantisation recipe changes: a cached file of another recipe is rebuilt.
@@ -96,7 +98,7 @@ def cache_dir() -> Path:
 
     from memory_admin.embedded_db import data_dir
 
-    path = Path(os.environ.get("EMBEDDER_CACHE_DIR") or data_dir(settings.BASE_DIR) / "embedder")
+    path = Path(config.get("EMBEDDER_CACHE_DIR") or data_dir(settings.BASE_DIR) / "embedder")
     path.mkdir(parents=True, exist_ok=True)
     return path
 

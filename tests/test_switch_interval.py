@@ -32,11 +32,11 @@ def test_a_web_process_takes_the_switch_interval_of_its_setting():
     assert float(chosen.stdout.strip().splitlines()[-1]) == pytest.approx(0.0015)
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1000", ""])
+@pytest.mark.parametrize("value", ["abc", "0", "-1", "nan", "inf", "1000"])
 def test_a_bad_switch_interval_stops_the_process_at_start_naming_the_setting(value):
     result = web_process(value)
     assert result.returncode != 0
-    assert "ImproperlyConfigured: GIL_SWITCH_INTERVAL_MS: milliseconds between 0.01 and 100" in result.stderr
+    assert f"configuration error: GIL_SWITCH_INTERVAL_MS={value!r}: a number from 0.01 to 100." in result.stderr
 
 
 def test_worker_processes_take_it_too(settings):

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import anyio
 from django.core.management.base import BaseCommand, CommandError
 
+from memory_admin import config
 from memory_admin.errors import DomainError
 
 
 def _split(name: str) -> list[str]:
-    return [v.strip() for v in os.environ.get(name, "").split(",") if v.strip()]
+    return config.get(name)
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--transport", choices=["stdio", "http"], default="stdio")
         parser.add_argument(
-            "--bind", default=os.environ.get("MCP_BIND", "127.0.0.1:8765"), help="host:port for --transport http"
+            "--bind", default=config.get("MCP_BIND") or "127.0.0.1:8765", help="host:port for --transport http"
         )
 
     def handle(self, *args, transport: str, bind: str, **options):
@@ -34,7 +34,7 @@ class Command(BaseCommand):
 
         if transport == "stdio":
             try:
-                mcp_server.use_stdio_key(os.environ.get("MEMORY_ADMIN_API_KEY", ""))
+                mcp_server.use_stdio_key(config.get("MEMORY_ADMIN_API_KEY"))
             except DomainError as exc:
                 raise CommandError(f"{exc.detail} Create one with manage.py create_agent_key.") from exc
         # Load the embedding model and the tokenizer before the first call, not during it.

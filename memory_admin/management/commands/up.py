@@ -41,7 +41,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from memory_admin import embedded_db
+from memory_admin import config, embedded_db
 from memory_admin.selectors.health import heartbeat_ages, queue_backlogs, worker_age
 from memory_admin.services.heartbeats import SWEEP, WORKER, progress_name
 from memory_admin.supervisor import Backoff, Child, LivenessProbe, Supervisor
@@ -50,7 +50,7 @@ __all__ = ["Child", "Command"]
 
 
 def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name) or default)
+    return config.get(name)
 
 
 def local_url(bind: str, path: str) -> str | None:
@@ -109,7 +109,7 @@ MCP_PORT_OFFSET = 765  # BIND 127.0.0.1:8000 -> MCP on 127.0.0.1:8765
 def mcp_bind(bind: str) -> str:
     """MCP_BIND when set; else the web server's host, 765 ports above its port (8000 -> 8765), so two
     instances with different BINDs never share the MCP server's port either."""
-    configured = os.environ.get("MCP_BIND")
+    configured = config.get("MCP_BIND")
     if configured:
         return configured
     host, _, port = bind.rpartition(":")
@@ -244,7 +244,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: ArgumentParser) -> None:
-        parser.add_argument("--bind", default=os.environ.get("BIND", "127.0.0.1:8000"))
+        parser.add_argument("--bind", default=config.get("BIND"))
         parser.add_argument("--no-demo", action="store_true", help="skip seeding the demo tenant")
         parser.add_argument(
             "--prepare-only",
@@ -356,7 +356,7 @@ class Command(BaseCommand):
         return len(executor.migration_plan(executor.loader.graph.leaf_nodes()))
 
     def say_database(self) -> None:
-        if os.environ.get("DATABASE_URL"):
+        if config.get("DATABASE_URL"):
             where = connection.settings_dict
             self.say(f"database: Postgres at {where.get('HOST') or 'local socket'} (DATABASE_URL)")
             return
