@@ -26,7 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -39,6 +41,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -228,6 +231,26 @@ class UpStack:
             return psutil.Process(pid)
         except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
             return None
+
+    def _pg_ctl(self, *args: str) -> None:
+        import pgserver
+
+        # Run as the owner of the data directory (pgserver's own user when `up` runs as root).
+        owner = pwd.getpwuid(self.pgdata().stat().st_uid).pw_name
+        user = owner if os.geteuid() == 0 and owner != "root" else None
+        pgserver.pg_ctl(["-w", *args], pgdata=self.pgdata(), user=user, timeout=60)
+
+    def postgres_stop(self) -> list[str]:
+        """Stop `up`'s embedded Postgres (fast: sessions cut, nothing committed lost), as an outage
+        would; returns the options it ran with, for `postgres_start`."""
+        argv = shlex.split((self.pgdata() / "postmaster.opts").read_text())
+        options = [a for i, a in enumerate(argv[1:], 1) if a != "-D" and argv[i - 1] != "-D"]
+        self._pg_ctl("-m", "fast", "stop")
+        return options
+
+    def postgres_start(self, options: list[str]) -> None:
+        """Start the embedded Postgres again, on the same socket, as after an outage."""
+        self._pg_ctl("-l", str(self.pgdata() / "log"), "-o", shlex.join(options), "start")
 
     def database_url(self) -> str:
         from pgserver.utils import PostmasterInfo
@@ -438,7 +461,10 @@ def drained(stack: UpStack, conn) -> tuple[bool, str]:
     with conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM memory_admin_extractionbatch WHERE status IN ('pending', 'running')")
         open_batches = cur.fetchone()[0]
-    return waiting == 0 and open_batches == 0, f"queued {waiting}, open batches {open_batches}"
+        cur.execute("SELECT count(*) FROM memory_admin_message WHERE status = 'pending'")
+        unextracted = cur.fetchone()[0]
+    done = waiting == 0 and open_batches == 0 and unextracted == 0
+    return done, f"queued {waiting}, open batches {open_batches}, messages not extracted {unextracted}"
 
 
 def rss_table(stack: UpStack) -> tuple[list[str], int, int]:
@@ -473,6 +499,8 @@ class Figures:
     depths: list[str]
     drain_seconds: float | None
     missing_facts: int
+    missing_messages: int
+    unextracted_messages: int
     failed_batches: int
     stuck_batches: int
     rss_rows: list[str]
@@ -495,8 +523,9 @@ class Figures:
             *[f"    {line}" for line in self.depths],
             "  drain after the burst: "
             + ("not drained" if self.drain_seconds is None else f"{self.drain_seconds:.1f} s"),
-            f"  acknowledged facts missing: {self.missing_facts}; batches failed {self.failed_batches}, "
-            f"stuck {self.stuck_batches}",
+            f"  acknowledged facts missing: {self.missing_facts}; acknowledged messages missing "
+            f"{self.missing_messages}, not extracted {self.unextracted_messages}; batches failed "
+            f"{self.failed_batches}, stuck {self.stuck_batches}",
             f"  memory after the soak: RSS sum {self.rss_total / 2**20:.0f} MB, PSS sum {self.pss_total / 2**20:.0f} MB"
             f" (up itself {self.up_rss / 2**20:.0f} MB)",
             *self.rss_rows,
@@ -506,8 +535,19 @@ class Figures:
         return "\n".join(lines)
 
 
-def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients: int = 3) -> Figures:
-    """Drive the burst against a ready stack with a tenant, then the drain; collect the figures."""
+def soak(
+    stack: UpStack,
+    seconds: float,
+    *,
+    drain_timeout: float = 300,
+    clients: int = 3,
+    fault: Callable[[], None] | None = None,
+    fault_after: float = 0.0,
+) -> Figures:
+    """Drive the burst against a ready stack with a tenant, then the drain; collect the figures.
+    `fault`, when given, is called `fault_after` seconds into the burst while the clients keep going
+    (tests/ops/test_faults_under_burst.py: a worker killed, Postgres stopped and started); the burst
+    still lasts `seconds` in all."""
     import psycopg
 
     sessions = load_sessions()
@@ -516,11 +556,16 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
     workers = [Client(i, share[i], stack.base, stack.key, stop) for i in range(clients)]
     watch = Watch(stack.base)
     delivered_before = deliveries(stack.root)
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        messages_before = conn.execute("SELECT count(*) FROM memory_admin_message").fetchone()[0]
     watch.start()
     started = time.monotonic()
     for client in workers:
         client.start()
-    time.sleep(seconds)
+    if fault is not None:
+        time.sleep(min(fault_after, seconds))
+        fault()
+    time.sleep(max(0.0, started + seconds - time.monotonic()))
     stop.set()
     for client in workers:
         client.join(60)
@@ -546,6 +591,10 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
                 "count(*) FILTER (WHERE status IN ('pending', 'running')) FROM memory_admin_extractionbatch"
             )
             failed, stuck = cur.fetchone()
+            # Messages are acknowledged by count (202 `accepted`), not by id: every one of them stored
+            # since the burst began (a request that failed stored nothing, so more is never a loss).
+            cur.execute("SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM memory_admin_message")
+            messages_after, unextracted = cur.fetchone()
     watch.stopped.set()
     watch.join(10)
     rows, rss_total, pss_total = rss_table(stack)
@@ -570,6 +619,8 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
         depths=watch.depth_series(started),
         drain_seconds=drain_seconds,
         missing_facts=len(set(fact_ids)) - found,
+        missing_messages=max(0, sum(c.messages_accepted for c in workers) - (messages_after - messages_before)),
+        unextracted_messages=unextracted,
         failed_batches=failed,
         stuck_batches=stuck,
         rss_rows=rows,
