@@ -104,6 +104,10 @@ def load_shared() -> None:
     started = _threads() - before
     if started > 0:
         raise RuntimeError(f"loading the shared state started {started} thread(s): not safe to fork; WEB_PRELOAD=0")
+    # No database connection may be inherited (two processes on one socket); none is opened above.
+    from django.db import connections
+
+    connections.close_all()
     # Objects that exist now are never collected: the workers' collector does not write to their pages.
     gc.freeze()
 
