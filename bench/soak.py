@@ -350,11 +350,14 @@ class Client(threading.Thread):
         self.closes = 0
         self.searches = 0
         self.errors: list[str] = []
+        self.failures: list[tuple[float, int, str]] = []  # (monotonic time, status, request) of each 5xx or none
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         status, answer = http(method, self.base + path, body, self.key)
         self.requests += 1
         self.statuses[status] += 1
+        if status >= 500 or status == 0:
+            self.failures.append((time.monotonic(), status, f"{method} {path.split('?')[0]}"))
         if status >= 500 or status == 0 or (status >= 400 and len(self.errors) < 5):
             self.errors.append(f"{method} {path.split('?')[0]} -> {status} {str(answer)[:160]}")
         return status, answer
@@ -508,6 +511,7 @@ class Figures:
     pss_total: int
     up_rss: int
     errors: list[str]
+    failures: list[tuple[float, int, str]]
 
     def report(self, label: str) -> str:
         lines = [
@@ -628,6 +632,7 @@ def soak(
         pss_total=pss_total,
         up_rss=psutil.Process(stack.proc.pid).memory_info().rss if stack.proc.poll() is None else 0,
         errors=[e for c in workers for e in c.errors],
+        failures=sorted(f for c in workers for f in c.failures),
     )
 
 
