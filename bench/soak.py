@@ -10,15 +10,17 @@ queue to empty and every extraction batch to finish.
 
 Printed: broker deliveries per second (tasks finished by the workers, from /metrics), requests,
 acknowledged writes, 5xx, supervisor restarts, the longest run of readiness not answering 200, queue
-depths over time, the drain time, acknowledged facts missing afterwards, extraction batches failed or
-stuck, and the RSS/PSS of every process of `up` (Postgres included) after the soak; then `up` is
+depths over time, the drain time (queues empty, no batch open, no message waiting for extraction),
+acknowledged facts and messages missing afterwards, messages not extracted, extraction batches failed
+or stuck, and the RSS/PSS of every process of `up` (Postgres included) after the soak; then `up` is
 stopped with SIGTERM and any process left behind is named.
 
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py                  # 4 minutes, the embedded broker
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py --redis          # the same on a Redis broker
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py --seconds 60     # shorter
 
-tests/ops/test_soak.py runs the same (shorter) with assertions.
+tests/ops/test_soak.py runs the same (shorter) with assertions; tests/ops/test_faults_under_burst.py
+runs it with a worker SIGKILLed, and then Postgres stopped, in the middle of the burst (`soak(fault=...)`).
 """
 
 from __future__ import annotations
