@@ -10,15 +10,17 @@ queue to empty and every extraction batch to finish.
 
 Printed: broker deliveries per second (tasks finished by the workers, from /metrics), requests,
 acknowledged writes, 5xx, supervisor restarts, the longest run of readiness not answering 200, queue
-depths over time, the drain time, acknowledged facts missing afterwards, extraction batches failed or
-stuck, and the RSS/PSS of every process of `up` (Postgres included) after the soak; then `up` is
+depths over time, the drain time (queues empty, no batch open, no message waiting for extraction),
+acknowledged facts and messages missing afterwards, messages not extracted, extraction batches failed
+or stuck, and the RSS/PSS of every process of `up` (Postgres included) after the soak; then `up` is
 stopped with SIGTERM and any process left behind is named.
 
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py                  # 4 minutes, the embedded broker
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py --redis          # the same on a Redis broker
     PYTHONPATH=$PWD .venv/bin/python bench/soak.py --seconds 60     # shorter
 
-tests/ops/test_soak.py runs the same (shorter) with assertions.
+tests/ops/test_soak.py runs the same (shorter) with assertions; tests/ops/test_faults_under_burst.py
+runs it with a worker SIGKILLed, and then Postgres stopped, in the middle of the burst (`soak(fault=...)`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -39,6 +43,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +234,26 @@ class UpStack:
         except (OSError, ValueError, IndexError, psutil.NoSuchProcess):
             return None
 
+    def _pg_ctl(self, *args: str) -> None:
+        import pgserver
+
+        # Run as the owner of the data directory (pgserver's own user when `up` runs as root).
+        owner = pwd.getpwuid(self.pgdata().stat().st_uid).pw_name
+        user = owner if os.geteuid() == 0 and owner != "root" else None
+        pgserver.pg_ctl(["-w", *args], pgdata=self.pgdata(), user=user, timeout=60)
+
+    def postgres_stop(self) -> list[str]:
+        """Stop `up`'s embedded Postgres (fast: sessions cut, nothing committed lost), as an outage
+        would; returns the options it ran with, for `postgres_start`."""
+        argv = shlex.split((self.pgdata() / "postmaster.opts").read_text())
+        options = [a for i, a in enumerate(argv[1:], 1) if a != "-D" and argv[i - 1] != "-D"]
+        self._pg_ctl("-m", "fast", "stop")
+        return options
+
+    def postgres_start(self, options: list[str]) -> None:
+        """Start the embedded Postgres again, on the same socket, as after an outage."""
+        self._pg_ctl("-l", str(self.pgdata() / "log"), "-o", shlex.join(options), "start")
+
     def database_url(self) -> str:
         from pgserver.utils import PostmasterInfo
 
@@ -327,11 +352,14 @@ class Client(threading.Thread):
         self.closes = 0
         self.searches = 0
         self.errors: list[str] = []
+        self.failures: list[tuple[float, int, str]] = []  # (monotonic time, status, request) of each 5xx or none
 
     def call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         status, answer = http(method, self.base + path, body, self.key)
         self.requests += 1
         self.statuses[status] += 1
+        if status >= 500 or status == 0:
+            self.failures.append((time.monotonic(), status, f"{method} {path.split('?')[0]}"))
         if status >= 500 or status == 0 or (status >= 400 and len(self.errors) < 5):
             self.errors.append(f"{method} {path.split('?')[0]} -> {status} {str(answer)[:160]}")
         return status, answer
@@ -438,7 +466,10 @@ def drained(stack: UpStack, conn) -> tuple[bool, str]:
     with conn.cursor() as cur:
         cur.execute("SELECT count(*) FROM memory_admin_extractionbatch WHERE status IN ('pending', 'running')")
         open_batches = cur.fetchone()[0]
-    return waiting == 0 and open_batches == 0, f"queued {waiting}, open batches {open_batches}"
+        cur.execute("SELECT count(*) FROM memory_admin_message WHERE status = 'pending'")
+        unextracted = cur.fetchone()[0]
+    done = waiting == 0 and open_batches == 0 and unextracted == 0
+    return done, f"queued {waiting}, open batches {open_batches}, messages not extracted {unextracted}"
 
 
 def rss_table(stack: UpStack) -> tuple[list[str], int, int]:
@@ -473,6 +504,8 @@ class Figures:
     depths: list[str]
     drain_seconds: float | None
     missing_facts: int
+    missing_messages: int
+    unextracted_messages: int
     failed_batches: int
     stuck_batches: int
     rss_rows: list[str]
@@ -480,6 +513,7 @@ class Figures:
     pss_total: int
     up_rss: int
     errors: list[str]
+    failures: list[tuple[float, int, str]]
 
     def report(self, label: str) -> str:
         lines = [
@@ -495,8 +529,9 @@ class Figures:
             *[f"    {line}" for line in self.depths],
             "  drain after the burst: "
             + ("not drained" if self.drain_seconds is None else f"{self.drain_seconds:.1f} s"),
-            f"  acknowledged facts missing: {self.missing_facts}; batches failed {self.failed_batches}, "
-            f"stuck {self.stuck_batches}",
+            f"  acknowledged facts missing: {self.missing_facts}; acknowledged messages missing "
+            f"{self.missing_messages}, not extracted {self.unextracted_messages}; batches failed "
+            f"{self.failed_batches}, stuck {self.stuck_batches}",
             f"  memory after the soak: RSS sum {self.rss_total / 2**20:.0f} MB, PSS sum {self.pss_total / 2**20:.0f} MB"
             f" (up itself {self.up_rss / 2**20:.0f} MB)",
             *self.rss_rows,
@@ -506,8 +541,19 @@ class Figures:
         return "\n".join(lines)
 
 
-def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients: int = 3) -> Figures:
-    """Drive the burst against a ready stack with a tenant, then the drain; collect the figures."""
+def soak(
+    stack: UpStack,
+    seconds: float,
+    *,
+    drain_timeout: float = 300,
+    clients: int = 3,
+    fault: Callable[[], None] | None = None,
+    fault_after: float = 0.0,
+) -> Figures:
+    """Drive the burst against a ready stack with a tenant, then the drain; collect the figures.
+    `fault`, when given, is called `fault_after` seconds into the burst while the clients keep going
+    (tests/ops/test_faults_under_burst.py: a worker killed, Postgres stopped and started); the burst
+    still lasts `seconds` in all."""
     import psycopg
 
     sessions = load_sessions()
@@ -516,11 +562,16 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
     workers = [Client(i, share[i], stack.base, stack.key, stop) for i in range(clients)]
     watch = Watch(stack.base)
     delivered_before = deliveries(stack.root)
+    with psycopg.connect(stack.database_url(), autocommit=True) as conn:
+        messages_before = conn.execute("SELECT count(*) FROM memory_admin_message").fetchone()[0]
     watch.start()
     started = time.monotonic()
     for client in workers:
         client.start()
-    time.sleep(seconds)
+    if fault is not None:
+        time.sleep(min(fault_after, seconds))
+        fault()
+    time.sleep(max(0.0, started + seconds - time.monotonic()))
     stop.set()
     for client in workers:
         client.join(60)
@@ -546,6 +597,10 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
                 "count(*) FILTER (WHERE status IN ('pending', 'running')) FROM memory_admin_extractionbatch"
             )
             failed, stuck = cur.fetchone()
+            # Messages are acknowledged by count (202 `accepted`), not by id: every one of them stored
+            # since the burst began (a request that failed stored nothing, so more is never a loss).
+            cur.execute("SELECT count(*), count(*) FILTER (WHERE status = 'pending') FROM memory_admin_message")
+            messages_after, unextracted = cur.fetchone()
     watch.stopped.set()
     watch.join(10)
     rows, rss_total, pss_total = rss_table(stack)
@@ -570,6 +625,8 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
         depths=watch.depth_series(started),
         drain_seconds=drain_seconds,
         missing_facts=len(set(fact_ids)) - found,
+        missing_messages=max(0, sum(c.messages_accepted for c in workers) - (messages_after - messages_before)),
+        unextracted_messages=unextracted,
         failed_batches=failed,
         stuck_batches=stuck,
         rss_rows=rows,
@@ -577,6 +634,7 @@ def soak(stack: UpStack, seconds: float, *, drain_timeout: float = 300, clients:
         pss_total=pss_total,
         up_rss=psutil.Process(stack.proc.pid).memory_info().rss if stack.proc.poll() is None else 0,
         errors=[e for c in workers for e in c.errors],
+        failures=sorted(f for c in workers for f in c.failures),
     )
 
 

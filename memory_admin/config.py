@@ -331,6 +331,13 @@ Int(
     minimum=1,
 )
 Str("BIND", "127.0.0.1:8000", "gunicorn's `host:port` (or `unix:path`); `up` and `serve web` bind it")
+Bool(
+    "WEB_PRELOAD",
+    True,
+    "gunicorn loads the application, the embedding model, the token counter and the secret scan's rules once "
+    "in its master and the workers share those pages; off, each worker loads its own (e.g. to reload code "
+    "with HUP)",
+)
 Int("WEB_WORKERS", 2, "gunicorn worker processes per web server (gthread)", minimum=1, maximum=256)
 Int("WEB_THREADS", 4, "threads per gunicorn worker", minimum=1, maximum=256)
 Str(
@@ -596,6 +603,12 @@ List(
     shown="none",
 )
 Bool("MCP_STATELESS", True, "the MCP http server keeps no session between requests")
+Bool(
+    "MCP_WARM_UP",
+    True,
+    "the MCP server loads the embedding model and the token counter at start (`up` turns it off: then on "
+    "the first call that needs them, ~1 s once, and an idle MCP server holds ~75 MB less)",
+)
 Float(
     "MCP_CALL_TIMEOUT_SECONDS",
     30,

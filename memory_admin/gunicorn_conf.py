@@ -1,5 +1,6 @@
 """gunicorn settings for `manage.py up` and production (`gunicorn -c python:memory_admin.gunicorn_conf`)."""
 
+import gc
 import os
 
 from gunicorn.glogging import Logger as _GunicornLogger
@@ -9,10 +10,18 @@ from memory_admin import config as _config  # not `config`: gunicorn takes every
 # ONNX Runtime's telemetry store is one SQLite file per user that every process using it opens, shared
 # by every instance on the host; set before a worker loads the runtime.
 os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+# numpy's OpenBLAS starts a thread per extra core when it is imported; here numpy only takes dot products
+# of single vectors, and the master must hold no thread when it forks the workers (`load_shared`).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 bind = _config.get("BIND")
 workers = _config.get("WEB_WORKERS")
 threads = _config.get("WEB_THREADS")
 worker_class = "gthread"
+# The application, the embedding model, the token counter and the secret scan's rules are loaded once
+# in the master and the workers forked from it share those pages (copy on write) instead of each
+# loading its own: ~170 MB a worker before, see `load_shared`. WEB_PRELOAD=0 loads them per worker
+# (gunicorn's default), e.g. to reload code with HUP.
+preload_app = _config.get("WEB_PRELOAD")
 timeout = 60
 accesslog = _config.get("ACCESS_LOG")
 if _config.get("LOG_FORMAT") != "text":
@@ -66,8 +75,53 @@ class Logger(_GunicornLogger):
 logger_class = Logger
 
 
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux: nothing to count
+        return 1
+
+
+def load_shared() -> None:
+    """In the master, after the application is loaded and before the first fork: what every worker
+    would otherwise build for itself. Forking is only safe if none of it started a thread (a thread's
+    lock held at fork stays held in the child): onnxruntime on one intra-op thread runs on the
+    caller's thread and starts none, the tokenizers' parallelism is off (TOKENIZERS_PARALLELISM),
+    tiktoken and the scan's rules are data. tests/ops/test_web_preload.py holds this true. Nothing
+    here runs the model: its scratch memory (onnxruntime's arena) is each worker's own, so it is
+    allocated after the fork (`post_worker_init`)."""
+    from django.conf import settings
+    from django.urls import get_resolver
+
+    from memory_admin.embeddings import get_embedder
+    from memory_admin.services.pii import find
+    from memory_admin.tokens import count_tokens
+
+    before = _threads()
+    get_resolver().url_patterns  # noqa: B018 - imports every URL, view and API module
+    if settings.EMBEDDER == "static" or (settings.EMBEDDER == "onnx" and _config.get("EMBED_THREADS") == 1):
+        get_embedder()  # more intra-op threads are a pool of threads: each worker builds its own then
+    count_tokens("warm-up")
+    find("warm-up")
+    started = _threads() - before
+    if started > 0:
+        raise RuntimeError(f"loading the shared state started {started} thread(s): not safe to fork; WEB_PRELOAD=0")
+    # No database connection may be inherited (two processes on one socket); none is opened above.
+    from django.db import connections
+
+    connections.close_all()
+    # Objects that exist now are never collected: the workers' collector does not write to their pages.
+    gc.freeze()
+
+
+def when_ready(server):
+    if server.cfg.preload_app:
+        load_shared()
+
+
 def post_worker_init(worker):
-    # Load the embedding model and the tokenizer before the first request, not during it.
+    # Load the embedding model and the tokenizer before the first request, not during it (with
+    # preload_app the model is built already: this runs it once, in the worker).
     from memory_admin.embeddings import embed_one
     from memory_admin.tokens import count_tokens
 

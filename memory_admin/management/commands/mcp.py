@@ -37,9 +37,12 @@ class Command(BaseCommand):
                 mcp_server.use_stdio_key(config.get("MEMORY_ADMIN_API_KEY"))
             except DomainError as exc:
                 raise CommandError(f"{exc.detail} Create one with manage.py create_agent_key.") from exc
-        # Load the embedding model and the tokenizer before the first call, not during it.
-        embed_one("warm-up")
-        count_tokens("warm-up")
+        # Load the embedding model and the tokenizer before the first call, not during it; unless
+        # MCP_WARM_UP=0 (what `up` sets unless told otherwise): an MCP server nobody calls then holds
+        # ~75 MB less, and the first call that searches or counts tokens loads them (~1 s).
+        if config.get("MCP_WARM_UP"):
+            embed_one("warm-up")
+            count_tokens("warm-up")
         if transport == "stdio":
             mcp_server.build_server().run("stdio")
             return

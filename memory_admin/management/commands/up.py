@@ -408,6 +408,15 @@ class Command(BaseCommand):
             # ONNX Runtime's telemetry keeps a SQLite file per user (~/.cache/Microsoft/DeveloperTools/
             # .onnxruntime/onnxruntime.db) that every process on the host using it opens: off.
             "ORT_DISABLE_TELEMETRY": "1",
+            # Celery runs Django's system checks in each worker and in beat, which imports every URL, view
+            # and API module (~23 MB a process, for good); the preparing child has just run them.
+            "CELERY_SKIP_CHECKS": "1",
+            # glibc gives each thread that allocates an arena of its own (up to 8 per core), which a
+            # threaded web worker, the threads worker and MCP each fill and keep; two per process.
+            "MALLOC_ARENA_MAX": "2",
+            # The MCP server loads the embedding model and the token counter on its first call that
+            # needs them, not at start (memory_admin/management/commands/mcp.py).
+            "MCP_WARM_UP": "0",
             **os.environ,
             # Celery warns each worker at length when it runs as root (a container's default user);
             # `up` says it once instead (`handle`).
