@@ -65,7 +65,7 @@ def principal_for(tenant_id: int):
 
 
 def run(kind: str, principal, user, text: str, vector: list[float]):
-    from memory_admin.selectors.search import fact_search
+    from memory_admin.retrieval import fact_search
     from memory_admin.services.context import context_block
 
     if kind == "context":

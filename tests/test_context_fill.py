@@ -173,7 +173,7 @@ def test_a_lines_words_and_day_are_their_definitions():
     import random
     from datetime import UTC, datetime
 
-    from memory_admin.selectors.search import WORD
+    from memory_admin.retrieval import WORD
     from memory_admin.textnorm import fold
 
     rng = random.Random(11)

@@ -18,8 +18,8 @@ from memory_admin import embeddings
 from memory_admin.api.schemas import MAX_QUERY_CHARS
 from memory_admin.embeddings import _search_helpers, search_ahead_executor, search_ahead_submit
 from memory_admin.models import ApiKey
-from memory_admin.selectors import search as search_module
-from memory_admin.selectors.search import VectorsAhead, search_vectors
+from memory_admin.retrieval import query as search_module
+from memory_admin.retrieval.query import VectorsAhead, search_vectors
 from memory_admin.services.keys import api_key_revoke
 from tests.wsgi_call import wsgi_get
 

@@ -121,8 +121,8 @@ def test_the_ranking_carries_the_columns_asked_for_the_same_ranking_without_them
     """`fact_ranking(carry=...)` (what the context block renders from): the same scored order and scores
     as without, and the carried values are the facts' own, for the user's facts and the shared ones."""
     from memory_admin.models import MemoryUser
+    from memory_admin.retrieval import fact_ranking
     from memory_admin.selectors.access import Principal
-    from memory_admin.selectors.search import fact_ranking
 
     write(api, "cara", "Cara keeps bees in the garden")
     write(api, "cara", "Cara's sister lives in Lyon, near the garden of the museum")
@@ -132,14 +132,14 @@ def test_the_ranking_carries_the_columns_asked_for_the_same_ranking_without_them
     carry = ("content", "valid_from", "contested", "memory_user", "message")
     plain = fact_ranking(principal=staff, memory_user=user, query="garden bees")
     carried = fact_ranking(principal=staff, memory_user=user, query="garden bees", carry=carry)
-    assert [(final, row[0]) for final, row, _ in plain.scored] == [(final, row[0]) for final, row, _ in carried.scored]
+    assert [(final, row.id) for final, row, _ in plain.scored] == [(final, row.id) for final, row, _ in carried.scored]
     assert [parts for _, _, parts in plain.scored] == [parts for _, _, parts in carried.scored]
-    facts = {f.pk: f for f in Fact.objects.filter(pk__in=[row[0] for _, row, _ in carried.scored])}
+    facts = {f.pk: f for f in Fact.objects.filter(pk__in=[row.id for _, row, _ in carried.scored])}
     assert len(facts) == 3
     for _, row, _ in carried.scored:
-        fact = facts[row[0]]
+        fact = facts[row.id]
         expected = (fact.content, fact.valid_from, fact.contested, fact.memory_user_id, fact.message_id)
-        assert tuple(row[-len(carry) :]) == expected
+        assert row.carried == expected
 
 
 def test_facts_built_from_rows_are_the_orms_instances(api):
@@ -287,8 +287,8 @@ def test_which_query_lexemes_a_candidate_holds_is_what_postgres_matches(api, ten
     """`matched` (bit i: the fact holds the query's i-th lexeme, read from the candidates' lexemes in
     Python) against Postgres' own match of each query lexeme as a one-lexeme tsquery, on words with
     quotes, backslashes, colons, signs and accents."""
+    from memory_admin.retrieval import fact_ranking
     from memory_admin.selectors.access import Principal
-    from memory_admin.selectors.search import ID, MATCHED, fact_ranking
 
     contents = [
         "O'Brien's café serves naïve crêpes",
@@ -313,11 +313,11 @@ def test_which_query_lexemes_a_candidate_holds_is_what_postgres_matches(api, ten
                 "SELECT search_vector @@ ('''' || replace(replace(l, E'\\\\', E'\\\\\\\\'), '''', '''''')"
                 " || '''')::tsquery"
                 " FROM memory_admin_fact, unnest(%s::text[]) WITH ORDINALITY AS u(l, i) WHERE id = %s ORDER BY i",
-                [lexemes, row[ID]],
+                [lexemes, row.id],
             )
             expected = sum(1 << i for i, (hit,) in enumerate(cursor.fetchall()) if hit)
-            assert row[MATCHED] == expected
-    assert any(row[MATCHED] for _, row, _ in ranking.scored)
+            assert row.matched == expected
+    assert any(row.matched for _, row, _ in ranking.scored)
 
 
 def test_search_writes_every_datetime_as_the_apis_renderer_does():

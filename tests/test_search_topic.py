@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from memory_admin.embeddings import embed_query
-from memory_admin.selectors.search import TOPIC_SHARE, name_spans, search_vectors, without_names
+from memory_admin.retrieval.names import name_spans, without_names
+from memory_admin.retrieval.query import TOPIC_SHARE, search_vectors
 
 pytestmark = pytest.mark.django_db
 

@@ -22,7 +22,7 @@ from memory_admin.api import checkpoints, entities, entity_curation, facts, memo
 from memory_admin.api.docs import OfflineSwagger
 from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, MAX_QUERY_CHARS, ErrorOut
 from memory_admin.errors import DomainError, RateLimited
-from memory_admin.selectors.search import VectorsAhead
+from memory_admin.retrieval import VectorsAhead
 from memory_admin.services.keys import key_seen, principal_for_request
 from memory_admin.textnorm import unreadable_reason
 

@@ -38,7 +38,7 @@ from memory_admin.models import (
     WriteOutcome,
 )
 from memory_admin.models.entities import RELATION_TYPE_PATTERN
-from memory_admin.selectors.search import Hit
+from memory_admin.retrieval import Hit
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
@@ -582,7 +582,7 @@ MAX_K = 100
 MAX_QUERY_CHARS = 2000
 
 
-# A hit's score components, as the search ranking defines them (selectors.search.Hit, one home).
+# A hit's score components, as the search ranking defines them (retrieval.Hit, one home).
 ScoreOut = create_model(
     "ScoreOut",
     __base__=Schema,

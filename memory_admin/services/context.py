@@ -58,8 +58,8 @@ from django.db.models.functions import Abs, Least
 
 from memory_admin import metrics, scoring
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
+from memory_admin.retrieval import NEIGHBOUR_MINUTES, WORD, Ranking, VectorsAhead, fact_ranking, name_keys, vectors_for
 from memory_admin.selectors.access import Principal, visible
-from memory_admin.selectors.search import DOC_LEN, NEIGHBOUR_MINUTES, WORD, Ranking, VectorsAhead, fact_ranking
 from memory_admin.services.guard import verdict
 from memory_admin.textnorm import fold, strip_invisible
 from memory_admin.tokens import count_tokens, truncate_to_tokens
@@ -295,7 +295,7 @@ def _fact_candidates(ranking: Ranking, budget_tokens: int) -> int:
     their lines, and MIN_FACT_CANDIDATES more."""
     spent = 0
     for n, (_, row, _) in enumerate(ranking.scored):
-        spent += 1 + LINE_TOKENS_PER_LEXEME * row[DOC_LEN]
+        spent += 1 + LINE_TOKENS_PER_LEXEME * row.doc_len
         if spent > budget_tokens:
             return n + MIN_FACT_CANDIDATES
     return len(ranking.scored)
@@ -429,9 +429,8 @@ _CARRY = ("content", "valid_from", "contested", "memory_user", "message")
 
 def _ranked_items(ranking: Ranking) -> Iterator[_Item]:
     """The ranked facts in rank order, each built from its candidate row as the fill reaches it."""
-    width = len(_CARRY)
     for _, row, parts in ranking.scored:
-        fact = _Row(row[0], *row[-width:])
+        fact = _Row(row.id, *row.carried)
         yield _fact_item(fact, effective=parts["effective_confidence"], stale=parts["stale"])
 
 
@@ -653,8 +652,6 @@ def _gather(
 ) -> tuple[list[_Section], Ranking]:
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
-    from memory_admin.selectors.search import name_keys, vectors_for
-
     sections = {name: _Section(name) for name in SECTION_ORDER}
     query = (task or "").strip()
     keys = name_keys(task) if task else []
@@ -800,8 +797,8 @@ def _fit_facts(pinned: _Section, facts: _Section, room: _Room, ranking: Ranking,
     # The ranked facts the block does not hold, as far as the block could have reached.
     reach = max(_fact_candidates(ranking, budget_tokens), len(facts.placed) + MIN_FACT_CANDIDATES)
     for _, row, _ in ranking.scored[:reach]:
-        if str(row[0]) not in facts.placed:
-            facts.dropped.append({"id": str(row[0]), "reason": "over_budget"})
+        if str(row.id) not in facts.placed:
+            facts.dropped.append({"id": str(row.id), "reason": "over_budget"})
 
 
 def _cut(section: _Section, item: _Item, room: _Room) -> None:
