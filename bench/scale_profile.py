@@ -66,7 +66,7 @@ def principal_for(tenant_id: int):
 
 def run(kind: str, principal, user, text: str, vector: list[float]):
     from memory_admin.retrieval import fact_search
-    from memory_admin.services.context import context_block
+    from memory_admin.retrieval.context import context_block
 
     if kind == "context":
         from memory_admin.embeddings import embed_query

@@ -13,8 +13,8 @@ from ninja.responses import NinjaJSONEncoder
 from memory_admin.api.schemas import MAX_K, MAX_QUERY_CHARS, ContextOut, FactOut, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
 from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.selectors.access import memory_user_for
-from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 
 router = Router(tags=["retrieval"])
 

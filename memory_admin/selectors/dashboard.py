@@ -1072,7 +1072,7 @@ def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
 
 
 def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A context block (services.context.context_block's answer) laid out for the playground: each
+    """A context block (retrieval.context.context_block's answer) laid out for the playground: each
     section's share of the budget for a token bar, how many facts came in as related memory, and dropped
     items with the reason and what they are in words (the text of a dropped fact, an episode's summary: a
     query each) and, for a collapsed near-duplicate, the fact whose line holds it."""
