@@ -37,8 +37,7 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    ahead = getattr(request, "vectors_ahead", None)
-    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted, ahead=ahead)
+    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered without a second
     # pass of validation over every hit and fact (about a third of the Python time of a search); a test
@@ -100,9 +99,6 @@ def context(request, response: HttpResponse, user_id: UserId, task: Text = "", b
     if len(task) > MAX_QUERY_CHARS:
         raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    ahead = getattr(request, "vectors_ahead", None)
-    block = context_block(
-        principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens, ahead=ahead
-    )
+    block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])
     return block

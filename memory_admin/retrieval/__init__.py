@@ -14,7 +14,7 @@ Callers outside the package import from here.
 
 from memory_admin.retrieval.candidates import Candidate
 from memory_admin.retrieval.names import WORD, name_keys, or_tsquery, without_names
-from memory_admin.retrieval.query import VectorsAhead, search_vectors, vectors_for
+from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import DEFAULT_WEIGHTS, NEIGHBOUR_MINUTES
 from memory_admin.retrieval.search import (
     DEFAULT_STATUSES,
@@ -38,7 +38,6 @@ __all__ = [
     "Hit",
     "Ranking",
     "SearchResult",
-    "VectorsAhead",
     "fact_ranking",
     "fact_search",
     "fact_search_users",

@@ -16,7 +16,7 @@ from memory_admin import metrics
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
-from memory_admin.retrieval.query import VectorsAhead, search_vectors, vectors_for
+from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
 from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
@@ -158,14 +158,13 @@ def fact_ranking(
     exclude_ids: set | None = None,
     carry: tuple[str, ...] = (),
     whole_vector: list[float] | None = None,
-    ahead: VectorsAhead | None = None,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
     block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
     row (after the scored ones), so that a caller can use the candidates without reading them again.
-    A caller that embedded the query itself gives both of `search_vectors`' vectors; `ahead`, vectors
-    being embedded for it meanwhile. Timings in ms, not rounded."""
+    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
+    rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -174,7 +173,7 @@ def fact_ranking(
     query = (query or "").strip()
     whole = whole_vector or query_vector
     if query and query_vector is None:
-        query_vector, whole, embedded = vectors_for(query, ahead)
+        query_vector, whole, embedded = vectors_for(query)
         timings.update(embedded)
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
@@ -223,13 +222,11 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
-    ahead: VectorsAhead | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
-    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
-    `ahead`: the query's vectors, being embedded while the request's key was checked."""
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -241,7 +238,6 @@ def fact_search(
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
         carry=() if with_notebook else _SHOWN,
-        ahead=ahead,
     )
     timings = ranking.timings
     top = ranking.scored[:k]

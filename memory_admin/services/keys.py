@@ -134,13 +134,6 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
     return principal, known_memory_user(principal, user_id, names[n_key:], row[n_key:])
 
 
-def key_seen(raw: str) -> bool:
-    """Whether this key authenticated, within its rate limit, on its previous request in this process:
-    a request of it may start work before its key statement answers (search's query embedding). A key
-    never seen, revoked since (forgotten on its next request) or over its limit gets none."""
-    return bool(raw) and hash_key(raw) in _previous
-
-
 def _remember(key_hash: str, principal: Principal | None) -> None:
     if principal is None:
         _previous.pop(key_hash, None)

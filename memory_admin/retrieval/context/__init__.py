@@ -45,7 +45,6 @@ from memory_admin.models import MemoryUser
 from memory_admin.retrieval.context.fill import fit_sections
 from memory_admin.retrieval.context.gather import gather_sections
 from memory_admin.retrieval.context.render import FACT_SECTIONS, Section, final_text
-from memory_admin.retrieval.query import VectorsAhead
 from memory_admin.selectors.access import Principal
 
 MIN_BUDGET_TOKENS = 1
@@ -82,7 +81,6 @@ def context_block(
     task: str,
     budget_tokens: int,
     record: bool | None = None,
-    ahead: VectorsAhead | None = None,
 ) -> dict[str, Any]:
     """Assemble the context block for `memory_user` and `task` within `budget_tokens` (cl100k_base).
 
@@ -92,10 +90,10 @@ def context_block(
     notebook is never dropped silently: if it alone exceeds the budget it is truncated,
     `notebook_truncated` is true and a warning says so. Reads of included facts are counted
     (services.access_counts) when `record` is true; by default only agents' reads count, so a dashboard
-    preview leaves memory as it was. `ahead`: the task's vectors, being embedded since the request arrived.
+    preview leaves memory as it was.
     """
     started = time.perf_counter()
-    sections, ranking = gather_sections(principal, memory_user, task, budget_tokens, ahead)
+    sections, ranking = gather_sections(principal, memory_user, task, budget_tokens)
     warnings: list[str] = []
     fit_sections(sections, ranking, budget_tokens, warnings)
     timings = {f"search_{name}": round(value, 3) for name, value in ranking.timings.items()}

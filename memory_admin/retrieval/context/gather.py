@@ -36,7 +36,7 @@ from memory_admin.retrieval.context.render import (
     tokens_of,
 )
 from memory_admin.retrieval.names import WORD, name_keys
-from memory_admin.retrieval.query import VectorsAhead, vectors_for
+from memory_admin.retrieval.query import vectors_for
 from memory_admin.retrieval.ranking import NEIGHBOUR_MINUTES
 from memory_admin.retrieval.search import Ranking, fact_ranking
 from memory_admin.selectors.access import Principal, visible
@@ -404,7 +404,7 @@ def _gather_entities(principal: Principal, memory_user: MemoryUser, entities: li
 
 
 def gather_sections(
-    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int, ahead: VectorsAhead | None
+    principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
 ) -> tuple[list[Section], Ranking]:
     """Every section's candidates; the facts as a sequence read as the fill reaches them (one ranking,
     whatever the budget)."""
@@ -416,9 +416,8 @@ def gather_sections(
         side = _send_side(principal, memory_user)
         named = _send_named_entities(principal, memory_user, keys) if keys else list
         if query:
-            # The task's embedding is computed (or, started ahead, finished) while Postgres runs the two
-            # statements above.
-            vector, whole, embedded = vectors_for(query, ahead)
+            # The task's embedding is computed while Postgres runs the two statements above.
+            vector, whole, embedded = vectors_for(query)
     pinned = _gather_side(principal, memory_user, task, sections, side())
     _gather_entities(principal, memory_user, named(), sections["entities"])
     ranking = _rank(
