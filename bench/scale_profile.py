@@ -77,7 +77,7 @@ def run(kind: str, principal, user, text: str, vector: list[float]):
 
 
 def explain(sql: str, params) -> tuple[float, float, dict]:
-    from memory_admin.db_cursors import vector_cursor
+    from memory_admin.db.cursors import vector_cursor
 
     with vector_cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)

@@ -142,29 +142,6 @@ def test_the_ranking_carries_the_columns_asked_for_the_same_ranking_without_them
         assert row.carried == expected
 
 
-def test_facts_built_from_rows_are_the_orms_instances(api):
-    """The search builds its facts and its memory user from raw rows (`from_rows`) without Model.__init__:
-    the same values, deferred columns and state as the ORM's own instances, and they save as updates."""
-    from memory_admin.selectors.access import from_rows
-
-    fact_id = write(api, "lea", "Lea grows tomatoes on her balcony")
-    qs = Fact.objects.filter(pk=fact_id).defer("embedding", "embedding_next", "search_vector")
-    sql, params = qs.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        names = [column.name for column in cursor.description]
-        built = from_rows(Fact, names, cursor.fetchall())[0]
-    orm = qs.get()
-    assert built.get_deferred_fields() == orm.get_deferred_fields() == {"embedding", "embedding_next", "search_vector"}
-    assert {n: getattr(built, n) for n in names} == {n: getattr(orm, n) for n in names}
-    assert isinstance(built.metadata, dict) and (built._state.adding, built._state.db) == (False, "default")
-    assert built.memory_user.external_id == "lea"  # relations load as usual
-    assert len(built.embedding) == 384  # a deferred column loads on access
-    built.importance = 0.9
-    built.save(update_fields=["importance"])
-    assert Fact.objects.get(pk=fact_id).importance == 0.9 and Fact.objects.count() == 1
-
-
 def test_a_metadata_number_orjson_cannot_write_is_rendered_as_every_other_route_renders(api):
     """orjson writes integers up to 64 bits: a fact whose metadata holds a larger one (JSON allows it, and
     the API stores it) is rendered by the API's renderer, not refused."""
@@ -197,29 +174,6 @@ def test_facts_in_the_body_are_spelled_as_the_renderer_spells_them(api):
     assert hit["valid_from"].endswith(".123Z") and hit["soft_expires_at"] is None and hit["id"] == fact_id
 
 
-def test_from_rows_runs_init_signals_when_a_receiver_listens(api):
-    """A receiver of a model's pre_init/post_init (a library tracking loaded values) still sees every
-    instance: from_rows then builds them through Model.__init__."""
-    from django.db.models.signals import post_init
-
-    from memory_admin.selectors.access import from_rows
-
-    fact_id = write(api, "ned", "Ned bakes sourdough bread")
-    seen = []
-
-    def receiver(sender, instance, **kwargs):
-        seen.append(instance.content)
-
-    post_init.connect(receiver, sender=Fact)
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT id, content FROM memory_admin_fact WHERE id = %s", [fact_id])
-            built = from_rows(Fact, ["id", "content"], cursor.fetchall())
-    finally:
-        post_init.disconnect(receiver, sender=Fact)
-    assert seen == ["Ned bakes sourdough bread"] and str(built[0].pk) == fact_id
-
-
 def test_the_facts_carried_by_the_candidates_are_the_stored_facts(api, tenant):
     """A search describes its hits from the columns the candidate rows carry (no second read): every
     field of every hit, own and shared, is what the ORM reads for that fact, metadata and keys included."""
@@ -250,25 +204,6 @@ def test_the_facts_carried_by_the_candidates_are_the_stored_facts(api, tenant):
     assert {h["fact"]["key"] for h in hits} == {"tea", None} and any(
         h["fact"]["metadata"] == {"n": [1, "x"]} for h in hits
     )
-
-
-def test_the_fixed_statements_are_scanned_for_placeholders_once(api, tenant):
-    """The prepared cursors cache psycopg's conversion of a statement (placeholders found, numbered)
-    whatever its length; psycopg's own cache stops at 4 kB, below the candidate statement's."""
-    from memory_admin.db_cursors import _fixed_query_class
-
-    converted = _fixed_query_class().converted
-    write(api, "sam", "Sam keeps bees in the garden")
-    org_fact(tenant, "The office has a rooftop garden")
-    search(api, "sam", "Does Sam keep bees?")  # warm: the shape's statement compiled and converted
-    before = converted.cache_info()
-    with CaptureQueriesContext(connection) as ctx:
-        r = search(api, "sam", "Where is Sam's garden?")
-    after = converted.cache_info()
-    candidates = next(q["sql"] for q in ctx.captured_queries if q["sql"].startswith("WITH search_qv"))
-    assert len(candidates) > 4096
-    assert after.misses == before.misses and after.hits >= before.hits + 2  # the key and candidate statements
-    assert {h["fact"]["content"] for h in r.json()["hits"]} >= {"Sam keeps bees in the garden"}
 
 
 def test_a_search_without_candidates_answers_the_tenants_weights(api, admin_api, tenant):

@@ -29,7 +29,7 @@ from pgvector import Vector
 
 from memory_admin import embeddings, scoring
 from memory_admin.db.compiled import bind, compiled
-from memory_admin.db_cursors import vector_cursor
+from memory_admin.db.cursors import vector_cursor
 from memory_admin.models import Entity, Fact, MemoryUser, Relation
 from memory_admin.retrieval.names import name_keys, or_tsquery
 from memory_admin.selectors.access import Principal, visible

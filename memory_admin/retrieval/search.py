@@ -14,11 +14,12 @@ from django.db.models.expressions import RawSQL
 
 from memory_admin import metrics
 from memory_admin.db.compiled import bind, compiled
+from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
-from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
+from memory_admin.selectors.access import CURATE, Principal, visible
 from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
@@ -114,7 +115,7 @@ def _facts_by_id(
             cursor.execute(sql, bind(params, {_IDS_SENTINEL: ids}))
             names = [column.name for column in cursor.description]
             rows = cursor.fetchall()
-        facts = from_rows(Fact, names, rows)
+        facts = hydrate(Fact, names, rows)
     users = {u.pk: u for u in memory_users}
     for fact in facts:
         if fact.memory_user_id in users:
@@ -129,7 +130,7 @@ _SHOWN = tuple(f.attname for f in Fact._meta.concrete_fields if f.attname != "id
 
 def _facts_carried(rows: list[Candidate], memory_user: MemoryUser) -> dict[Any, Fact]:
     """The facts of candidate rows that carry `_SHOWN`, by id, the memory user attached when it is theirs."""
-    facts = from_rows(Fact, ["id", *_SHOWN], [(row.id, *row.carried) for row in rows])
+    facts = hydrate(Fact, ["id", *_SHOWN], [(row.id, *row.carried) for row in rows])
     cache = Fact.memory_user.field.set_cached_value  # what assigning it ends with, without its checks
     for fact in facts:
         if fact.memory_user_id == memory_user.pk:

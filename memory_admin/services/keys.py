@@ -11,7 +11,7 @@ from typing import TypeVar
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from memory_admin.db_cursors import prepared_cursor
+from memory_admin.db.cursors import prepared_cursor
 from memory_admin.errors import RateLimited
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
