@@ -244,7 +244,7 @@ def _specificity(rows: list[Candidate]) -> list[float]:
     n = len(rows)
     lexemes = [row.lexemes or () for row in rows]
     df = Counter(itertools.chain.from_iterable(lexemes))
-    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (_score), for
+    # The rarest lexemes are those of the lowest document frequency; IDF as the keywords' (score), for
     # the frequencies that occur.
     idf = {c: _idf(n, c) for c in set(df.values())}
     rarest = (sorted(map(df.__getitem__, own))[:SPECIFIC_TOP] for own in lexemes)

@@ -1,4 +1,4 @@
-"""A query that holds a name is compared by its meaning without the name too (selectors/search.py,
+"""A query that holds a name is compared by its meaning without the name too (retrieval/query.py,
 TOPIC_SHARE): the whole question's embedding is pulled towards every statement that names the person,
 whatever its topic, while the entity component and the keywords count the name already."""
 

@@ -1,5 +1,5 @@
 """The search request's hot path (issue 9 §2): how many statements it sends, that its statements compiled
-once serve every principal and user correctly, and that its hand-rendered body is what the schema says."""
+once serve every principal and user correctly, and that its body is what the schema says."""
 
 from __future__ import annotations
 
@@ -89,10 +89,9 @@ def test_the_body_is_what_the_schema_would_render(api, admin_api):
         )
     r = search(api, "ria", "jazz records", k=3)
     validated = SearchOut.model_validate(r.json()).model_dump()
-    # The same text as the renderer's, but compact (orjson): the same JSON, key for key, in the same order.
-    rendered = json.dumps(validated, cls=NinjaJSONEncoder)
-    assert r.content.decode() == json.dumps(json.loads(rendered), separators=(",", ":"), ensure_ascii=False)
-    assert r.json()["weights"]["vector"] == 1.0 and b'"vector":1.0' in r.content
+    # The renderer's text of the validated body: the same JSON, key for key, in the same order.
+    assert r.content.decode() == json.dumps(validated, cls=NinjaJSONEncoder)
+    assert r.json()["weights"]["vector"] == 1.0 and b'"vector": 1.0' in r.content
     assert r["Content-Type"] == "application/json; charset=utf-8"
     assert "server_ms_excluding_embed;dur=" in r["Server-Timing"]
 

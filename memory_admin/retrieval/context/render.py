@@ -172,7 +172,7 @@ def pinned_item(row: dict) -> Item:
 
 
 def fact_item(fact: Fact | RankedFact, *, effective: float | None = None, stale: bool | None = None) -> Item:
-    """A fact to place: its line is rendered when the block reaches it (`_rendered`); a related fact's
+    """A fact to place: its line is rendered when the block reaches it (`rendered`); a related fact's
     effective confidence and staleness are computed then too (scoring.py)."""
     return Item(str(fact.pk), "", fact=fact, effective=-1.0 if effective is None else effective, stale=bool(stale))
 
