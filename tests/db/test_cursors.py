@@ -55,6 +55,8 @@ def test_a_prepared_statement_is_parsed_once_per_connection():
 
 
 def test_djangos_query_log_sees_the_statements_of_the_fast_cursors():
+    with vector_cursor(binary_results=True, prepared=True) as cursor:  # prepared before the log starts
+        cursor.execute("SELECT %s::text AS marker", ["unlogged"])
     with CaptureQueriesContext(connection) as ctx:
         with vector_cursor(binary_results=True, prepared=True) as cursor:
             cursor.execute("SELECT %s::text AS marker", ["logged-marker"])
