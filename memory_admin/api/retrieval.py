@@ -7,10 +7,10 @@ from typing import Any
 from django.http import HttpResponse
 from ninja import Router
 
-from memory_admin.api.schemas import MAX_K, MAX_QUERY_CHARS, ContextOut, FactOut, SearchOut, Text, UserId
+from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, QueryText, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
 from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
-from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
+from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import memory_user_for
 
 router = Router(tags=["retrieval"])
@@ -22,13 +22,9 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
 
 
 @router.get("/users/{user_id}/search", response=SearchOut)
-def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 10, include: Text = ""):
+def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K = 10, include: Text = ""):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
-    if len(q) > MAX_QUERY_CHARS:
-        raise Invalid(f"q: at most {MAX_QUERY_CHARS} characters.", field="q")
-    if not 1 <= k <= MAX_K:
-        raise Invalid(f"k: between 1 and {MAX_K}.", field="k")
     wanted = parse_include(include)
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
@@ -63,11 +59,7 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
 
 
 @router.get("/users/{user_id}/context", response=ContextOut)
-def context(request, response: HttpResponse, user_id: UserId, task: Text = "", budget_tokens: int = 2000):
-    if not MIN_BUDGET_TOKENS <= budget_tokens <= MAX_BUDGET_TOKENS:
-        raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.", field="budget_tokens")
-    if len(task) > MAX_QUERY_CHARS:
-        raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
+def context(request, response: HttpResponse, user_id: UserId, task: QueryText = "", budget_tokens: BudgetTokens = 2000):
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
     block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])
