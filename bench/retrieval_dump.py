@@ -32,9 +32,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--k", type=int, default=20)
+    parser.add_argument("--questions", default="", help="only these questions, by position (e.g. 3,17,40)")
     args = parser.parse_args()
     budgets = tuple(int(b) for b in args.budgets.split(","))
     _, questions = load(args.data)
+    if args.questions:
+        questions = [questions[int(i)] for i in args.questions.split(",")]
     setup_django(database_url(args.db, fresh=False))
     from memory_admin.models import MemoryUser, Tenant
     from memory_admin.selectors.access import Principal
