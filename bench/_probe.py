@@ -36,28 +36,6 @@ class _HelperMarks:
         self._marks.append((f"helper: {label}", wall, None))
 
 
-def _wrap_ahead(search) -> None:
-    original_init, original_run = search.VectorsAhead.__init__, search.VectorsAhead._run
-
-    def init(self, text: str) -> None:
-        self._probe_marks = getattr(_local, "marks", None)
-        mark("ahead submit>")
-        original_init(self, text)
-        mark("<ahead submit")
-
-    def run(self):
-        marks = self._probe_marks
-        _local.marks = _HelperMarks(marks) if marks is not None else None
-        mark("run>")
-        try:
-            return original_run(self)
-        finally:
-            mark("<run")
-            _local.marks = None
-
-    search.VectorsAhead.__init__, search.VectorsAhead._run = init, run
-
-
 def _wrap(owner, name: str, label: str) -> None:
     original = getattr(owner, name)
 
@@ -81,7 +59,7 @@ def install(worker) -> None:
     from memory_admin import embeddings, middleware, requestlog
     from memory_admin.api import BearerKey, retrieval
     from memory_admin.api import api as ninja_api
-    from memory_admin.selectors import search
+    from memory_admin.retrieval import query, search
 
     out = open(os.path.join(os.environ["PROBE_DIR"], f"{os.getpid()}.jsonl"), "a", buffering=1)  # noqa: SIM115
     original_handle = gthread.ThreadWorker.handle
@@ -124,11 +102,10 @@ def install(worker) -> None:
     _wrap(BearerKey, "authenticate", "key+rate SQL")
     _wrap(retrieval, "memory_user_for", "user SQL")
     _wrap(retrieval, "fact_search", "fact_search")
-    _wrap(search, "embed_query", "embed_query")
-    _wrap(search, "name_spans", "name_spans")
-    _wrap_ahead(search)
-    _wrap(search, "_candidates", "candidates SQL")
-    _wrap(search, "_score", "score")
+    _wrap(query, "embed_query", "embed_query")
+    _wrap(query, "name_spans", "name_spans")
+    _wrap(search, "candidates", "candidates SQL")
+    _wrap(search, "score", "score")
     _wrap(search, "_facts_by_id", "facts SQL")
     if hasattr(search, "_facts_carried"):  # the facts built from the candidate rows (no statement)
         _wrap(search, "_facts_carried", "facts from rows")

@@ -20,8 +20,8 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from memory_admin.models import MemoryUser  # noqa: E402
+from memory_admin.retrieval import fact_search  # noqa: E402
 from memory_admin.selectors.access import Principal  # noqa: E402
-from memory_admin.selectors.search import fact_search  # noqa: E402
 
 
 def backend_cpu_ms(pid: int) -> float:

@@ -530,7 +530,7 @@ def main() -> int:
     tenant = Tenant.objects.get(slug="scale")
     users = MemoryUser.objects.filter(tenant=tenant).count()
     _, key = api_key_create(tenant_id=tenant.pk, agent_name="scale-bench")
-    from memory_admin.selectors.search import hnsw_ef_search
+    from memory_admin.retrieval.candidates import hnsw_ef_search
 
     ef = hnsw_ef_search(20)  # what a search with k=10 uses
     recall, a50, a95 = hnsw_recall(url, args.recall_queries, ef_search=ef)

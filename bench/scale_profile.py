@@ -65,8 +65,8 @@ def principal_for(tenant_id: int):
 
 
 def run(kind: str, principal, user, text: str, vector: list[float]):
-    from memory_admin.selectors.search import fact_search
-    from memory_admin.services.context import context_block
+    from memory_admin.retrieval import fact_search
+    from memory_admin.retrieval.context import context_block
 
     if kind == "context":
         from memory_admin.embeddings import embed_query
@@ -77,7 +77,7 @@ def run(kind: str, principal, user, text: str, vector: list[float]):
 
 
 def explain(sql: str, params) -> tuple[float, float, dict]:
-    from memory_admin.db_cursors import vector_cursor
+    from memory_admin.db.cursors import vector_cursor
 
     with vector_cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params)

@@ -68,7 +68,7 @@ PENDING, RUNNING, DONE, FAILED = (
     ExtractionBatch.Status.DONE,
     ExtractionBatch.Status.FAILED,
 )
-# A context block the agent was given (memory_admin.services.context) and echoed back verbatim.
+# A context block the agent was given (memory_admin.retrieval.context) and echoed back verbatim.
 _RECALLED_BLOCK = re.compile(r"<<<MEMORY_DATA\s*\w*>>>.*?(?:<<<END_MEMORY_DATA\s*\w*>>>|\Z)", re.S)
 _SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
 # Roles whose words are not the user's: what they repeat from memory is not news.

@@ -68,13 +68,13 @@ from memory_admin.api.schemas import (
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
+from memory_admin.retrieval import fact_search
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
 from memory_admin.selectors.memory import notebook_of, skill_at, skills_listed
-from memory_admin.selectors.search import fact_search
 from memory_admin.services.access_counts import record_usage
-from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.services.extraction import MessageIn, message_post, thread_close
 from memory_admin.services.facts import (
     WriteResult,

@@ -81,20 +81,3 @@ class DashboardOnlyMiddleware:
             if response is not None:
                 return response
         return None
-
-
-class SearchAheadMiddleware:
-    """Hands a search's query (a context block's task) embedding to its request (api.embed_ahead): the one
-    the WSGI entry (memory_admin.wsgi) started before Django built the request, or, under a server that does
-    not go through that entry (Django's test client), one started here, ahead of the rest of the
-    middleware, the URL resolver and the key check, which it then runs beside."""
-
-    def __init__(self, get_response):
-        from memory_admin.api import embed_ahead
-
-        self.get_response = get_response
-        self.embed_ahead = embed_ahead
-
-    def __call__(self, request):
-        self.embed_ahead(request)
-        return self.get_response(request)

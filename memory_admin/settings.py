@@ -81,7 +81,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "memory_admin.http_metrics.HttpMetricsMiddleware",  # request rate, latency and status per route
     "memory_admin.requestlog.RequestIdMiddleware",
-    "memory_admin.middleware.SearchAheadMiddleware",  # a search's query embedding starts here (api.embed_ahead)
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "memory_admin.middleware.DatabaseUnavailableMiddleware",

@@ -204,7 +204,7 @@ def test_no_content_can_forge_the_fence_or_a_section_header(api, tenant):
 
 
 def test_the_listed_angle_brackets_are_every_character_that_folds_to_one():
-    from memory_admin.services.context import ANGLE_BRACKETS
+    from memory_admin.retrieval.context.render import ANGLE_BRACKETS
 
     computed = {
         chr(cp) for cp in range(0x20, 0x10000) if not 0xD800 <= cp <= 0xDFFF and fold(chr(cp)) in ("<", ">", "<<", ">>")

@@ -5,13 +5,11 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Mapping
 
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, SuspiciousOperation, TooManyFieldsSent
-from django.core.handlers.wsgi import get_bytes_from_wsgi
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.db import DatabaseError, InterfaceError, OperationalError
-from django.http import HttpRequest, JsonResponse, QueryDict
+from django.http import HttpRequest, JsonResponse
 from django.urls import re_path
 from django.views import defaults
 from ninja import NinjaAPI
@@ -20,11 +18,9 @@ from ninja.security import HttpBearer
 
 from memory_admin.api import checkpoints, entities, entity_curation, facts, memory, messages, retrieval, store, system
 from memory_admin.api.docs import OfflineSwagger
-from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, MAX_QUERY_CHARS, ErrorOut
+from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, ErrorOut
 from memory_admin.errors import DomainError, RateLimited
-from memory_admin.selectors.search import VectorsAhead
-from memory_admin.services.keys import key_seen, principal_for_request
-from memory_admin.textnorm import unreadable_reason
+from memory_admin.services.keys import principal_for_request
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
 _WRITES = ("/facts", "/facts/batch")  # the write routes whose handler takes the user the key statement found
@@ -45,72 +41,6 @@ class BearerKey(HttpBearer):
             request.principal = principal
             request.known_user = known
         return principal
-
-
-# The routes whose query is embedded ahead, and the parameter that holds it (api.urls is mounted at
-# /api/v1/; ninja's <user_id> is Django's str converter).
-AHEAD_PATH = re.compile(r"/api/v1/users/[^/]+/(search|context)")
-AHEAD_PARAMETER = {"search": "q", "context": "task"}
-
-
-# Where the WSGI entry (memory_admin.wsgi) leaves what it started for a request, in its environ (never a
-# header's key: those are HTTP_*). Present, even as None, when the entry already looked at the request.
-AHEAD_ENVIRON_KEY = "memory_admin.vectors_ahead"
-
-
-def start_ahead(
-    method: str, path_info: str, params: Callable[[], Mapping[str, str]], authorization: str
-) -> VectorsAhead | None:
-    """A search's query (a context block's task) embedding, started on a helper thread as the request
-    arrives, so that it runs while Django dispatches the request and the key statement waits for Postgres;
-    the handler takes it (`VectorsAhead`). Only for a bearer key that authenticated in this process before
-    (services.keys.key_seen) and a query the handler will accept: a request without a valid key, or with an
-    unreadable, blank or over-long query, costs no embedding. `params` gives the request's GET parameters,
-    read only for such a key on such a route."""
-    match = AHEAD_PATH.fullmatch(path_info) if method == "GET" else None
-    if match is None:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "bearer" or not key_seen(token):
-        return None
-    query = params().get(AHEAD_PARAMETER[match[1]], "")
-    if 0 < len(query) <= MAX_QUERY_CHARS and query.strip() and unreadable_reason(query) is None:
-        return VectorsAhead(query.strip())
-    return None
-
-
-def embed_ahead_wsgi(environ: dict) -> None:
-    """`start_ahead` from the WSGI environ, before Django builds its request (memory_admin.wsgi): the
-    earliest point of a request the product's server hands over. The values are the ones Django's request
-    will read (its path, its GET parameters, its Authorization header); the handler takes the vectors only
-    for its own query's text, whatever happened here. A query string Django refuses (more parameters than
-    DATA_UPLOAD_MAX_NUMBER_FIELDS) starts nothing: Django's request answers it as the API does."""
-
-    def params() -> QueryDict:
-        return QueryDict(get_bytes_from_wsgi(environ, "QUERY_STRING", ""), encoding=settings.DEFAULT_CHARSET)
-
-    try:
-        environ[AHEAD_ENVIRON_KEY] = start_ahead(
-            environ.get("REQUEST_METHOD", ""),
-            environ.get("PATH_INFO", ""),
-            params,
-            environ.get("HTTP_AUTHORIZATION", ""),
-        )
-    except SuspiciousOperation:  # TooManyFieldsSent
-        environ[AHEAD_ENVIRON_KEY] = None
-
-
-def embed_ahead(request: HttpRequest) -> None:
-    """The request's `start_ahead` (middleware.SearchAheadMiddleware): the one the WSGI entry started, or,
-    under a server that does not go through it (Django's test client), one started now."""
-    if AHEAD_ENVIRON_KEY in request.META:
-        ahead = request.META.pop(AHEAD_ENVIRON_KEY)
-    else:
-        ahead = start_ahead(
-            request.method or "", request.path_info, lambda: request.GET, request.headers.get("Authorization", "")
-        )
-    if ahead is not None:
-        request.vectors_ahead = ahead
 
 
 # Error answers each operation can give besides its own (SPEC §11: every status code a route can return

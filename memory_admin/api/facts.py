@@ -43,7 +43,6 @@ router = Router(tags=["facts"])
 @router.get("/users/{user_id}/facts", response=FactPage)
 def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
     user = memory_user_for(request.principal, user_id)
-    limit = max(1, min(filters.limit, 200))
     rows, next_cursor = fact_list(
         request.principal,
         user,
@@ -53,7 +52,7 @@ def list_facts(request, user_id: UserId, filters: Query[FactFilters]):
         key=filters.key,
         text=filters.text,
         cursor=filters.cursor,
-        limit=limit,
+        limit=filters.limit,
     )
     return {"items": [FactOut.of(f) for f in rows], "next_cursor": next_cursor}
 

@@ -16,6 +16,7 @@ from memory_admin.api.schemas import (
     SkillPrefix,
     SkillSummary,
     UserId,
+    UserLimit,
     UserPage,
     UserPrefix,
 )
@@ -30,11 +31,9 @@ router = Router(tags=["memory"])
 
 
 @router.get("/users", response=UserPage)
-def list_users(request, prefix: UserPrefix = "", cursor: UserPrefix = "", limit: int = 100):
+def list_users(request, prefix: UserPrefix = "", cursor: UserPrefix = "", limit: UserLimit = 100):
     """The memory users this key reaches (erased ones excluded), by id, with the tasks they hold facts in."""
-    items, next_cursor = memory_users_listed(
-        request.principal, prefix=prefix, after=cursor, limit=max(1, min(limit, 500))
-    )
+    items, next_cursor = memory_users_listed(request.principal, prefix=prefix, after=cursor, limit=limit)
     return {"items": items, "next_cursor": next_cursor}
 
 

@@ -16,6 +16,7 @@ from memory_admin.api.schemas import (
     EpisodeFilters,
     EpisodePage,
     Identifier,
+    Limit,
     MessagesIn,
     MessagesOut,
     UserId,
@@ -127,7 +128,7 @@ def list_episodes(request, user_id: UserId, filters: Query[EpisodeFilters]):
         qs = qs.filter(thread=thread_for(request.principal, user, filters.thread_id))
     if filters.outcome:
         qs = qs.filter(outcome=filters.outcome)
-    limit = max(1, min(filters.limit, 200))
+    limit = filters.limit
     offset = int(filters.cursor) if filters.cursor else 0
     rows = list(qs.order_by("-started_at", "-created_at")[offset : offset + limit + 1])
     more = len(rows) > limit
@@ -150,11 +151,11 @@ def get_episode(request, episode_id: UUID):
 
 
 @router.get("/batches", response=list[BatchOut])
-def list_batches(request, status: BatchStatus | None = None, limit: int = 50):
+def list_batches(request, status: BatchStatus | None = None, limit: Limit = 50):
     qs = visible(request.principal, ExtractionBatch.objects.select_related("memory_user", "thread"))
     if status:
         qs = qs.filter(status=status)
-    return [_batch_out(b) for b in qs.order_by("-created_at")[: max(1, min(limit, 200))]]
+    return [_batch_out(b) for b in qs.order_by("-created_at")[:limit]]
 
 
 @router.post("/batches/{batch_id}/retry", response={202: BatchOut})

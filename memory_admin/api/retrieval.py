@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-import orjson
 from django.http import HttpResponse
 from ninja import Router
-from ninja.responses import NinjaJSONEncoder
 
-from memory_admin.api.schemas import MAX_K, MAX_QUERY_CHARS, ContextOut, FactOut, SearchOut, Text, UserId
+from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, QueryText, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
+from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
+from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import memory_user_for
-from memory_admin.selectors.search import INCLUDABLE, fact_search, parse_include
-from memory_admin.services.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 
 router = Router(tags=["retrieval"])
 
@@ -25,24 +22,19 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
 
 
 @router.get("/users/{user_id}/search", response=SearchOut)
-def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 10, include: Text = ""):
+def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K = 10, include: Text = ""):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
-    if len(q) > MAX_QUERY_CHARS:
-        raise Invalid(f"q: at most {MAX_QUERY_CHARS} characters.", field="q")
-    if not 1 <= k <= MAX_K:
-        raise Invalid(f"k: between 1 and {MAX_K}.", field="k")
     wanted = parse_include(include)
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    ahead = getattr(request, "vectors_ahead", None)
-    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted, ahead=ahead)
+    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
     _server_timing(response, result.timings)
-    # Exactly what SearchOut would dump (its field order, floats as floats), rendered without a second
-    # pass of validation over every hit and fact (about a third of the Python time of a search); a test
-    # holds this body equal to its validated form.
+    # Exactly what SearchOut would dump (its field order, floats as floats), rendered by the API's renderer
+    # without a second pass of validation over every hit and fact (about a third of the Python time of a
+    # search); a test holds this body equal to its validated form.
     body: dict[str, Any] = {
         "user_id": user.external_id,
         "query": q,
@@ -63,46 +55,12 @@ def search(request, response: HttpResponse, user_id: UserId, q: Text, k: int = 1
     }
     from memory_admin.api import api  # at call time: router modules never import the api package at load
 
-    try:
-        response.content = _rendered(body)
-    except orjson.JSONEncodeError:
-        return api.create_response(request, body, temporal_response=response)  # e.g. an integer past 64 bits
-    return response
-
-
-# The API renderer's encoder: ids as text, datetimes in Django's spelling ('…T10:04:05.123Z').
-_ENCODER = NinjaJSONEncoder()
-
-
-def _rendered(body: dict[str, Any]) -> bytes:
-    """The search body as JSON by orjson: the values the API's renderer writes (what orjson does not write
-    itself, datetimes included, goes through the renderer's encoder), compact, in ~a fifth of the time of
-    json's encoder on 10 hits. A value orjson refuses (an integer in a fact's metadata past 64 bits) raises
-    orjson.JSONEncodeError, and the caller renders the body as every other route does."""
-    return orjson.dumps(body, default=_default, option=orjson.OPT_PASSTHROUGH_DATETIME)
-
-
-def _default(value: Any) -> Any:
-    """A datetime as the renderer's encoder (Django's) writes it, without its chain of type checks (a
-    search body holds ~40 of them); anything else through that encoder."""
-    if type(value) is datetime:
-        text = value.isoformat()
-        if value.microsecond:
-            text = text[:23] + text[26:]  # milliseconds
-        return text[:-6] + "Z" if text.endswith("+00:00") else text
-    return _ENCODER.default(value)
+    return api.create_response(request, body, temporal_response=response)
 
 
 @router.get("/users/{user_id}/context", response=ContextOut)
-def context(request, response: HttpResponse, user_id: UserId, task: Text = "", budget_tokens: int = 2000):
-    if not MIN_BUDGET_TOKENS <= budget_tokens <= MAX_BUDGET_TOKENS:
-        raise Invalid(f"budget_tokens: between {MIN_BUDGET_TOKENS} and {MAX_BUDGET_TOKENS}.", field="budget_tokens")
-    if len(task) > MAX_QUERY_CHARS:
-        raise Invalid(f"task: at most {MAX_QUERY_CHARS} characters.", field="task")
+def context(request, response: HttpResponse, user_id: UserId, task: QueryText = "", budget_tokens: BudgetTokens = 2000):
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    ahead = getattr(request, "vectors_ahead", None)
-    block = context_block(
-        principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens, ahead=ahead
-    )
+    block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])
     return block

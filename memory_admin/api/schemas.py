@@ -38,7 +38,8 @@ from memory_admin.models import (
     WriteOutcome,
 )
 from memory_admin.models.entities import RELATION_TYPE_PATTERN
-from memory_admin.selectors.search import Hit
+from memory_admin.retrieval import Hit
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
 
@@ -437,7 +438,7 @@ class FactFilters(Schema):
     key: KeyFilter | None = None
     text: TextFilter | None = None
     cursor: Cursor | None = None
-    limit: int = 50
+    limit: Limit = 50
 
 
 class PromoteIn(Schema):
@@ -450,6 +451,8 @@ class PromoteIn(Schema):
 SkillPath = text(min_length=1, max_length=300)
 SkillPrefix = text(max_length=300)
 UserPrefix = text(max_length=200)
+# A page of memory users: larger than other pages (a user row is small).
+UserLimit = Annotated[int, Field(ge=1, le=500)]
 
 
 class UserOut(Schema):
@@ -551,7 +554,7 @@ class EpisodeFilters(Schema):
     thread_id: Identifier | None = None
     outcome: Outcome | None = None
     cursor: EpisodeCursor | None = None
-    limit: int = 50
+    limit: Limit = 50
 
 
 class BatchOut(Schema):
@@ -580,9 +583,14 @@ BatchStatus = Literal["pending", "running", "done", "failed"]
 
 MAX_K = 100
 MAX_QUERY_CHARS = 2000
+# How many hits a search returns, and a context block's budget in tokens (cl100k_base).
+K = Annotated[int, Field(ge=1, le=MAX_K)]
+BudgetTokens = Annotated[int, Field(ge=MIN_BUDGET_TOKENS, le=MAX_BUDGET_TOKENS)]
+# A search's query and a context block's task: readable text, at most MAX_QUERY_CHARS characters.
+QueryText = text(max_length=MAX_QUERY_CHARS)
 
 
-# A hit's score components, as the search ranking defines them (selectors.search.Hit, one home).
+# A hit's score components, as the search ranking defines them (retrieval.Hit, one home).
 ScoreOut = create_model(
     "ScoreOut",
     __base__=Schema,

@@ -73,7 +73,7 @@ class Entity(models.Model):
         indexes = [
             GinIndex(fields=["alias_keys"], name="entity_alias_keys_gin"),
             models.Index(fields=["tenant", "memory_user", "-last_seen"], name="entity_owner_seen"),
-            # Search recognises the entities a query means by embedding (selectors/search.py): the tenant's
+            # Search recognises the entities a query means by embedding (retrieval/candidates.py): the tenant's
             # (org) entities can be many; a user's own few are read exactly through entity_owner_seen.
             HnswIndex(
                 fields=["embedding"],

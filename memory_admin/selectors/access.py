@@ -8,7 +8,6 @@ filtered out by the query itself, so they look exactly like objects that do not 
 from __future__ import annotations
 
 import functools
-import inspect
 from dataclasses import dataclass, field
 from typing import TypeVar
 from uuid import UUID
@@ -16,10 +15,8 @@ from uuid import UUID
 from django.core.exceptions import ValidationError
 from django.db import connection, models
 from django.db.models import Q
-from django.db.models.base import ModelState
-from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
-from django.db.models.signals import post_init, pre_init
 
+from memory_admin.db.hydrate import hydrate
 from memory_admin.errors import Forbidden, NotFound
 from memory_admin.models import (
     AuditEvent,
@@ -183,44 +180,6 @@ def get_visible(principal: Principal, queryset: models.QuerySet[M], **lookup) ->
         raise NotFound(f"No {queryset.model._meta.verbose_name} with that id is visible to you.") from exc
 
 
-def from_rows(model: type[M], names: list[str], rows: list[tuple]) -> list[M]:
-    """Model instances from rows of raw SQL whose columns are the model's attnames (the others are
-    deferred), converted as the ORM's compiler converts them (each field's from_db_value)."""
-    fields = {f.attname: f for f in model._meta.concrete_fields}
-    converters = [(i, fields[name]) for i, name in enumerate(names) if hasattr(fields[name], "from_db_value")]
-    plain = _plain_init(model) and not (pre_init.has_listeners(model) or post_init.has_listeners(model))
-    objects = []
-    for row in rows:
-        values = list(row)
-        for i, model_field in converters:
-            values[i] = model_field.from_db_value(values[i], None, connection)
-        if plain:
-            # What Model.__init__ leaves for these values (`from_db` below), without its per-field setattr
-            # through the descriptors: a search builds 10-20 of these per request.
-            obj = model.__new__(model)
-            obj.__dict__.update(zip(names, values, strict=True))
-            obj._state = ModelState()
-            obj._state.adding, obj._state.db = False, connection.alias
-            objects.append(obj)
-        else:
-            objects.append(model.from_db(connection.alias, names, values))
-    return objects
-
-
-@functools.cache
-def _plain_init(model: type[models.Model]) -> bool:
-    """Whether Model.from_db would only store each field's value in the instance's __dict__: Django's
-    own from_db and __init__, and no field whose class attribute does more when set than a foreign key id's (which
-    only forgets a cached related object, and a new instance has none)."""
-    if model.__init__ is not models.Model.__init__ or model.from_db.__func__ is not models.Model.from_db.__func__:
-        return False
-    for model_field in model._meta.concrete_fields:
-        attribute = inspect.getattr_static(model, model_field.attname, None)
-        if hasattr(attribute, "__set__") and not isinstance(attribute, ForeignKeyDeferredAttribute):
-            return False
-    return True
-
-
 _EXTERNAL_ID = "\x00external-id\x00"  # stands for the request's external id in the cached SQL
 
 
@@ -237,7 +196,7 @@ def _visible_memory_user(principal: Principal, external_id: str) -> MemoryUser |
     with connection.cursor() as cursor:
         cursor.execute(sql, [external_id if p == _EXTERNAL_ID else p for p in params])
         names = [column.name for column in cursor.description]
-        users = from_rows(MemoryUser, names, cursor.fetchall())
+        users = hydrate(MemoryUser, names, cursor.fetchall())
     return users[0] if users else None
 
 
@@ -261,7 +220,7 @@ class KnownUser:
 
 def known_memory_user(principal: Principal, external_id: str, names: list[str], row: tuple) -> KnownUser:
     """A KnownUser from one row of `memory_user_lookup`'s columns (`names`; all NULL: no user)."""
-    user = from_rows(MemoryUser, names, [row])[0] if row and row[0] is not None else None
+    user = hydrate(MemoryUser, names, [row])[0] if row and row[0] is not None else None
     return KnownUser(principal, external_id, user)
 
 

@@ -51,7 +51,7 @@ from memory_admin.selectors.access import Principal, visible
 from memory_admin.selectors.lifecycle import gc_report
 
 if TYPE_CHECKING:
-    from memory_admin.selectors.search import Hit
+    from memory_admin.retrieval import Hit
 
 OVERVIEW_DAYS = 14
 
@@ -858,7 +858,7 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     }
 
 
-# --- Tenant-wide search: the product's ranking (selectors.search.fact_search) across users ----------
+# --- Tenant-wide search: the product's ranking (retrieval.fact_search) across users ----------
 
 SEARCH_USERS = 10
 # fact_search ranks every fact of a user (its top k always fills up): a hit is shown when it shares a
@@ -883,7 +883,7 @@ def tenant_search(principal: Principal, query: str, filters: dict[str, str], k: 
 
     `sample_percent` is set when the words were too common to count every match (see
     SEARCH_COUNT_LIMIT): the users were then chosen by their matches in that sample."""
-    from memory_admin.selectors.search import INCLUDABLE, fact_search_users
+    from memory_admin.retrieval import INCLUDABLE, fact_search_users
 
     query = (query or "").strip()
     status = filters.get("status") or ""
@@ -915,7 +915,7 @@ def _search_candidates(
     query (None when the query has no word to match)."""
     from django.contrib.postgres.search import SearchQuery
 
-    from memory_admin.selectors.search import or_tsquery
+    from memory_admin.retrieval import or_tsquery
 
     if not query:
         return None
@@ -1072,7 +1072,7 @@ def _dropped_label(section: str, item_id: str, episodes: dict[Any, str]) -> str:
 
 
 def context_layout(principal: Principal, block: dict[str, Any], budget: int) -> dict[str, Any]:
-    """A context block (services.context.context_block's answer) laid out for the playground: each
+    """A context block (retrieval.context.context_block's answer) laid out for the playground: each
     section's share of the budget for a token bar, how many facts came in as related memory, and dropped
     items with the reason and what they are in words (the text of a dropped fact, an episode's summary: a
     query each) and, for a collapsed near-duplicate, the fact whose line holds it."""

@@ -17,7 +17,7 @@ everything due. A lost task (the broker down, a worker killed) is made good by t
 claims again the drawings of owners with facts due for a while; `manage.py entities_backfill` walks the
 facts stored before drawing existed. Drawing is idempotent: a fact that has mentions already (the
 extractor linked it, or an earlier run did) is skipped. Until its drawing ran, search counts a fact's
-entities from its text (selectors.search.undrawn_entities)."""
+entities from its text (retrieval.candidates.undrawn_entities)."""
 
 from __future__ import annotations
 

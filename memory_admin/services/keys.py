@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+from django.db import connection
 from django.utils import timezone
 
-from memory_admin.db_cursors import prepared_cursor
+from memory_admin.db.cursors import prepared_cursor
 from memory_admin.errors import RateLimited
 from memory_admin.models import Agent, ApiKey
 from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
-T = TypeVar("T")
 KEY_PREFIX = "mem_"
 _KEY_SQL = (
     "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name"
@@ -63,7 +60,7 @@ def principal_for_key(raw: str) -> Principal | None:
     """The principal of a bearer key, or None for a missing, unknown or revoked key."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    return _checking_connection(_key_principal, raw)
+    return _key_principal(raw)
 
 
 def principal_for_request(raw: str, user_id: str | None = None) -> tuple[Principal | None, KnownUser | None]:
@@ -75,7 +72,7 @@ def principal_for_request(raw: str, user_id: str | None = None) -> tuple[Princip
     rule stays `visible()`'s; a key whose users or role changed is looked up apart, at once)."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None, None
-    return _checking_connection(_counted_principal, raw, user_id)
+    return _counted_principal(raw, user_id)
 
 
 def _key_principal(raw: str) -> Principal | None:
@@ -134,13 +131,6 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
     return principal, known_memory_user(principal, user_id, names[n_key:], row[n_key:])
 
 
-def key_seen(raw: str) -> bool:
-    """Whether this key authenticated, within its rate limit, on its previous request in this process:
-    a request of it may start work before its key statement answers (search's query embedding). A key
-    never seen, revoked since (forgotten on its next request) or over its limit gets none."""
-    return bool(raw) and hash_key(raw) in _previous
-
-
 def _remember(key_hash: str, principal: Principal | None) -> None:
     if principal is None:
         _previous.pop(key_hash, None)
@@ -148,33 +138,6 @@ def _remember(key_hash: str, principal: Principal | None) -> None:
     if len(_previous) >= _PREVIOUS_MAX and key_hash not in _previous:
         _previous.clear()
     _previous[key_hash] = principal
-
-
-def _checking_connection(lookup: Callable[..., T], raw: str, *args: object) -> T:
-    """The key lookup, whose statement is also the connection's health check (one round trip, not two).
-
-    With CONN_HEALTH_CHECKS Django sends `SELECT 1` before the first statement of a request on a reused
-    connection. The key lookup opens every API request, so it is the check instead: Django's is skipped,
-    and when the lookup fails on a connection that then proves broken (Postgres restarted, the socket
-    closed) the connection is closed and the lookup runs once more on a new one, which is what Django
-    does after a failed check. Any other error is raised as it was. Inside a transaction (nothing to
-    reconnect) and on a connection not yet used, nothing changes."""
-    due = (
-        connection.health_check_enabled
-        and connection.connection is not None
-        and not connection.health_check_done
-        and not connection.in_atomic_block
-    )
-    if not due:
-        return lookup(raw, *args)
-    connection.health_check_done = True
-    try:
-        return lookup(raw, *args)
-    except (OperationalError, InterfaceError):
-        if connection.is_usable():
-            raise
-        connection.close()
-    return lookup(raw, *args)
 
 
 def _principal(row: tuple) -> Principal:

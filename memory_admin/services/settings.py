@@ -14,11 +14,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from memory_admin.db_cursors import prepared_cursor
+from memory_admin.db.cursors import prepared_cursor
+from memory_admin.db.hydrate import hydrate
 from memory_admin.errors import Invalid
 from memory_admin.models import PII_ACTIONS, PII_KINDS, TenantSettings
 from memory_admin.models.tenancy import default_search_weights
-from memory_admin.selectors.access import ADMIN, Principal, from_rows, require_tenant_wide
+from memory_admin.selectors.access import ADMIN, Principal, require_tenant_wide
 from memory_admin.services.audit import audit
 
 # Each search weight is a factor of one ranking component; at least one must be above 0.
@@ -165,7 +166,7 @@ def tenant_settings(tenant_id: int) -> TenantSettings:
         cursor.execute(_SETTINGS_SQL, [tenant_id])
         rows = cursor.fetchall()
     if rows:
-        return from_rows(TenantSettings, _SETTINGS_ATTNAMES, rows)[0]
+        return hydrate(TenantSettings, _SETTINGS_ATTNAMES, rows)[0]
     settings, _ = TenantSettings.objects.get_or_create(tenant_id=tenant_id)
     return settings
 

@@ -19,9 +19,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 
 from memory_admin.errors import DomainError, Forbidden, Invalid, NotFound
 from memory_admin.inputs import unreadable_field
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS
 from memory_admin.selectors.access import ADMIN, AUDIT, CURATE, READ, WRITE_MEMORY
 from memory_admin.selectors.staff import memberships_of, principal_from_membership
-from memory_admin.services.context import MAX_BUDGET_TOKENS
 
 PER_PAGE = 50
 
@@ -168,7 +168,7 @@ CONTEXT_BUDGET_MIN = 50
 
 def context_budget(raw: str | None, default: int) -> int:
     """The token budget of a context preview (user page, playground): clamped into the previews'
-    range, whose top is the API's (`services.context.MAX_BUDGET_TOKENS`); not a number: `default`."""
+    range, whose top is the API's (`retrieval.context.MAX_BUDGET_TOKENS`); not a number: `default`."""
     try:
         return max(CONTEXT_BUDGET_MIN, min(MAX_BUDGET_TOKENS, int(raw or "")))
     except ValueError:

@@ -8,10 +8,10 @@ from django.shortcuts import render
 
 from memory_admin.errors import DomainError
 from memory_admin.models import Fact, MemoryUser
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import visible
 from memory_admin.services.checkpoints import thread_checkpoints
-from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate_ids, tenant_view
 
 

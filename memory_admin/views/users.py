@@ -14,9 +14,9 @@ from django.views.decorators.http import require_POST
 from memory_admin.errors import DomainError
 from memory_admin.inputs import implausible_time_reason
 from memory_admin.models import Episode, MemoryUser
+from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
-from memory_admin.services.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate, tenant_view
 from memory_admin.views.facts import band_descriptions, fact_choices, fact_filters
 from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post

@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from memory_admin.embeddings import embed_query
 from memory_admin.models import MemoryUser
+from memory_admin.retrieval import fact_search
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import Principal
-from memory_admin.selectors.search import fact_search
 
 
 @pytest.fixture

@@ -306,7 +306,8 @@ def test_the_async_client(gunicorn_server, tenant, make_key):
             hits = (await mem.search("jo", "what tea does Jo drink?")).hits
             # The async client's round trip, typed: the tea fact comes back with its score. (Its rank among
             # five facts that all name Jo is retrieval's business; it was first only while entity drawing
-            # lagged behind the writes, which search no longer depends on: tests/test_search_undrawn.py.)
+            # lagged behind the writes, which search no longer depends on:
+            # tests/retrieval/test_ranks_alike_before_drawing.py.)
             tea = next(h for h in hits if h.fact.id == created.fact.id)
             assert tea.score.keyword == 1.0 and tea.score.final > 0
             assert "Jo drinks oolong tea" in (await mem.context("jo", task="tea")).text

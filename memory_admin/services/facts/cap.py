@@ -9,10 +9,11 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from memory_admin.db_cursors import prepared_cursor
+from memory_admin.db.cursors import prepared_cursor
+from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, Relation, RelationEnd
 from memory_admin.scoring import effective_confidence_sql
-from memory_admin.selectors.access import Principal, from_rows
+from memory_admin.selectors.access import Principal
 from memory_admin.services.audit import audit_fact, fact_snapshot
 from memory_admin.services.entities import relations_end
 
@@ -76,7 +77,7 @@ def enforce_cap(principal: Principal, memory_user_id: int, cap: int) -> list[Fac
         return []
     # Eviction order (the statement's ORDER BY); the rows hold their state after the UPDATE.
     rows.sort(key=lambda row: (row[-2], row[-1], row[_ATTNAMES.index("created_at")]))
-    victims = from_rows(Fact, _ATTNAMES, [row[: len(_ATTNAMES)] for row in rows])
+    victims = hydrate(Fact, _ATTNAMES, [row[: len(_ATTNAMES)] for row in rows])
     if any(row[len(_ATTNAMES)] for row in rows):
         relations_end(fact_ids=[v.pk for v in victims], reason=RelationEnd.CAPPED)
     for victim in victims:

@@ -12,7 +12,7 @@ from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 from pgvector import Vector
 
-from memory_admin.db_cursors import prepared_cursor, vector_cursor
+from memory_admin.db.cursors import prepared_cursor, vector_cursor
 from memory_admin.models import Edge, Fact, MemoryUser
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import relations_close

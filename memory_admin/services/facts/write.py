@@ -21,13 +21,14 @@ from django.utils import timezone
 from pgvector import Vector
 from pgvector.django import CosineDistance
 
-from memory_admin.db_cursors import prepared_cursor, vector_cursor
+from memory_admin.db.cursors import prepared_cursor, vector_cursor
+from memory_admin.db.hydrate import hydrate
 from memory_admin.embeddings import EmbedAhead, embed_one
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings
 from memory_admin.models import WriteOutcome as Outcome
-from memory_admin.selectors.access import WRITE_MEMORY, Principal, from_rows
+from memory_admin.selectors.access import WRITE_MEMORY, Principal
 from memory_admin.services.agent_text import agent_text_check
 from memory_admin.services.audit import audit, buffered_audits, fact_snapshot
 from memory_admin.services.entity_draw import draw_after_commit
@@ -178,7 +179,7 @@ def _slot_same_and_nearest(memory_user_id: int, fact: Fact, words: frozenset[str
     with vector_cursor(binary_results=True, prepared=True) as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    found = from_rows(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
+    found = hydrate(Fact, _FACT_ATTNAMES, [row[:-2] for row in rows])
     for standing, row in zip(found, rows, strict=True):
         standing.distance, standing.branch = row[-2], row[-1]
     return found

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 
 from memory_admin.models import Entity, MemoryUser
+from memory_admin.retrieval.context.fill import ENTITY_MAX_TOKENS
 from memory_admin.selectors.access import Principal
-from memory_admin.services.context import ENTITY_MAX_TOKENS
 from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
 from memory_admin.services.facts import fact_write
 from memory_admin.tokens import count_tokens

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from memory_admin.models import MemoryUser
+from memory_admin.retrieval import name_keys
+from memory_admin.retrieval.ranking import HOP_SHARE
 from memory_admin.selectors.access import Principal
-from memory_admin.selectors.search import HOP_SHARE, name_keys
 from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
 from memory_admin.services.facts import fact_write
 

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser, Message, Thread
-from memory_admin.services import context as context_service
+from memory_admin.retrieval.context import fill, gather, render
 from memory_admin.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db
@@ -145,22 +145,20 @@ def test_the_lines_a_fact_holds_are_the_listed_runs_of_its_words():
     rng = random.Random(7)
     vocabulary = ["ana", "i", "like", "tea", "green", "the"]
     for _ in range(40):
-        room = context_service._Room(10_000)
+        room = fill.Room(10_000)
         listed: dict[str, str] = {}  # words -> id, as the room should hold them
         for step in range(60):
             words = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(2, 9)))
-            item = context_service._Item(f"f{step}", "", words=words)
+            item = render.Item(f"f{step}", "", words=words)
             expected = {
                 fid
                 for other, fid in listed.items()
-                if other != words
-                and other.count(" ") + 1 >= context_service.CONTAINED_MIN_WORDS
-                and f" {other} " in f" {words} "
+                if other != words and other.count(" ") + 1 >= fill.CONTAINED_MIN_WORDS and f" {other} " in f" {words} "
             }
             assert set(room.held_by(item)) == expected
             if listed and rng.random() < 0.3:  # a line collapses and leaves
                 gone = rng.choice(list(listed))
-                room.unlist(context_service._Item(listed.pop(gone), "", words=gone))
+                room.unlist(render.Item(listed.pop(gone), "", words=gone))
             elif words not in listed:
                 room.list(item)
                 listed[words] = item.id
@@ -173,7 +171,7 @@ def test_a_lines_words_and_day_are_their_definitions():
     import random
     from datetime import UTC, datetime
 
-    from memory_admin.selectors.search import WORD
+    from memory_admin.retrieval import WORD
     from memory_admin.textnorm import fold
 
     rng = random.Random(11)
@@ -184,10 +182,10 @@ def test_a_lines_words_and_day_are_their_definitions():
         for _ in range(3000)
     ]
     for text in texts:
-        assert context_service._words(text) == " ".join(WORD.findall(fold(text).casefold())), repr(text)
+        assert render.words_of(text) == " ".join(WORD.findall(fold(text).casefold())), repr(text)
     for year in (1, 9, 999, 1000, 1999, 2026, 9999):
         at = datetime(year, rng.randint(1, 12), rng.randint(1, 28), rng.randint(0, 23), tzinfo=UTC)
-        assert context_service._day(at) == f"{at:%Y-%m-%d}"
+        assert render.day_of(at) == f"{at:%Y-%m-%d}"
 
 
 def test_related_memory_brings_the_turns_around_the_best_match(api, tenant):
@@ -251,7 +249,7 @@ def test_related_memory_is_read_nearest_first_in_a_long_thread(api, tenant):
     )
     start = now - timedelta(days=120)
     # The thread's earlier turns, hours apart (outside the search's neighbour window), none about the task.
-    for i in range(context_service.RELATED_LIMIT + 20):
+    for i in range(gather.RELATED_LIMIT + 20):
         fact_row(
             user, f"Log {i}: the {WORDS[i % 20]} shelf was dusted", at=start + timedelta(hours=6 * i), message=said
         )

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_admin.models import Episode, Fact, MemoryUser, Notebook, Skill
+from memory_admin.retrieval.context import context_block
+from memory_admin.retrieval.context.fill import MIN_CUT_TOKENS
 from memory_admin.selectors.access import Principal
-from memory_admin.services.context import MIN_CUT_TOKENS, context_block
 from memory_admin.tokens import count_tokens
 
 pytestmark = pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Neighbour support and the length prior of the search ranking (selectors/search.py), as a user of
+"""Neighbour support and the length prior of the search ranking (retrieval/ranking.py), as a user of
 `/search` and `/context` sees them: a turn that shares no word with the query but sits next to what
 matches it is found, the reply right after a match before later turns of the same conversation, and a
 turn of a conversation where several turns match before one next to a single match."""

@@ -1,4 +1,4 @@
-"""A query that holds a name is compared by its meaning without the name too (selectors/search.py,
+"""A query that holds a name is compared by its meaning without the name too (retrieval/query.py,
 TOPIC_SHARE): the whole question's embedding is pulled towards every statement that names the person,
 whatever its topic, while the entity component and the keywords count the name already."""
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from memory_admin.embeddings import embed_query
-from memory_admin.selectors.search import TOPIC_SHARE, name_spans, search_vectors, without_names
+from memory_admin.retrieval.names import name_spans, without_names
+from memory_admin.retrieval.query import TOPIC_SHARE, search_vectors
 
 pytestmark = pytest.mark.django_db
 

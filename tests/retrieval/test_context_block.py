@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from memory_admin.models import Episode, Fact, MemoryUser, Notebook, Skill
+from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import Principal
-from memory_admin.services.context import context_block
 from memory_admin.services.notebook import notebook_save
 from memory_admin.tokens import count_tokens
 

@@ -10,7 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.selectors.search import NEIGHBOUR_WEIGHT, or_tsquery
+from memory_admin.retrieval import or_tsquery
+from memory_admin.retrieval.ranking import NEIGHBOUR_WEIGHT
 
 pytestmark = pytest.mark.django_db
 

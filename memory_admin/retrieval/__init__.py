@@ -1,0 +1,50 @@
+"""Retrieval (SPEC §6): ranked search over a user's memory, and the context block built on it.
+
+Read top to bottom, down only:
+
+- `names`: the query's words, the n-grams that could name an entity, the spans of its proper names;
+- `query`: the query's vectors (the vector component's, and the whole query's);
+- `candidates`: the candidate statement and its typed row, `Candidate`;
+- `ranking`: the pure functions that score candidates, with their constants and the default weights;
+- `search`: `fact_search` (the k best as facts) and `fact_ranking` (every candidate ranked);
+- `context`: the context block (gather, fill, render), built on `fact_ranking` and `Candidate` only.
+
+Callers outside the package import from here.
+"""
+
+from memory_admin.retrieval.candidates import Candidate
+from memory_admin.retrieval.names import WORD, name_keys, or_tsquery, without_names
+from memory_admin.retrieval.query import search_vectors, vectors_for
+from memory_admin.retrieval.ranking import DEFAULT_WEIGHTS, NEIGHBOUR_MINUTES
+from memory_admin.retrieval.search import (
+    DEFAULT_STATUSES,
+    INCLUDABLE,
+    Hit,
+    Ranking,
+    SearchResult,
+    fact_ranking,
+    fact_search,
+    fact_search_users,
+    parse_include,
+)
+
+__all__ = [
+    "DEFAULT_STATUSES",
+    "DEFAULT_WEIGHTS",
+    "INCLUDABLE",
+    "NEIGHBOUR_MINUTES",
+    "WORD",
+    "Candidate",
+    "Hit",
+    "Ranking",
+    "SearchResult",
+    "fact_ranking",
+    "fact_search",
+    "fact_search_users",
+    "name_keys",
+    "or_tsquery",
+    "parse_include",
+    "search_vectors",
+    "vectors_for",
+    "without_names",
+]

@@ -1,0 +1,327 @@
+"""Search (SPEC §6): the k best facts for a query among a user's own and the shared ones the principal
+can see, read top to bottom: the query's vectors (`query`), the candidates (`candidates`), their ranking
+(`ranking`), then the k best read as facts. `fact_ranking` is what the context block builds on."""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.db.models.expressions import RawSQL
+
+from memory_admin import metrics
+from memory_admin.db.compiled import bind, compiled
+from memory_admin.db.hydrate import hydrate
+from memory_admin.models import Fact, MemoryUser
+from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.query import search_vectors, vectors_for
+from memory_admin.retrieval.ranking import Scored, score, weights_of
+from memory_admin.selectors.access import CURATE, Principal, visible
+from memory_admin.services.settings import tenant_settings
+
+DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
+INCLUDABLE = ("superseded", "evicted", "quarantined")
+
+
+@dataclass
+class Hit:
+    fact: Fact
+    vector: float
+    cosine: float
+    keyword: float
+    recency: float
+    importance: float
+    relevance: float
+    neighbour: float
+    entity: float
+    length: float
+    specificity: float
+    spread: float
+    effective_confidence: float
+    staleness: float
+    stale: bool
+    final: float
+
+    def fact_scores(self) -> tuple[float, float, bool]:
+        """(effective confidence, staleness, stale) of the fact as its ranking used them (scoring's formulas,
+        evaluated by Postgres for the candidate), for showing the fact (FactOut.of) without evaluating them
+        again a moment later; staleness rounded as scoring rounds it."""
+        return self.effective_confidence, round(self.staleness, 4), self.stale
+
+    def components(self) -> dict[str, Any]:
+        return {
+            "vector": round(self.vector, 4),
+            "cosine": round(self.cosine, 4),
+            "keyword": round(self.keyword, 4),
+            "recency": round(self.recency, 4),
+            "importance": round(self.importance, 4),
+            "relevance": round(self.relevance, 6),
+            "neighbour": round(self.neighbour, 6),
+            "entity": round(self.entity, 4),
+            "length": round(self.length, 4),
+            "specificity": round(self.specificity, 4),
+            "spread": round(self.spread, 4),
+            "effective_confidence": round(self.effective_confidence, 4),
+            "staleness": round(self.staleness, 4),
+            "stale": self.stale,
+            "final": round(self.final, 6),
+        }
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit]
+    candidates: int
+    weights: dict[str, float] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    if not include:
+        return ()
+    parts = include.split(",") if isinstance(include, str) else list(include)
+    return tuple(dict.fromkeys(p.strip().lower() for p in parts if p.strip()))
+
+
+_IDS_SENTINEL = object()
+_NOT_SHOWN = Fact.VECTORS  # FactOut shows none of them
+
+
+@functools.lru_cache(maxsize=256)
+def _fetch_statement(principal: Principal) -> tuple[str, tuple]:
+    """The SQL reading the chosen facts (without their vectors) by id, through `visible()`; the ids
+    are one array parameter (in place of `_IDS_SENTINEL`), so the statement is compiled once."""
+    ids = RawSQL("SELECT unnest(%s::uuid[])", (_IDS_SENTINEL,))  # noqa: S611 - a bound parameter
+    qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+    return compiled(qs)
+
+
+def _facts_by_id(
+    principal: Principal, ids: list, *, with_notebook: bool, memory_users: list[MemoryUser]
+) -> dict[Any, Fact]:
+    """The visible facts among `ids` as model instances, by id, their memory user attached without a
+    join when it is one of `memory_users`."""
+    if with_notebook:
+        qs = visible(principal, Fact.objects.filter(pk__in=ids)).defer(*_NOT_SHOWN)
+        facts = list(qs.select_related("superseded_by_notebook"))
+    elif not ids:
+        return {}
+    else:
+        sql, params = _fetch_statement(principal)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, bind(params, {_IDS_SENTINEL: ids}))
+            names = [column.name for column in cursor.description]
+            rows = cursor.fetchall()
+        facts = hydrate(Fact, names, rows)
+    users = {u.pk: u for u in memory_users}
+    for fact in facts:
+        if fact.memory_user_id in users:
+            fact.memory_user = users[fact.memory_user_id]  # known already: no join, no extra query
+    return {fact.pk: fact for fact in facts}
+
+
+# Every column of a fact but its vectors (what FactOut shows), carried by each candidate row when a
+# search renders facts: the k best become model instances without a second statement.
+_SHOWN = tuple(f.attname for f in Fact._meta.concrete_fields if f.attname != "id" and f.name not in _NOT_SHOWN)
+
+
+def _facts_carried(rows: list[Candidate], memory_user: MemoryUser) -> dict[Any, Fact]:
+    """The facts of candidate rows that carry `_SHOWN`, by id, the memory user attached when it is theirs."""
+    facts = hydrate(Fact, ["id", *_SHOWN], [(row.id, *row.carried) for row in rows])
+    cache = Fact.memory_user.field.set_cached_value  # what assigning it ends with, without its checks
+    for fact in facts:
+        if fact.memory_user_id == memory_user.pk:
+            cache(fact, memory_user)
+    return {fact.pk: fact for fact in facts}
+
+
+@dataclass
+class Ranking:
+    """Every candidate scored, best first: (final, candidate, score components); see `ranking.score`."""
+
+    scored: list[Scored]
+    candidates: int
+    weights: dict[str, float]
+    timings: dict[str, float]
+
+
+def fact_ranking(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+    n_shared: int = 20,
+    exclude_ids: set | None = None,
+    carry: tuple[str, ...] = (),
+    whole_vector: list[float] | None = None,
+) -> Ranking:
+    """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
+    scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
+    block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
+    row (after the scored ones), so that a caller can use the candidates without reading them again.
+    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
+    rounded."""
+    started = time.perf_counter()
+    timings: dict[str, float] = {}
+    if "quarantined" in include:
+        principal.require(CURATE)
+    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    query = (query or "").strip()
+    whole = whole_vector or query_vector
+    if query and query_vector is None:
+        query_vector, whole, embedded = vectors_for(query)
+        timings.update(embedded)
+    vec = query_vector if query else None
+    n_shared = n_shared if query else 0
+
+    weights_json, rows = candidates(
+        principal,
+        [memory_user],
+        query=query,
+        vector=vec,
+        statuses=statuses,
+        n_shared=n_shared,
+        carry=carry,
+        entity_vector=whole,
+    )
+    if query and sum(1 for r in rows if r.src == 0) == OWN_EXACT_LIMIT:
+        seen = {r.id for r in rows}
+        _, more = candidates(
+            principal,
+            [memory_user],
+            query=query,
+            vector=vec,
+            statuses=statuses,
+            n_shared=0,
+            own_by_keyword=True,
+            carry=carry,
+        )
+        rows += [r for r in more if r.id not in seen]
+    weights = _weights(weights_json, principal.tenant_id)
+    timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
+
+    if exclude_ids:
+        rows = [r for r in rows if r.id not in exclude_ids]
+    return Ranking(scored=score(rows, weights), candidates=len(rows), weights=weights, timings=timings)
+
+
+@metrics.observe_search
+def fact_search(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+    shared: bool = True,
+    record: bool = True,
+    exclude_ids: set | None = None,
+    n_shared: int | None = None,
+) -> SearchResult:
+    """The k best facts for `query` among the user's own and the shared (org/global) facts the
+    principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
+    Reads of the returned facts are counted (services.access_counts) unless `record` is false.
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
+    started = time.perf_counter()
+    with_notebook = "superseded" in include
+    ranking = fact_ranking(
+        principal=principal,
+        memory_user=memory_user,
+        query=query,
+        include=include,
+        query_vector=query_vector,
+        n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
+        exclude_ids=exclude_ids,
+        carry=() if with_notebook else _SHOWN,
+    )
+    timings = ranking.timings
+    top = ranking.scored[:k]
+    if with_notebook:
+        facts = _facts_by_id(principal, [row.id for _, row, _ in top], with_notebook=True, memory_users=[memory_user])
+    else:
+        facts = _facts_carried([row for _, row, _ in top], memory_user)
+    hits = [Hit(fact=facts[row.id], **parts) for _, row, parts in top if row.id in facts]
+    if record:
+        from memory_admin.services.access_counts import record_usage
+        from memory_admin.services.facts import record_access
+
+        record_access([h.fact.pk for h in hits])
+        record_usage(principal.tenant_id, "search")
+    timings["total_ms"] = (time.perf_counter() - started) * 1000
+    timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
+    rounded = {name: round(value, 3) for name, value in timings.items()}
+    return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
+
+
+def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:
+    """The tenant's weights as the candidate statement returned them; without candidates, from its settings."""
+    if weights_json:
+        return weights_of(weights_json)
+    return weights_of(None, tenant_settings(tenant_id).search_weights)
+
+
+def fact_search_users(
+    *,
+    principal: Principal,
+    memory_users: list[MemoryUser],
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    query_vector: list[float] | None = None,
+) -> dict[int, list[Hit]]:
+    """`fact_search(shared=False, record=False)` for several users at once (the dashboard's tenant-wide
+    search): each user's k best own facts, by user id, ranked exactly as fact_search ranks them (IDF,
+    cosine rescaling and neighbours within that user's candidates), from one candidate statement (a
+    UNION branch per user) and one read of the facts instead of two queries per user."""
+    if "quarantined" in include:
+        principal.require(CURATE)
+    statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    query = (query or "").strip()
+    if not memory_users:
+        return {}
+    vec = whole = query_vector
+    if query and query_vector is None:
+        vec, whole = search_vectors(query)
+    vec = vec if query else None
+    weights_json, rows = candidates(
+        principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
+    )
+    weights = _weights(weights_json, principal.tenant_id)
+    by_branch: dict[int, list[Candidate]] = {}
+    for row in rows:
+        by_branch.setdefault(row.src, []).append(row)
+    tops: dict[int, list[Scored]] = {}
+    out: dict[int, list[Hit]] = {}
+    for i, memory_user in enumerate(memory_users):
+        own = by_branch.get(i, [])
+        if query and len(own) == OWN_EXACT_LIMIT:  # a pathological user: fact_search's extra keyword pass
+            out[memory_user.pk] = fact_search(
+                principal=principal,
+                memory_user=memory_user,
+                query=query,
+                k=k,
+                include=include,
+                query_vector=vec,
+                shared=False,
+                record=False,
+            ).hits
+        else:
+            tops[memory_user.pk] = score(own, weights)[:k]
+    facts = _facts_by_id(
+        principal,
+        [row.id for top in tops.values() for _, row, _ in top],
+        with_notebook="superseded" in statuses,
+        memory_users=memory_users,
+    )
+    for user_id, top in tops.items():
+        out[user_id] = [Hit(fact=facts[row.id], **parts) for _, row, parts in top if row.id in facts]
+    return out
+
+
+# Columns of a candidate row (see _ROW_SQL).
