@@ -514,7 +514,10 @@ def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dic
         qs = qs.filter(Q(status=Fact.Status.STALE) | Q(stale_score__gt=STALE_THRESHOLD))
     elif filters.get("stale") == "no":
         qs = qs.exclude(status=Fact.Status.STALE).filter(stale_score__lte=STALE_THRESHOLD)
-    return qs.select_related("memory_user").order_by("-pinned", "-created_at", "-pk")
+    # The vectors are never shown: reading and parsing 50 of them was a third of the page's time.
+    return (
+        qs.select_related("memory_user").defer("embedding", "search_vector").order_by("-pinned", "-created_at", "-pk")
+    )
 
 
 # Range filters of the facts lists: effective confidence and staleness from `_min` (inclusive) to `_max`
