@@ -32,6 +32,18 @@
     return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
   }
 
+  var lastDone = null;  // the id of the card decided last: `u` undoes it
+
+  function toggleHelp() {
+    var help = document.getElementById("review-help");
+    if (!help || !help.showModal) return;
+    if (help.open) help.close(); else help.showModal();
+  }
+  document.addEventListener("click", function (event) {
+    var opener = event.target.closest && event.target.closest("[data-help]");
+    if (opener) { toggleHelp(); event.preventDefault(); }
+  });
+
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (!document.querySelector(".review-card")) return;
@@ -39,7 +51,16 @@
       if (event.key === "Escape") event.target.blur();
       return;
     }
+    if (event.key === "?") { toggleHelp(); event.preventDefault(); return; }
+    var help = document.getElementById("review-help");
+    if (help && help.open) return;
     var key = event.key.toLowerCase();
+    if (key === "u") {
+      var done = lastDone && document.getElementById(lastDone);
+      var undo = done && done.querySelector("button[data-undo]");
+      if (undo) { undo.click(); event.preventDefault(); }
+      return;
+    }
     if (key === "j") { move(1); event.preventDefault(); return; }
     if (key === "k") { move(-1); event.preventDefault(); return; }
     if (!current || !document.body.contains(current)) {
@@ -66,6 +87,7 @@
     var swapped = event.detail.target;
     if (!swapped || !swapped.id || swapped.id.indexOf("c-") !== 0) return;
     var card = document.getElementById(swapped.id);
+    if (card && card.dataset.done) lastDone = card.id;
     var list = cards();
     var i = list.indexOf(card);
     var next = list.slice(i + 1).find(function (c) { return !c.dataset.done; });
