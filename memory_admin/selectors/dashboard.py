@@ -14,6 +14,7 @@ from uuid import UUID
 
 from django.db import connection
 from django.db.models import (
+    CharField,
     Count,
     F,
     FloatField,
@@ -27,7 +28,7 @@ from django.db.models import (
     Sum,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.utils import timezone
 
 from memory_admin.models import (
@@ -557,6 +558,64 @@ def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
         .select_related("src_fact", "dst_fact", "src_episode", "dst_episode")
         .order_by("created_at")[:200]
     )
+
+
+# --- A member's own facts, in plain words -------------------------------------------------------------
+
+# The audit actions that take a fact out of use or bring it back: the last of them says why a fact
+# that is not in use left (a Forget, which can be undone, or a removal by review, cap or GC).
+IN_OUT_ACTIONS = (
+    "fact.forget",
+    "fact.restore",
+    "fact.evict",
+    "fact.lifecycle",
+    "fact.undo",
+    "quarantine.discard",
+    "quarantine.undo",
+)
+MEMBER_SHOWS = {"in_use": "In use", "forgotten": "Forgotten by you", "all": "Everything"}
+
+
+def with_last_change(qs: QuerySet[Fact]) -> QuerySet[Fact]:
+    """Annotate each fact with its last in-or-out change (action, actor, time): a lookup each on the
+    audit log's (target_type, target_id) index."""
+    last = (
+        AuditEvent.objects.filter(
+            target_type="fact", target_id=Cast(OuterRef("pk"), CharField()), action__in=IN_OUT_ACTIONS
+        )
+        .order_by("-created_at", "-pk")
+        .values("action", "actor", "created_at")
+    )
+    return qs.annotate(
+        change_action=Subquery(last.values("action")[:1]),
+        change_actor=Subquery(last.values("actor")[:1]),
+        change_at=Subquery(last.values("created_at")[:1]),
+    )
+
+
+def member_fact_rows(principal: Principal, memory_user: MemoryUser, show: str, q: str = "") -> QuerySet[Fact]:
+    """A member's facts: in use (active or stale), forgotten by them (their Forget was the last change),
+    or everything but older versions (those are in each fact's history). Newest first."""
+    qs = with_last_change(visible(principal, Fact.objects.filter(memory_user=memory_user)))
+    if show == "forgotten":
+        qs = qs.filter(status=Fact.Status.EVICTED, change_action="fact.forget", change_actor=principal.actor)
+    elif show == "all":
+        qs = qs.exclude(status=Fact.Status.SUPERSEDED)
+    else:
+        qs = qs.filter(status__in=[Fact.Status.ACTIVE, Fact.Status.STALE])
+    if q:
+        qs = qs.filter(content__icontains=q)
+    return qs.defer("embedding", "search_vector").order_by("-pinned", "-created_at", "-pk")
+
+
+def fact_last_change(principal: Principal, fact: Fact) -> Fact:
+    """`with_last_change` for one fact already read (the fact page): one query."""
+    row = with_last_change(visible(principal, Fact.objects.filter(pk=fact.pk))).values(
+        "change_action", "change_actor", "change_at"
+    )
+    for name, value in (row.first() or {}).items():
+        setattr(fact, name, value)
+    return fact
 
 
 # --- Beliefs as of a date -------------------------------------------------------------------------
