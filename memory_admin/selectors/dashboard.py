@@ -895,7 +895,9 @@ GC_COUNT_CAP = 10_000
 def gc_preview(principal: Principal) -> dict[str, Any]:
     """What the daily GC would do now: its dry-run report, with each rule's count bounded by GC_COUNT_CAP
     (`capped` names the rules that reached it). 2 queries per rule."""
-    return gc_report(principal.tenant_id, timezone.now(), count_cap=GC_COUNT_CAP)
+    now = timezone.now()
+    # The report carries its time as ISO text (it is also a task's JSON result); the page shows `now`.
+    return {**gc_report(principal.tenant_id, now, count_cap=GC_COUNT_CAP), "ran_at": now}
 
 
 # --- Fact detail: the open contradiction, the decay curve ---------------------------------------
@@ -1031,11 +1033,21 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     for batch in batches:
         batch.drawn = by_batch.get(batch.pk, [])
     # Not "messages": templates read that name as the flash messages (base.html shows them all on top).
+    # One account of the thread's extraction, from the same rows the messages show (a message marked
+    # extracted with no batch, as imports and the demo seed leave them, is not "no extraction yet").
+    states = {status: 0 for status in Message.Status.values}
+    for message in messages:
+        states[message.status] = states.get(message.status, 0) + 1
     return {
         "thread": thread,
         "thread_messages": messages,
         "batches": batches,
         "truncated": len(messages) == THREAD_MESSAGES,
+        "extraction": {
+            **states,
+            "facts": len({f.pk for f in facts}),
+            "without_batch": sum(1 for m in messages if m.status == Message.Status.EXTRACTED and not m.batch_id),
+        },
     }
 
 
