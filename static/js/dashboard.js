@@ -1,3 +1,27 @@
+// The phone menu: the nav folds into a button (CSS under html.js); without this file it stays open.
+document.documentElement.classList.add("js");
+document.addEventListener("click", function (event) {
+  var toggle = event.target.closest && event.target.closest(".navtoggle");
+  var nav = document.querySelector(".mainnav");
+  if (!nav) return;
+  if (toggle) {
+    var open = nav.classList.toggle("open");
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  } else if (nav.classList.contains("open") && !nav.contains(event.target)) {
+    nav.classList.remove("open");
+    nav.querySelector(".navtoggle").setAttribute("aria-expanded", "false");
+  }
+});
+document.addEventListener("keydown", function (event) {
+  var nav = document.querySelector(".mainnav.open");
+  if (event.key === "Escape" && nav) {
+    nav.classList.remove("open");
+    var toggle = nav.querySelector(".navtoggle");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.focus();
+  }
+});
+
 // Keyboard shortcuts for the review queue. Everything works without this file: it only moves focus
 // and clicks the same buttons a mouse would.
 (function () {
