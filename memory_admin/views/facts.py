@@ -85,6 +85,10 @@ def fact_detail(request: HttpRequest, fact_id) -> HttpResponse:
     # Version order: a correction's valid-from may be earlier than the version it corrects.
     chain = sorted(fact_chain(fact), key=lambda f: (f.version, f.created_at))
     if request.is_member:
+        # The reason a version was replaced, when a person gave it with a correction (the other
+        # reasons are the write path's own words: "key personal.city updated").
+        for older, newer in zip(chain, chain[1:], strict=False):
+            older.why = older.status_reason if newer.source == Fact.Source.USER_CORRECTION else ""
         return render(
             request,
             "dashboard/member_fact.html",
