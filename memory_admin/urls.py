@@ -36,6 +36,7 @@ tenant_patterns = [
     path("facts/<uuid:fact_id>/pin/", facts.fact_pin_view, name="fact_pin"),
     path("facts/<uuid:fact_id>/correct/", facts.fact_correct_view, name="fact_correct"),
     path("facts/<uuid:fact_id>/forget/", facts.fact_forget_view, name="fact_forget"),
+    path("facts/<uuid:fact_id>/restore/", facts.fact_restore_view, name="fact_restore"),
     path("review/", review.review_queue, name="review"),
     path("review/bulk/", review.review_bulk, name="review_bulk"),
     path("review/<uuid:contradiction_id>/resolve/", review.review_resolve, name="review_resolve"),

@@ -5,6 +5,7 @@ bounded number of queries whatever its length."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
@@ -13,6 +14,7 @@ from uuid import UUID
 
 from django.db import connection
 from django.db.models import (
+    CharField,
     Count,
     F,
     FloatField,
@@ -26,7 +28,7 @@ from django.db.models import (
     Sum,
 )
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models.functions import Cast, Coalesce, TruncDate
 from django.utils import timezone
 
 from memory_admin.models import (
@@ -514,7 +516,10 @@ def fact_rows(principal: Principal, memory_user: MemoryUser | None, filters: dic
         qs = qs.filter(Q(status=Fact.Status.STALE) | Q(stale_score__gt=STALE_THRESHOLD))
     elif filters.get("stale") == "no":
         qs = qs.exclude(status=Fact.Status.STALE).filter(stale_score__lte=STALE_THRESHOLD)
-    return qs.select_related("memory_user").order_by("-pinned", "-created_at", "-pk")
+    # The vectors are never shown: reading and parsing 50 of them was a third of the page's time.
+    return (
+        qs.select_related("memory_user").defer("embedding", "search_vector").order_by("-pinned", "-created_at", "-pk")
+    )
 
 
 # Range filters of the facts lists: effective confidence and staleness from `_min` (inclusive) to `_max`
@@ -553,6 +558,64 @@ def fact_edges(principal: Principal, fact: Fact) -> list[Edge]:
         .select_related("src_fact", "dst_fact", "src_episode", "dst_episode")
         .order_by("created_at")[:200]
     )
+
+
+# --- A member's own facts, in plain words -------------------------------------------------------------
+
+# The audit actions that take a fact out of use or bring it back: the last of them says why a fact
+# that is not in use left (a Forget, which can be undone, or a removal by review, cap or GC).
+IN_OUT_ACTIONS = (
+    "fact.forget",
+    "fact.restore",
+    "fact.evict",
+    "fact.lifecycle",
+    "fact.undo",
+    "quarantine.discard",
+    "quarantine.undo",
+)
+MEMBER_SHOWS = {"in_use": "In use", "forgotten": "Forgotten by you", "all": "Everything"}
+
+
+def with_last_change(qs: QuerySet[Fact]) -> QuerySet[Fact]:
+    """Annotate each fact with its last in-or-out change (action, actor, time): a lookup each on the
+    audit log's (target_type, target_id) index."""
+    last = (
+        AuditEvent.objects.filter(
+            target_type="fact", target_id=Cast(OuterRef("pk"), CharField()), action__in=IN_OUT_ACTIONS
+        )
+        .order_by("-created_at", "-pk")
+        .values("action", "actor", "created_at")
+    )
+    return qs.annotate(
+        change_action=Subquery(last.values("action")[:1]),
+        change_actor=Subquery(last.values("actor")[:1]),
+        change_at=Subquery(last.values("created_at")[:1]),
+    )
+
+
+def member_fact_rows(principal: Principal, memory_user: MemoryUser, show: str, q: str = "") -> QuerySet[Fact]:
+    """A member's facts: in use (active or stale), forgotten by them (their Forget was the last change),
+    or everything but older versions (those are in each fact's history). Newest first."""
+    qs = with_last_change(visible(principal, Fact.objects.filter(memory_user=memory_user)))
+    if show == "forgotten":
+        qs = qs.filter(status=Fact.Status.EVICTED, change_action="fact.forget", change_actor=principal.actor)
+    elif show == "all":
+        qs = qs.exclude(status=Fact.Status.SUPERSEDED)
+    else:
+        qs = qs.filter(status__in=[Fact.Status.ACTIVE, Fact.Status.STALE])
+    if q:
+        qs = qs.filter(content__icontains=q)
+    return qs.defer("embedding", "search_vector").order_by("-pinned", "-created_at", "-pk")
+
+
+def fact_last_change(principal: Principal, fact: Fact) -> Fact:
+    """`with_last_change` for one fact already read (the fact page): one query."""
+    row = with_last_change(visible(principal, Fact.objects.filter(pk=fact.pk))).values(
+        "change_action", "change_actor", "change_at"
+    )
+    for name, value in (row.first() or {}).items():
+        setattr(fact, name, value)
+    return fact
 
 
 # --- Beliefs as of a date -------------------------------------------------------------------------
@@ -608,15 +671,147 @@ def beliefs_as_of(principal: Principal, memory_user: MemoryUser, moment: datetim
 # --- Review queues --------------------------------------------------------------------------------
 
 
+# A review card shows each side with the message it came from: the joins that bring them in one query.
+REVIEW_CARD_JOINS = (
+    "memory_user",
+    "fact_a__message__thread",
+    "fact_a__agent",
+    "fact_b__message__thread",
+    "fact_b__agent",
+    "notebook_revision",
+)
+REVIEW_CARD_DEFER = tuple(
+    f"{side}__{field}" for side in ("fact_a", "fact_b") for field in ("embedding", "search_vector")
+)
+
+
 def review_queue(principal: Principal, filters: dict[str, str]) -> QuerySet[Contradiction]:
     qs = visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN))
     if filters.get("detector"):
         qs = qs.filter(detector=filters["detector"])
     if filters.get("user"):
-        qs = qs.filter(memory_user__external_id__icontains=filters["user"])
+        qs = qs.filter(
+            Q(memory_user__external_id__icontains=filters["user"])
+            | Q(memory_user__display_name__icontains=filters["user"])
+        )
     if filters.get("category"):
         qs = qs.filter(fact_a__category=filters["category"])
-    return qs.select_related("memory_user", "fact_a", "fact_b", "notebook_revision").order_by("created_at", "pk")
+    return review_card_rows(qs).order_by("created_at", "pk")
+
+
+def review_card_rows(qs: QuerySet[Contradiction]) -> QuerySet[Contradiction]:
+    """Contradictions with what their cards show: both sides, their messages and threads, the person."""
+    return qs.select_related(*REVIEW_CARD_JOINS).defer(*REVIEW_CARD_DEFER)
+
+
+def review_tab_counts(principal: Principal) -> dict[str, int]:
+    """How many wait in each tab of the review queue: three counts in one statement, and the eviction
+    candidates' (their staleness is raw SQL over the fact table's own name, which a subquery renames)."""
+    from memory_admin.models import Tenant
+    from memory_admin.selectors.entities import merge_review_queue
+
+    def count(qs: QuerySet) -> Coalesce:
+        # Every row is the principal's tenant's (visible()), so grouping by tenant gives one count.
+        return Coalesce(Subquery(qs.order_by().values("tenant_id").annotate(n=Count("pk")).values("n")), 0)
+
+    queues = {
+        "contradictions": visible(principal, Contradiction.objects.filter(status=Contradiction.Status.OPEN)),
+        "quarantine": quarantined(principal),
+        "entities": merge_review_queue(principal),
+    }
+    # Prefixed: "contradictions" is also the name of the tenant's reverse relation.
+    row = Tenant.objects.filter(pk=principal.tenant_id).values(
+        **{f"n_{name}": count(qs) for name, qs in queues.items()}
+    )
+    counts = row.first() or {}
+    return {
+        **{name: counts.get(f"n_{name}", 0) for name in queues},
+        "eviction": eviction_candidates(principal).order_by().count(),
+    }
+
+
+def person_name(memory_user: MemoryUser | None) -> str:
+    """A memory user as people call them: the display name, else the id."""
+    if memory_user is None:
+        return "the team"
+    return memory_user.display_name or memory_user.external_id
+
+
+_ONE_VALUED = re.compile(r"same one-valued predicate \('(?P<verb>[^']+)'\) with different values")
+
+
+def plain_reason(item: Contradiction) -> str:
+    """Why two facts were put side by side, in a sentence a reviewer reads without knowing the judge's
+    vocabulary ("same one-valued predicate ('prefers')" becomes "Both say what Alice prefers ...")."""
+    name = person_name(item.memory_user)
+    reason = (item.reason or "").strip()
+    match = _ONE_VALUED.fullmatch(reason)
+    if match:
+        return f"Both say what {name} {match['verb']}, with different answers; only one can be true now."
+    if reason == "one statement negates the other":
+        return "One says the opposite of the other."
+    if item.detector == Contradiction.Detector.NOTEBOOK:
+        return f"The notebook says otherwise{': ' + reason if reason else '.'}"
+    if not reason or reason in ("compatible statements", "no shared subject"):
+        if item.detector == Contradiction.Detector.KEY:
+            return "Both give a value for the same thing, and the values differ."
+        return "The two are about the same thing and give different answers."
+    return reason[0].upper() + reason[1:] + ("" if reason.endswith((".", "!", "?")) else ".")
+
+
+@dataclass
+class Origin:
+    """Where one side of a review card came from: the message it was drawn from, else the door."""
+
+    quote: str = ""
+    speaker: str = ""
+    at: datetime | None = None
+    thread_id: int | None = None
+    thread_name: str = ""
+    message_id: int | None = None
+    door: str = ""
+
+
+def fact_origin(fact: Fact) -> Origin:
+    """The message a fact was drawn from (with its thread), or the door it came in by, in words.
+    Reads only what `review_card_rows` (or `fact_with_scores`) joined in."""
+    if fact.message_id:
+        message = fact.message
+        return Origin(
+            quote=message.content,
+            speaker={"user": "the user", "assistant": "the assistant"}.get(message.role, message.role),
+            at=message.created_at,
+            thread_id=message.thread_id,
+            thread_name=message.thread.external_id,
+            message_id=message.pk,
+        )
+    return Origin(door=_door(fact))
+
+
+def _door(fact: Fact) -> str:
+    actor = fact.created_by or ""
+    if fact.source == Fact.Source.NOTEBOOK:
+        return "Written from the notebook."
+    if fact.batch_id:
+        return "Drawn from a conversation by the extractor (no single message recorded)."
+    if actor.startswith("agent:"):
+        agent = fact.agent.name if fact.agent_id and fact.agent else actor.removeprefix("agent:")
+        return f"Saved by the agent “{agent}” through the API or MCP, not from a stored message."
+    if actor.startswith("staff:"):
+        return f"Written in the dashboard by {actor.removeprefix('staff:')}."
+    if actor.startswith("import"):
+        return "Brought in by an import."
+    return f"Written by {actor}." if actor else "No source recorded."
+
+
+def review_evidence(items: list[Contradiction]) -> list[Contradiction]:
+    """Attach each card's plain reason, person and the origin of both sides (no query: joined)."""
+    for item in items:
+        item.plain_reason = plain_reason(item)
+        item.person = person_name(item.memory_user)
+        item.origin_a = fact_origin(item.fact_a) if item.fact_a_id else None
+        item.origin_b = fact_origin(item.fact_b) if item.fact_b_id else None
+    return items
 
 
 # Staleness is 0.4·age + 0.3·access + 0.3·contested: without the contested term it cannot pass 0.7,
@@ -714,7 +909,9 @@ GC_COUNT_CAP = 10_000
 def gc_preview(principal: Principal) -> dict[str, Any]:
     """What the daily GC would do now: its dry-run report, with each rule's count bounded by GC_COUNT_CAP
     (`capped` names the rules that reached it). 2 queries per rule."""
-    return gc_report(principal.tenant_id, timezone.now(), count_cap=GC_COUNT_CAP)
+    now = timezone.now()
+    # The report carries its time as ISO text (it is also a task's JSON result); the page shows `now`.
+    return {**gc_report(principal.tenant_id, now, count_cap=GC_COUNT_CAP), "ran_at": now}
 
 
 # --- Fact detail: the open contradiction, the decay curve ---------------------------------------
@@ -850,11 +1047,21 @@ def thread_view(principal: Principal, thread_id: int) -> dict[str, Any]:
     for batch in batches:
         batch.drawn = by_batch.get(batch.pk, [])
     # Not "messages": templates read that name as the flash messages (base.html shows them all on top).
+    # One account of the thread's extraction, from the same rows the messages show (a message marked
+    # extracted with no batch, as imports and the demo seed leave them, is not "no extraction yet").
+    states = {status: 0 for status in Message.Status.values}
+    for message in messages:
+        states[message.status] = states.get(message.status, 0) + 1
     return {
         "thread": thread,
         "thread_messages": messages,
         "batches": batches,
         "truncated": len(messages) == THREAD_MESSAGES,
+        "extraction": {
+            **states,
+            "facts": len({f.pk for f in facts}),
+            "without_batch": sum(1 for m in messages if m.status == Message.Status.EXTRACTED and not m.batch_id),
+        },
     }
 
 

@@ -57,6 +57,41 @@ NAV_SECTIONS = {
 }
 _SECTION_OF = {name: section for section, names in NAV_SECTIONS.items() for name in names}
 
+# The staff nav in groups (each entry's key is its section and its URL name): on a phone it folds
+# into a menu button beside the current page's name, instead of one row of fifteen links.
+NAV_GROUPS = (
+    (
+        "Memory",
+        (
+            ("overview", "Overview"),
+            ("users", "Users"),
+            ("search", "Search"),
+            ("entities", "Entities"),
+            ("conversations", "Conversations"),
+            ("playground", "Playground"),
+        ),
+    ),
+    (
+        "Curation",
+        (
+            ("review", "Review"),
+            ("lifecycle", "Lifecycle"),
+            ("tenant_notebook", "Team notebook"),
+            ("skills", "Skills"),
+            ("batches", "Extraction"),
+        ),
+    ),
+    ("Oversight", (("pii", "PII blocks"), ("audit", "Audit log"), ("keys", "Agents & keys"), ("settings", "Settings"))),
+)
+
+
+def nav_groups(principal) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The nav entries this principal may open (the PII log is the auditor's and admin's)."""
+    return [
+        (group, [(key, words) for key, words in entries if key != "pii" or principal.can(AUDIT)])
+        for group, entries in NAV_GROUPS
+    ]
+
 
 def nav_section(request: HttpRequest) -> str:
     """The nav entry of this page; a member's own notebook and facts are their own entries."""
@@ -88,6 +123,10 @@ def tenant_view(*, ability: str = READ, staff_only: bool = False) -> Callable:
             request.can = {name: principal.can(name) for name in (READ, WRITE_MEMORY, CURATE, ADMIN, AUDIT)}
             request.is_member = principal.member_user_id is not None
             request.nav = nav_section(request)
+            request.nav_groups = nav_groups(principal)
+            request.nav_label = next(
+                (words for _, entries in NAV_GROUPS for key, words in entries if key == request.nav), ""
+            )
             if staff_only and request.is_member:
                 return forbidden(request, "Members see their own notebook and facts only.")
             if not principal.can(ability):

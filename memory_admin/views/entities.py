@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST
 from memory_admin.errors import DomainError, NotFound
 from memory_admin.models import Entity, EntityMergeReview
 from memory_admin.selectors.access import CURATE, get_visible
+from memory_admin.selectors.dashboard import review_tab_counts
 from memory_admin.selectors.entities import (
     MAX_GRAPH_DEPTH,
     entity_counts,
@@ -239,7 +240,11 @@ def entity_review(request: HttpRequest) -> HttpResponse:
     ids = [i.entity_id for i in page.object_list] + [i.candidate_id for i in page.object_list]
     samples = entity_sample_facts(request.principal, ids)
     cards = [(item, samples.get(item.entity_id, []), samples.get(item.candidate_id, [])) for item in page.object_list]
-    return render(request, "dashboard/entity_review.html", {"page": page, "cards": cards, "queue": "entities"})
+    return render(
+        request,
+        "dashboard/entity_review.html",
+        {"page": page, "cards": cards, "queue": "entities", "counts": review_tab_counts(request.principal)},
+    )
 
 
 @require_POST

@@ -16,7 +16,7 @@ from memory_admin.models import Fact
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import CURATE, WRITE_MEMORY
 from memory_admin.selectors.facts import chain_events, fact_chain
-from memory_admin.services.facts import fact_correct, fact_forget, fact_pin
+from memory_admin.services.facts import fact_correct, fact_forget, fact_pin, fact_restore
 from memory_admin.views.base import paginate, paginate_id_list, safe_next, tenant_view
 
 FACT_FILTERS = ("status", "category", "kind", "source", "stale", "q", "conf_min", "conf_max", "stale_min", "stale_max")
@@ -84,6 +84,22 @@ def fact_detail(request: HttpRequest, fact_id) -> HttpResponse:
     fact = sel.fact_with_scores(request.principal, fact_id)
     # Version order: a correction's valid-from may be earlier than the version it corrects.
     chain = sorted(fact_chain(fact), key=lambda f: (f.version, f.created_at))
+    if request.is_member:
+        # The reason a version was replaced, when a person gave it with a correction (the other
+        # reasons are the write path's own words: "key personal.city updated").
+        for older, newer in zip(chain, chain[1:], strict=False):
+            older.why = older.status_reason if newer.source == Fact.Source.USER_CORRECTION else ""
+        return render(
+            request,
+            "dashboard/member_fact.html",
+            {
+                "fact": sel.fact_last_change(request.principal, fact),
+                "chain": chain,
+                "origin": sel.fact_origin(fact),
+                "contradiction": sel.open_contradiction_of(request.principal, fact),
+                "curve": sel.decay_curve(fact),
+            },
+        )
     return render(
         request,
         "dashboard/fact_detail.html",
@@ -103,6 +119,10 @@ def _after_action(request: HttpRequest, fact_id, *, error: DomainError | None = 
     """htmx: the fact's row, re-read with its scores; without JavaScript: back where the form was."""
     if isinstance(error, NotFound):
         raise error  # another tenant's or user's fact: 404, like any read
+    if request.htmx and request.is_member:
+        fact = sel.fact_last_change(request.principal, sel.fact_with_scores(request.principal, fact_id))
+        context = {"fact": fact, "row_error": error.detail if error else "", "row_note": note}
+        return render(request, "dashboard/_member_fact_row.html", context)
     if request.htmx:
         fact = sel.fact_with_scores(request.principal, fact_id)
         return render(
@@ -163,3 +183,14 @@ def fact_forget_view(request: HttpRequest, fact_id) -> HttpResponse:
     except DomainError as exc:
         return _after_action(request, fact_id, error=exc)
     return _after_action(request, fact_id, note="Forgotten: no longer served to agents.")
+
+
+@require_POST
+@tenant_view(ability=WRITE_MEMORY)
+def fact_restore_view(request: HttpRequest, fact_id) -> HttpResponse:
+    """Undo a Forget (the button beside a forgotten fact)."""
+    try:
+        fact_restore(principal=request.principal, fact_id=fact_id)
+    except DomainError as exc:
+        return _after_action(request, fact_id, error=exc)
+    return _after_action(request, fact_id, note="Restored: assistants use it again.")

@@ -17,7 +17,7 @@ from memory_admin.models import Notebook, NotebookRevision
 from memory_admin.selectors.access import WRITE_MEMORY, visible
 from memory_admin.services.notebook import notebook_restore, notebook_save
 from memory_admin.views.base import forbidden, tenant_view
-from memory_admin.views.diffs import line_diff
+from memory_admin.views.diffs import add_their_lines, line_diff, side_by_side
 
 READ_ONLY = "Your role may read this notebook but not change it."
 
@@ -105,7 +105,8 @@ def notebook_post(request: HttpRequest, ctx: dict) -> HttpResponse:
             "current": current.content,
             "updated_by": current.updated_by,
             "updated_at": current.updated_at,
-            "rows": line_diff(current.content, draft, old_label=f"saved v{current.version}", new_label="your draft"),
+            "rows": side_by_side(current.content, draft),
+            "merged": add_their_lines(current.content, draft),
         }
         # The draft stays in the editor; saving again now (base = current) is a deliberate overwrite.
         return notebook_page(request, ctx, draft=draft, base_version=current.version, conflict=conflict, status=409)

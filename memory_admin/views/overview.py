@@ -8,11 +8,24 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from memory_admin.selectors import dashboard as sel
+from memory_admin.selectors.access import AUDIT
 from memory_admin.templatetags.labels import label
 from memory_admin.views.base import tenant_view
 
 RANGES = (7, 14, 30, 90)
 USAGE_NAMES = ("searches", "context requests", "fact reads")  # in the order of sel.USAGE_KINDS
+CHART_TITLES = {
+    "usage_chart": "reads and context requests",
+    "writes_chart": "writes",
+    "age_chart": "open contradictions",
+    "conf_chart": "confidence of active facts",
+    "stale_chart": "staleness of active facts",
+    "pii_chart": "PII / secret blocks",
+    "batches_chart": "extraction batches",
+    "llm_calls_chart": "model calls",
+    "llm_tokens_chart": "tokens",
+    "llm_cost_chart": "cost",
+}
 
 
 @tenant_view(staff_only=True)
@@ -49,60 +62,62 @@ def overview(request: HttpRequest) -> HttpResponse:
     batch_days = list(batches)
     usage = sel.usage_per_day(p, n_days)
     llm_days = list(llm)
-    return render(
-        request,
-        "dashboard/overview.html",
-        {
-            "writes": writes,
-            "writes_chart": writes_chart,
-            "contradictions": contradictions,
-            "age_chart": sel.bar_chart(
-                [b[0] for b in contradictions["buckets"]], [[b[1] for b in contradictions["buckets"]]]
-            ),
-            "scores": scores,
-            "conf_chart": sel.bar_chart(bins, [scores["confidence"]], links=[_band_links(slug, "conf")]),
-            "stale_chart": sel.bar_chart(bins, [scores["staleness"]], links=[_band_links(slug, "stale")]),
-            "pii_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in pii],
-                [list(pii.values())],
-                links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]],
-            ),
-            "pii_total": sum(pii.values()),
-            "llm_calls_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in llm_days],
-                [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days], [llm[d]["failed"] for d in llm_days]],
-                ["ok", "failed"],
-                [0, 9],
-            ),
-            "llm_tokens_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in llm_days], [[llm[d]["tokens"] for d in llm_days]]
-            ),
-            "llm_cost_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in llm_days], [[round(llm[d]["cost"], 4) for d in llm_days]]
-            ),
-            "batches_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in batch_days],
-                [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
-                list(sel.BATCH_STATES),
-                [0, 9, 4, 6],
-                links=[[f"{batches_url}?status={s}"] * len(batch_days) for s in sel.BATCH_STATES],
-            ),
-            # Reads are counted, not logged one by one: there is no list behind a bar to click through to.
-            "usage_chart": sel.bar_chart(
-                [d.strftime("%b %d") for d in usage],
-                [[usage[d][k] for d in usage] for k in sel.USAGE_KINDS],
-                list(USAGE_NAMES),
-                [0, 3, 5],
-            ),  # not 9: red means failed
-            "usage_totals": {k: sum(v[k] for v in usage.values()) for k in sel.USAGE_KINDS},
-            "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
-            "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
-            "failed_count": failed_count,
-            "failed": failed,
-            "days": n_days,
-            "ranges": RANGES,
-        },
-    )
+    charts = {
+        "writes_chart": writes_chart,
+        "age_chart": sel.bar_chart(
+            [b[0] for b in contradictions["buckets"]], [[b[1] for b in contradictions["buckets"]]]
+        ),
+        "conf_chart": sel.bar_chart(bins, [scores["confidence"]], links=[_band_links(slug, "conf")]),
+        "stale_chart": sel.bar_chart(bins, [scores["staleness"]], links=[_band_links(slug, "stale")]),
+        "pii_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in pii],
+            [list(pii.values())],
+            # The PII log is the auditor's (and admin's): no link for a role that would get a 403.
+            links=[[f"{pii_url}?{urlencode({'since': d, 'until': d})}" for d in pii]] if p.can(AUDIT) else None,
+        ),
+        "llm_calls_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in llm_days],
+            [[llm[d]["calls"] - llm[d]["failed"] for d in llm_days], [llm[d]["failed"] for d in llm_days]],
+            ["ok", "failed"],
+            [0, 9],
+        ),
+        "llm_tokens_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in llm_days], [[llm[d]["tokens"] for d in llm_days]]
+        ),
+        "llm_cost_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in llm_days], [[round(llm[d]["cost"], 4) for d in llm_days]]
+        ),
+        "batches_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in batch_days],
+            [[batches[d][s] for d in batch_days] for s in sel.BATCH_STATES],
+            list(sel.BATCH_STATES),
+            [0, 9, 4, 6],
+            links=[[f"{batches_url}?status={s}"] * len(batch_days) for s in sel.BATCH_STATES],
+        ),
+        # Reads are counted, not logged one by one: there is no list behind a bar to click through to.
+        "usage_chart": sel.bar_chart(
+            [d.strftime("%b %d") for d in usage],
+            [[usage[d][k] for d in usage] for k in sel.USAGE_KINDS],
+            list(USAGE_NAMES),
+            [0, 3, 5],
+        ),  # not 9: red means failed
+    }
+    context = {
+        "writes": writes,
+        "contradictions": contradictions,
+        "scores": scores,
+        "pii_total": sum(pii.values()),
+        "usage_totals": {k: sum(v[k] for v in usage.values()) for k in sel.USAGE_KINDS},
+        "batch_totals": {s: sum(v[s] for v in batches.values()) for s in sel.BATCH_STATES},
+        "llm_totals": {k: sum(v[k] for v in llm.values()) for k in ("calls", "tokens", "cost", "failed")},
+        "failed_count": failed_count,
+        "failed": failed,
+        "days": n_days,
+        "ranges": RANGES,
+        # A fresh install has no data in most charts: one line names them instead of empty cards.
+        "empty_charts": [CHART_TITLES[name] for name, chart in charts.items() if chart["empty"]],
+    }
+    return render(request, "dashboard/overview.html", {**charts, **context})
 
 
 def _band_links(slug: str, prefix: str) -> list[str]:

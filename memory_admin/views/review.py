@@ -38,6 +38,7 @@ ACTION_LABELS = {
 def review_queue(request: HttpRequest) -> HttpResponse:
     filters = {name: request.GET.get(name, "") for name in REVIEW_FILTERS}
     page = paginate(request, sel.review_queue(request.principal, filters), 20)
+    sel.review_evidence(page.object_list)
     return render(
         request,
         "dashboard/review.html",
@@ -47,8 +48,15 @@ def review_queue(request: HttpRequest) -> HttpResponse:
             "detectors": Contradiction.Detector.values,
             "categories": Fact.Category.values,
             "queue": "contradictions",
+            "counts": sel.review_tab_counts(request.principal),
         },
     )
+
+
+def _card(request: HttpRequest, contradiction_id) -> Contradiction:
+    """One contradiction with what its card shows (both sides, their messages, the person)."""
+    item = get_visible(request.principal, sel.review_card_rows(Contradiction.objects.all()), pk=contradiction_id)
+    return sel.review_evidence([item])[0]
 
 
 @require_POST
@@ -69,7 +77,7 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
     except AlreadyResolved:
         item = get_visible(
             request.principal,
-            Contradiction.objects.select_related("fact_a", "fact_b", "merged_fact"),
+            Contradiction.objects.select_related("memory_user", "fact_a", "fact_b", "merged_fact"),
             pk=contradiction_id,
         )
         done = ACTION_LABELS.get(item.resolution, "closed without an action")
@@ -83,12 +91,9 @@ def review_resolve(request: HttpRequest, contradiction_id) -> HttpResponse:
         if not request.htmx:
             messages.error(request, exc.detail)
             return redirect(safe_next(request, _queue_url(request)))
-        item = get_visible(
-            request.principal,
-            Contradiction.objects.select_related("memory_user", "fact_a", "fact_b"),
-            pk=contradiction_id,
+        return render(
+            request, "dashboard/_review_card.html", {"item": _card(request, contradiction_id), "card_error": exc.detail}
         )
-        return render(request, "dashboard/_review_card.html", {"item": item, "card_error": exc.detail})
     outcome.update(resolution_sides(item))
     if request.htmx:
         return render(request, "dashboard/_review_done.html", {"item": item, **outcome})
@@ -111,11 +116,7 @@ def review_reopen(request: HttpRequest, contradiction_id) -> HttpResponse:
     except DomainError as exc:
         level, detail = "warning", exc.detail
     if request.htmx:
-        item = get_visible(
-            request.principal,
-            Contradiction.objects.select_related("memory_user", "fact_a", "fact_b", "notebook_revision"),
-            pk=contradiction_id,
-        )
+        item = _card(request, contradiction_id)
         if item.status == Contradiction.Status.OPEN:
             return render(request, "dashboard/_review_card.html", {"item": item, "card_note": detail})
         return render(
@@ -215,6 +216,7 @@ def eviction_queue(request: HttpRequest) -> HttpResponse:
             "intro": "Active facts whose staleness is above 0.9: old, unread for long, or contested. Evict them "
             "(they stop being served, history is kept) or keep them (counts as a fresh read).",
             "actions": [("keep", "Keep"), ("evict", "Evict")],
+            "counts": sel.review_tab_counts(request.principal),
         },
     )
 
@@ -232,6 +234,7 @@ def quarantine_queue(request: HttpRequest) -> HttpResponse:
             "intro": "Writes the poisoning guard held back: text that reads like instructions to a model, or "
             "came from an external source. They are never served until released.",
             "actions": [("release", "Release"), ("discard", "Discard")],
+            "counts": sel.review_tab_counts(request.principal),
         },
     )
 

@@ -100,6 +100,13 @@ def notebook_restore_view(request: HttpRequest, user_id: int) -> HttpResponse:
 @tenant_view()
 def user_facts(request: HttpRequest, user_id: int) -> HttpResponse:
     ctx = _user_context(request, user_id, "facts")
+    if request.is_member:
+        show = request.GET.get("show", "in_use")
+        show = show if show in sel.MEMBER_SHOWS else "in_use"
+        q = request.GET.get("q", "").strip()
+        page = paginate(request, sel.member_fact_rows(request.principal, ctx["memory_user"], show, q))
+        ctx.update({"page": page, "show": show, "shows": sel.MEMBER_SHOWS, "q": q})
+        return render(request, "dashboard/member_facts.html", ctx)
     filters = fact_filters(request)
     page = paginate(request, sel.fact_rows(request.principal, ctx["memory_user"], filters))
     ctx.update({"page": page, "filters": filters, "choices": fact_choices(), "bands": band_descriptions(filters)})

@@ -1,3 +1,27 @@
+// The phone menu: the nav folds into a button (CSS under html.js); without this file it stays open.
+document.documentElement.classList.add("js");
+document.addEventListener("click", function (event) {
+  var toggle = event.target.closest && event.target.closest(".navtoggle");
+  var nav = document.querySelector(".mainnav");
+  if (!nav) return;
+  if (toggle) {
+    var open = nav.classList.toggle("open");
+    toggle.setAttribute("aria-expanded", open ? "true" : "false");
+  } else if (nav.classList.contains("open") && !nav.contains(event.target)) {
+    nav.classList.remove("open");
+    nav.querySelector(".navtoggle").setAttribute("aria-expanded", "false");
+  }
+});
+document.addEventListener("keydown", function (event) {
+  var nav = document.querySelector(".mainnav.open");
+  if (event.key === "Escape" && nav) {
+    nav.classList.remove("open");
+    var toggle = nav.querySelector(".navtoggle");
+    toggle.setAttribute("aria-expanded", "false");
+    toggle.focus();
+  }
+});
+
 // Keyboard shortcuts for the review queue. Everything works without this file: it only moves focus
 // and clicks the same buttons a mouse would.
 (function () {
@@ -32,6 +56,18 @@
     return target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
   }
 
+  var lastDone = null;  // the id of the card decided last: `u` undoes it
+
+  function toggleHelp() {
+    var help = document.getElementById("review-help");
+    if (!help || !help.showModal) return;
+    if (help.open) help.close(); else help.showModal();
+  }
+  document.addEventListener("click", function (event) {
+    var opener = event.target.closest && event.target.closest("[data-help]");
+    if (opener) { toggleHelp(); event.preventDefault(); }
+  });
+
   document.addEventListener("keydown", function (event) {
     if (event.ctrlKey || event.metaKey || event.altKey) return;
     if (!document.querySelector(".review-card")) return;
@@ -39,7 +75,16 @@
       if (event.key === "Escape") event.target.blur();
       return;
     }
+    if (event.key === "?") { toggleHelp(); event.preventDefault(); return; }
+    var help = document.getElementById("review-help");
+    if (help && help.open) return;
     var key = event.key.toLowerCase();
+    if (key === "u") {
+      var done = lastDone && document.getElementById(lastDone);
+      var undo = done && done.querySelector("button[data-undo]");
+      if (undo) { undo.click(); event.preventDefault(); }
+      return;
+    }
     if (key === "j") { move(1); event.preventDefault(); return; }
     if (key === "k") { move(-1); event.preventDefault(); return; }
     if (!current || !document.body.contains(current)) {
@@ -66,6 +111,7 @@
     var swapped = event.detail.target;
     if (!swapped || !swapped.id || swapped.id.indexOf("c-") !== 0) return;
     var card = document.getElementById(swapped.id);
+    if (card && card.dataset.done) lastDone = card.id;
     var list = cards();
     var i = list.indexOf(card);
     var next = list.slice(i + 1).find(function (c) { return !c.dataset.done; });

@@ -22,7 +22,7 @@ def test_notebook_save_then_a_stale_save_shows_the_conflict_and_overwrites_nothi
     r = operator.post(url, {"content": "# Alice\n- likes coffee", "base_version": "0"})
     assert r.status_code == 409
     body = r.content.decode()
-    assert "someone else saved first" in body and "likes coffee" in body  # the draft survives
+    assert "saved a newer version first" in body and "likes coffee" in body  # the draft survives
     assert 'name="base_version" value="1"' in body
     notebook = Notebook.objects.get(memory_user=memory_user)
     assert notebook.version == 1 and "tea" in notebook.content

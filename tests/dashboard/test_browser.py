@@ -7,6 +7,7 @@ Screenshots of the main pages go to artifacts/screenshots/ (git-ignored)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -155,11 +156,26 @@ def test_notebook_save_and_a_conflicting_save_from_a_second_tab(browser, demo):
     second.fill("textarea[name=content]", "# Alice\n\n- Lives in Lyon")
     second.click("button[name=save]")
     second.wait_for_selector("#conflict")
-    assert "someone else saved first" in second.inner_text("#conflict")
+    assert "you saved a newer version first" in second.inner_text("#conflict")  # the same account, two tabs
     assert "Lyon" in second.input_value("textarea[name=content]")  # the draft is kept
+    # Side by side, the differing lines opposite each other, with no unified-diff markers.
+    changed = second.locator("#conflict-compare tr.sbs-changed td").all_inner_texts()
+    assert [re.sub(r"^only (theirs|yours):\s*", "", t) for t in changed] == [
+        "- Lives in **Berlin** since May",
+        "- Lives in Lyon",
+    ]
+    assert "@@" not in second.inner_text("#conflict")
     shot(second, "notebook-conflict")
     notebook = Notebook.objects.get(memory_user=demo["alice"])
     assert notebook.version == 1 and "Berlin" in notebook.content
+    second.click("#add-their-lines")
+    second.wait_for_selector("text=Preview of your draft")
+    merged = second.input_value("textarea[name=content]")
+    assert "Lives in Lyon" in merged and "Lives in **Berlin** since May" in merged
+    second.click("button[name=save]")
+    second.wait_for_selector("text=Saved: version 2")
+    notebook.refresh_from_db()
+    assert "Lyon" in notebook.content and "Berlin" in notebook.content
     page.context.close()
 
 

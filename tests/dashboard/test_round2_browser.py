@@ -206,7 +206,7 @@ def test_keep_b_can_be_undone_from_the_card(browser, demo):  # noqa: F811
     page.goto(f"{demo['url']}/t/acme/review/")
     page.click("button[value=keep_b]")
     page.wait_for_selector("text=Kept B")
-    page.click("button:has-text('Undo (reopen)')")
+    page.click("button:has-text('Undo')")
     page.wait_for_selector("text=Reopened: back in the queue")
     assert page.locator(".review-card button[value=keep_a]").count() == 1  # decide again
     assert Contradiction.objects.get(pk=demo["contradiction"].pk).status == "open"

@@ -45,8 +45,8 @@ def test_a_stale_save_shows_the_conflict_and_overwrites_nothing(tenant, make_sta
     r = second.post(_url(tenant), {"content": "- Deploys any day of the week\n", "base_version": "0"})
     assert r.status_code == 409
     body = r.content.decode()
-    assert "Not saved: someone else saved first" in body and "Deploys any day of the week" in body
-    assert f"staff:{first.username}" in body
+    assert f"Not saved: staff:{first.username} saved a newer version first" in body
+    assert "Deploys any day of the week" in body
     notebook = _tenant_notebook(tenant)
     assert notebook.version == 1 and "Release freeze" in notebook.content
     # Saving again on top of the version now shown is a deliberate overwrite.

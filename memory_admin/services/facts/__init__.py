@@ -13,7 +13,14 @@ from memory_admin.services.facts.conflicts import (
     notebook_overrule_record,
     refresh_contested,
 )
-from memory_admin.services.facts.mutations import fact_correct, fact_forget, fact_pin, fact_promote, record_access
+from memory_admin.services.facts.mutations import (
+    fact_correct,
+    fact_forget,
+    fact_pin,
+    fact_promote,
+    fact_restore,
+    record_access,
+)
 from memory_admin.services.facts.subject import Claim, UserSubject
 from memory_admin.services.facts.versions import (
     continue_chain,
@@ -46,6 +53,7 @@ __all__ = [
     "fact_forget",
     "fact_pin",
     "fact_promote",
+    "fact_restore",
     "fact_write",
     "fact_write_many",
     "link",

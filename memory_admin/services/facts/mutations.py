@@ -103,6 +103,48 @@ def fact_forget(*, principal: Principal, fact_id: Any, reason: str = "") -> Fact
     return fact
 
 
+FORGET_ACTION = "fact.forget"
+RESTORE_ACTION = "fact.restore"
+
+
+@transaction.atomic
+def fact_restore(*, principal: Principal, fact_id: Any) -> Fact:
+    """Undo a Forget: the fact is served again and the relations its forgetting closed hold again.
+    Only a fact whose last change was a Forget can come back (`not_forgotten`: one evicted by a
+    reviewer, the cap or the GC is restored in the review queue, if at all), and not while another
+    fact holds its key (`key_taken`: a newer value was stored since)."""
+    from memory_admin.models import AuditEvent
+    from memory_admin.services.entities import relations_reopen
+
+    fact = writable_fact(principal, fact_id)
+    last = (
+        AuditEvent.objects.filter(target_type="fact", target_id=str(fact.pk))
+        .order_by("-created_at", "-pk")
+        .values_list("action", flat=True)
+        .first()
+    )
+    if fact.status != Fact.Status.EVICTED or last != FORGET_ACTION:
+        raise Conflict(
+            "Only a forgotten fact can be restored; this one was not forgotten (or is in use).",
+            code="not_forgotten",
+            status_now=fact.status,
+        )
+    if fact.key and (
+        Fact.objects.active()
+        .filter(tenant_id=fact.tenant_id, memory_user_id=fact.memory_user_id, task_ref=fact.task_ref, key=fact.key)
+        .exists()
+    ):
+        raise Conflict("A newer fact about the same thing is in use now; correct that one instead.", code="key_taken")
+    before = fact_snapshot(fact)
+    Fact.objects.filter(pk=fact.pk).update(
+        status=Fact.Status.ACTIVE, status_reason=f"restored by {principal.actor}"[:300], updated_at=timezone.now()
+    )
+    fact.refresh_from_db()
+    relations_reopen(fact_ids=[fact.pk], reason=RelationEnd.FORGOTTEN)
+    audit_fact(principal, RESTORE_ACTION, fact, outcome="active", before=before, reason="forget undone")
+    return fact
+
+
 @transaction.atomic
 def fact_pin(*, principal: Principal, fact_id: Any, pinned: bool) -> Fact:
     fact = writable_fact(principal, fact_id)
