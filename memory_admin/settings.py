@@ -194,6 +194,9 @@ GUARD_JUDGE = os.environ.get("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules"
 # Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
 # per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.
 ACCESS_COUNT_FLUSH_SECONDS = float(os.environ.get("ACCESS_COUNT_FLUSH_SECONDS", "1.0"))
+# One tenant entity per place, tool, organisation or event named by many memory users (a name only; the
+# facts and relations stay their owners'), instead of one per user. Off by default.
+ENTITY_SHARED_KINDS = os.environ.get("ENTITY_SHARED_KINDS", "0") == "1"
 # The access log (which key read which fact): rows older than this are pruned by the beat, daily.
 ACCESS_LOG_RETENTION_DAYS = float(os.environ.get("ACCESS_LOG_RETENTION_DAYS", "90"))
 # LangGraph checkpoints kept per thread and namespace (a client may ask for fewer), and their age limit

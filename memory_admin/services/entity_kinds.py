@@ -90,6 +90,7 @@ _CUES: tuple[tuple[re.Pattern[str], str], ...] = (
 
 def kind_of(name: str, before: str = "") -> str:
     """The kind of `name` by its own words and the text `before` it in the fact; `other` when unsure."""
+    name = re.sub(r"^(?:the|a|an)\s+", "", name, flags=re.I)
     key = fold_name(name)
     words = key.split()
     if not words:
@@ -106,7 +107,10 @@ def kind_of(name: str, before: str = "") -> str:
         return EntityType.PLACE
     if len(words) > 1 and words[-1] in _PLACE_TAIL:
         return EntityType.PLACE
-    tail = before[-40:]
+    return _by_cue(words, before[-40:])
+
+
+def _by_cue(words: list[str], tail: str) -> str:
     for pattern, kind in _CUES:
         if pattern.search(tail):
             if kind.endswith("?"):  # a weak cue: only for a name of one or two words, never a title
