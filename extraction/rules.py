@@ -282,7 +282,7 @@ def _clause_fact(clause: str) -> tuple[str, str, str, str | None, tuple] | None:
         values = [_third_person(g) for g in groups]
         if template == "The user switched to {1}." and len(values) == 1:
             values = ["", values[0]]
-        if any(len(v) < 2 for v in values if v is not None) and template.count("{") == 1:
+        if any(len(v) < 2 for v in values if v) and template.count("{") == 1:
             return None
         content = re.sub(r"\s+", " ", template.format(*values)).strip()
         slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
@@ -326,12 +326,16 @@ def _a_name(groups: list[str]) -> bool:
 _GUARDS = {"The user moved to {0}.": _not_a_tool, "The user visited {0}.": _a_name}
 _WHEN = re.compile(r"\s+(?:now|these days|nowadays|currently|at the moment|right now|today)$", re.I)
 _MAX_NAME_WORDS = 5
+_NAME_RUN = re.compile(r"[^\W\d_][\w'’&.+#-]*(?:\s+(?:[A-Z0-9][\w'’&.+#-]*|(?:of|de|la|and)\b))*")
 _USER = EntityMention(SELF_NAME, "person", "subject")
 
 
 def _entity_name(value: str) -> str | None:
     """The name in a captured value ("Globex now" → "Globex"); None for a phrase rather than a name."""
     name = _WHEN.sub("", value).strip(" .,;:!\"'")
+    if name[:1].isupper():  # a name, then words about it: "Berlin last year" → "Berlin"
+        name = _NAME_RUN.match(name).group()
+        name = re.sub(r"(?:\s+(?:of|de|la|and))+$", "", name)
     return name if 2 <= len(name) and len(name.split()) <= _MAX_NAME_WORDS else None
 
 

@@ -171,7 +171,7 @@ def _named_first_person(clause: str, name: str) -> str | None:
         verb = _USER_VERB[verb].split()[1]
     elif verb.endswith("ies"):
         verb = verb[:-3] + "y"
-    elif verb.endswith(("ses", "xes", "zes", "shes", "ches")):
+    elif verb.endswith(("sses", "xes", "zes", "shes", "ches", "oes")):
         verb = verb[:-2]
     elif verb.endswith("s") and not verb.endswith("ss"):
         verb = verb[:-1]

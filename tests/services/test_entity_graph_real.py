@@ -6,10 +6,12 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
-from memory_admin.models import Entity, Relation
-from memory_admin.selectors.access import Principal, memory_user_for
+from memory_admin.models import Entity, Fact, FactEntity, Relation
+from memory_admin.selectors.access import Principal, memory_user_for, visible
 from memory_admin.selectors.entities import merge_candidates
-from memory_admin.services.entity_draw import draw
+from memory_admin.services.entities import entities_erase
+from memory_admin.services.entity_draw import draw, facts_draw
+from memory_admin.services.facts import fact_write
 
 
 @pytest.mark.parametrize(
@@ -18,6 +20,8 @@ from memory_admin.services.entity_draw import draw
         ("Ada lives in Lisbon", ("Ada", "lives_in", "Lisbon"), "place"),
         ("Ben works at Acme Robotics", ("Ben", "works_at", "Acme Robotics"), "company"),
         ("Ada writes most code in Kotlin", ("Ada", "uses", "Kotlin"), "tool"),
+        ("Ben uses Zed", ("Ben", "uses", "Zed"), "tool"),
+        ("Dana manages Umbrella Health", ("Dana", "manages", "Umbrella Health"), "company"),
         ("Ada's preferred editor is Zed", ("Ada", "uses", "Zed"), "tool"),
         ("Ada moved to Melbourne", ("Ada", "moved_to", "Melbourne"), "place"),
         ("I manage the Pride Parade", ("the user", "manages", "the Pride Parade"), "event"),
@@ -50,6 +54,36 @@ def test_the_demo_seed_shows_a_graph_with_typed_entities(db):
     assert {"person", "place", "tool", "project"} <= types
 
 
+def test_a_shared_thing_is_one_tenant_entity_holding_only_its_name(tenant, settings):
+
+    settings.ENTITY_SHARED_KINDS = True
+    system = Principal.system(tenant.pk, actor="agent:test")
+    ada, ben = (memory_user_for(system, u, create=True) for u in ("ada", "ben"))
+    for user, content in ((ada, "Ada's preferred editor is Zed"), (ben, "Ben uses Zed")):
+        fact_write(principal=system, memory_user=user, content=content, confidence=0.9, source="user_stated")
+    facts_draw(Fact.objects.filter(tenant=tenant).values_list("pk", flat=True))
+    zed = Entity.objects.get(tenant=tenant, name="Zed")  # one, not one per user
+    assert zed.memory_user_id is None and zed.type == "tool" and zed.aliases == ["Zed"]
+    # Each user's relation to it stays theirs: a key for ben reaches none of ada's.
+    ben_key = Principal(tenant_id=tenant.pk, role="agent", actor="agent:b", allowed_external_ids=("ben",))
+    seen = visible(ben_key, Relation.objects.filter(object=zed))
+    assert [r.memory_user.external_id for r in seen] == ["ben"]
+    assert not visible(ben_key, FactEntity.objects.filter(entity=zed, fact__memory_user=ada)).exists()
+    # Erasing ada leaves the name and ben's relation.
+    entities_erase(memory_user_id=ada.pk)
+    assert Relation.objects.filter(object=zed).count() == 1 and Entity.objects.filter(pk=zed.pk).exists()
+
+
+def test_without_the_setting_each_user_keeps_their_own_entity(tenant):
+
+    system = Principal.system(tenant.pk, actor="agent:test")
+    for user_id in ("ada", "ben"):
+        user = memory_user_for(system, user_id, create=True)
+        fact_write(principal=system, memory_user=user, content="I use Zed", confidence=0.9, source="user_stated")
+    facts_draw(Fact.objects.filter(tenant=tenant).values_list("pk", flat=True))
+    assert Entity.objects.filter(tenant=tenant, name="Zed", memory_user__isnull=False).count() == 2
+
+
 def test_merge_candidates_come_likeliest_first(tenant):
     from django.utils import timezone
 
@@ -67,3 +101,19 @@ def test_merge_candidates_come_likeliest_first(tenant):
     candidates = merge_candidates(system, made["Acme Robotics"])
     assert candidates[0].name == "Acme" and all(c.likeness is not None for c in candidates)
     assert [c.likeness for c in candidates] == sorted((c.likeness for c in candidates), reverse=True)
+
+
+def test_a_tool_one_moved_to_is_used_not_lived_in():
+    _, relations = draw("I moved to Neovim")
+    assert [(r.type, r.object) for r in relations] == [("uses", "Neovim")]
+
+
+def test_the_offline_extractor_states_typed_relations_from_a_users_message():
+    from extraction.rules import extract
+
+    said = "I moved to Berlin last year. I work at Bank of America now. I switched to Helix."
+    facts = extract([(0, "user", said)])
+    drawn = {(r.type, r.object) for f in facts for r in f.relations}
+    assert drawn == {("moved_to", "Berlin"), ("works_at", "Bank of America"), ("uses", "Helix")}
+    kinds = {m.name: str(m.type) for f in facts for m in f.entities}
+    assert kinds["Berlin"] == "place" and kinds["Bank of America"] == "company" and kinds["Helix"] == "tool"
