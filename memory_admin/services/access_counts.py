@@ -82,24 +82,26 @@ def record_access(fact_ids: Iterable[UUID], principal: Principal | None = None, 
         return
     now = timezone.now()
     key_id = principal.api_key_id if principal is not None and via else None
-    logged = [(str(fact_id), key_id, _door.get() + via) for fact_id in ids] if key_id is not None else []
+    door = _door.get() + via
     if _interval() <= 0:
         from memory_admin.models import Fact
 
         # Saturating: a count at the int4 limit stays there rather than failing the read.
         count = Least(Cast(F("access_count"), BigIntegerField()) + 1, Value(MAX_ACCESS_COUNT))
         Fact.objects.filter(pk__in=ids).update(access_count=count, last_accessed_at=now)
-        if logged:
+        if key_id is not None:
             with connection.cursor() as cursor:
-                _insert_log(cursor, [(entry, (1, now)) for entry in logged])
+                _insert_log(cursor, [((str(fact_id), key_id, door), (1, now)) for fact_id in ids])
         return
+    keys = [str(fact_id) for fact_id in ids]  # once: the counts and the log share them
     with _lock:
-        for fact_id in ids:
-            key = str(fact_id)
+        for key in keys:
             reads, _ = _pending.get(key, (0, now))
             _pending[key] = (reads + 1, now)
-        for entry in logged:
-            _log[entry] = (_log.get(entry, (0, now))[0] + 1, now)
+        if key_id is not None:
+            for key in keys:
+                entry = (key, key_id, door)
+                _log[entry] = (_log.get(entry, (0, now))[0] + 1, now)
     _ensure_flusher()
 
 

@@ -234,3 +234,33 @@ def test_the_access_log_is_not_for_members_nor_other_tenants(tenant, other_tenan
     assert member.get(f"/t/{tenant.slug}/access/").status_code in (403, 404)
     stranger = make_staff(other_tenant, "admin")
     assert "Alice keeps bees" not in stranger.get(f"/t/{other_tenant.slug}/access/").content.decode()
+
+
+def test_erasing_a_user_removes_the_log_of_reads_of_their_memories(tenant, owner_api, make_api):
+    _write(owner_api, "alice", "Alice keeps bees in her garden")
+    _write(owner_api, "bob", "Bob keeps bees on his roof")
+    _, reader = _key(tenant)
+    reader.get("users/alice/search", q="bees")
+    reader.get("users/bob/search", q="bees")
+    assert FactRead.objects.filter(memory_user__external_id="alice").exists()
+    admin_api = make_api(tenant, admin=True, agent="eraser")
+    assert admin_api.delete("users/alice").status_code in (200, 204)
+    assert not FactRead.objects.filter(memory_user__external_id="alice").exists()
+    assert list(FactRead.objects.values_list("memory_user__external_id", flat=True)) == ["bob"]
+
+
+def test_the_access_log_page_escapes_memory_content_and_its_queries_do_not_grow_with_rows(
+    tenant, owner_api, admin, django_assert_max_num_queries
+):
+    _write(owner_api, "alice", 'Alice wrote <img src=x onerror="alert(1)"> in her diary')
+    for n in range(30):
+        _write(owner_api, "alice", f"Alice diary entry number {n} about gardens")
+    _, reader = _key(tenant)
+    reader.get("users/alice/search", q="diary", k=30)
+    url = f"/t/{tenant.slug}/access/"
+    admin.get(url)
+    # session, user, memberships; the page: count, rows, the page's rows with their joins, the summary
+    with django_assert_max_num_queries(8):
+        html = admin.get(url).content.decode()
+    assert "&lt;img src=x" in html and "<img src=x" not in html
+    assert html.count('class="read-user"') >= 25
