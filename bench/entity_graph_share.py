@@ -6,7 +6,12 @@ relations; no model, no database); an entity is a folded name within one convers
 user), typed if any mention of it is typed, related if any relation names it. Run it against two trees
 to compare (before/after):
 
-    .venv/bin/python bench/entity_graph_share.py [--tree /work/main] [--data /work/shared/eval/locomo-dev]
+    .venv/bin/python bench/entity_graph_share.py [--data /work/shared/eval/locomo-dev]     # this tree
+    cd /work/main && .venv/bin/python /path/to/this/bench/entity_graph_share.py --tree /work/main
+
+(run from the measured tree's directory: an editable install resolves `extraction` by the working
+directory otherwise). Measured (LoCoMo dev, 2,760 turns, pooled): before typed 0.03, related 0.11
+(331 entities, 27 relations); after typed 0.20, related 0.16 (245 entities, 30 relations).
 """
 
 from __future__ import annotations
