@@ -10,7 +10,7 @@ from django.test import Client
 from memory_admin.models import ApiKey, FactRead
 from memory_admin.services.keys import api_key_create
 from tests.conftest import Api
-from tests.dashboard.test_browser import browser, demo, shot, sign_in  # noqa: F401 -- shared fixtures
+from tests.dashboard.test_browser import SHOTS, browser, demo, shot, sign_in  # noqa: F401 -- shared fixtures
 
 pytestmark = [pytest.mark.browser]
 
@@ -68,6 +68,7 @@ def test_an_auditor_follows_a_key_to_what_it_read(browser, demo):  # noqa: F811
     assert any("Alice lives in Paris" in r and "search hit" in r and "Alice" in r for r in rows)
     assert any("Bob works on billing" in r and "context block" in r for r in rows)
     shot(page, "access-log-by-key")
+    page.locator("main").screenshot(path=str(SHOTS / "access-log-card.png"))
 
     page.click("table.access-log a.read-user:has-text('Alice')")  # the user's column: every read of her memories
     page.wait_for_load_state("networkidle")
