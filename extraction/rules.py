@@ -68,7 +68,7 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
     (re.compile(rf"^i live in\s+{_VALUE}{_END}", re.I), "personal", "fact", "user.location", "The user lives in {0}."),
     (re.compile(rf"^i(?:'m| am) from\s+{_VALUE}{_END}", re.I), "personal", "fact", None, "The user is from {0}."),
     (
-        re.compile(rf"^i (?:work|am working|'m working) (?:at|for)\s+{_VALUE}{_END}", re.I),
+        re.compile(rf"^i(?:'m| am)? (?:currently |now |still )?(?:work|working) (?:at|for)\s+{_VALUE}{_END}", re.I),
         "personal",
         "fact",
         "work.employer",
@@ -76,7 +76,7 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
     ),
     (re.compile(rf"^i (?:manage|lead|run)\s+{_VALUE}{_END}", re.I), "project", "fact", None, "The user manages {0}."),
     (
-        re.compile(rf"^i (?:work|am working|'m working) on\s+{_VALUE}{_END}", re.I),
+        re.compile(rf"^i(?:'m| am)? (?:currently |now |still )?(?:work|working) on\s+{_VALUE}{_END}", re.I),
         "project",
         "fact",
         None,
@@ -129,6 +129,29 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
         "The user uses {0}.",
     ),
     (
+        re.compile(rf"^i(?:'ve| have)? (?:just |recently )?(?:moved|relocated) to\s+{_VALUE}{_END}", re.I),
+        "personal",
+        "fact",
+        "user.location",
+        "The user moved to {0}.",
+    ),
+    (
+        re.compile(rf"^i (?:visited|went to|travell?ed to|flew to)\s+{_NAME_VALUE}(?:\s.*)?{_END}", re.I),
+        "personal",
+        "fact",
+        None,
+        "The user visited {0}.",
+    ),
+    (
+        re.compile(
+            rf"^i (?:write|code|program) (?:most |all |mostly )?(?:of )?(?:my )?(?:code )?in\s+{_VALUE}{_END}", re.I
+        ),
+        "technical",
+        "fact",
+        None,
+        "The user writes code in {0}.",
+    ),
+    (
         re.compile(rf"^i (?:switched|moved|migrated) (?:from\s+(.{{2,60}}?)\s+)?to\s+{_VALUE}{_END}", re.I),
         "technical",
         "fact",
@@ -137,7 +160,9 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
     ),
     (
         re.compile(
-            rf"^my (?:main |primary )?(editor|language|os|shell|ide|stack|laptop|setup) is\s+{_VALUE}{_END}", re.I
+            rf"^my (?:main |primary |preferred |favou?rite )?(editor|language|os|shell|ide|stack|laptop|setup) is\s+"
+            rf"{_VALUE}{_END}",
+            re.I,
         ),
         "technical",
         "fact",
@@ -249,12 +274,15 @@ def _clause_fact(clause: str) -> tuple[str, str, str, str | None, tuple] | None:
         groups = [g for g in m.groups() if g is not None]
         if not groups:
             return None
+        guard = _GUARDS.get(template)
+        if guard is not None and not guard(groups):
+            continue  # not this rule's kind of statement ("I moved to Neovim"): the next rule may fit
         if template.startswith("The user {0}s"):
             groups[0] = _VERB_S.get(groups[0].lower(), groups[0].lower())[:-1]
         values = [_third_person(g) for g in groups]
         if template == "The user switched to {1}." and len(values) == 1:
             values = ["", values[0]]
-        if any(len(v) < 2 for v in values if v is not None) and template.count("{") == 1:
+        if any(len(v) < 2 for v in values if v) and template.count("{") == 1:
             return None
         content = re.sub(r"\s+", " ", template.format(*values)).strip()
         slot = key.format(*[v.lower() for v in values]) if key and "{" in key else key
@@ -266,26 +294,48 @@ def _clause_fact(clause: str) -> tuple[str, str, str, str | None, tuple] | None:
 # index), the relation going from the user (the fact's subject) to the object. Preferences take the
 # relation type from their verb ({0}).
 _RELATIONS: dict[str, tuple[str, str, int]] = {
+    "The user moved to {0}.": ("moved_to", "place", 0),
+    "The user visited {0}.": ("visited", "place", 0),
+    "The user writes code in {0}.": ("uses", "tool", 0),
+    "The user is a {0}.": ("works_at", "company", 1),  # "I'm a data engineer at Acme"
     "The user is based in {0}.": ("lives_in", "place", 0),
     "The user lives in {0}.": ("lives_in", "place", 0),
     "The user is from {0}.": ("is_from", "place", 0),
     "The user works at {0}.": ("works_at", "company", 0),
-    "The user manages {0}.": ("manages", "other", 0),
+    "The user manages {0}.": ("manages", "", 0),
     "The user works on {0}.": ("works_on", "project", 0),
-    "The user {0}s {1}.": ("{0}s", "other", 1),
-    "The user's favourite {0} is {1}.": ("prefers", "other", 1),
+    "The user {0}s {1}.": ("{0}s", "", 1),
+    "The user's favourite {0} is {1}.": ("prefers", "", 1),
     "The user uses {0}.": ("uses", "tool", 0),
     "The user switched to {1}.": ("uses", "tool", 1),
     "The user's {0} is {1}.": ("uses", "tool", 1),
 }
+
+
+def _not_a_tool(groups: list[str]) -> bool:
+    from memory_admin.services.entity_kinds import kind_of
+
+    return kind_of(_WHEN.sub("", groups[-1]).strip(" .,;:!")) != "tool"
+
+
+def _a_name(groups: list[str]) -> bool:
+    return groups[0][:1].isupper()
+
+
+# Rules that hold only for some values: the template → whether the captured groups fit it.
+_GUARDS = {"The user moved to {0}.": _not_a_tool, "The user visited {0}.": _a_name}
 _WHEN = re.compile(r"\s+(?:now|these days|nowadays|currently|at the moment|right now|today)$", re.I)
 _MAX_NAME_WORDS = 5
+_NAME_RUN = re.compile(r"[^\W\d_][\w'’&.+#-]*(?:\s+(?:[A-Z0-9][\w'’&.+#-]*|(?:of|de|la|and)\b))*")
 _USER = EntityMention(SELF_NAME, "person", "subject")
 
 
 def _entity_name(value: str) -> str | None:
     """The name in a captured value ("Globex now" → "Globex"); None for a phrase rather than a name."""
     name = _WHEN.sub("", value).strip(" .,;:!\"'")
+    if name[:1].isupper():  # a name, then words about it: "Berlin last year" → "Berlin"
+        name = _NAME_RUN.match(name).group()
+        name = re.sub(r"(?:\s+(?:of|de|la|and))+$", "", name)
     return name if 2 <= len(name) and len(name.split()) <= _MAX_NAME_WORDS else None
 
 
@@ -308,6 +358,10 @@ def _graph(template: str, values: list[str]) -> tuple[tuple[EntityMention, ...],
     if name is None:
         return (_USER,), ()
     kind = relation.format(*values) if "{" in relation else relation
+    if not object_type:  # the rule does not say what the object is: its name and neighbours may
+        from memory_admin.services.entity_kinds import kind_of
+
+        object_type = kind_of(name, "")
     return (_USER, EntityMention(name, object_type, "object")), (RelationDraft(SELF_NAME, kind, name),)
 
 

@@ -146,6 +146,13 @@ def broker_cleanup() -> int:
     return broker.broker_cleanup()
 
 
+@shared_task(name="extraction.access_log_prune", ignore_result=True)
+def access_log_prune() -> int:
+    from memory_admin.services.access_counts import access_log_prune as prune
+
+    return prune()
+
+
 @worker_init.connect
 @worker_process_init.connect
 def _switch_interval(**_kwargs) -> None:

@@ -188,6 +188,11 @@ app.conf.beat_schedule = {
         "task": "extraction.broker_cleanup",
         "schedule": crontab(minute=7),
     },
+    # The access log past ACCESS_LOG_RETENTION_DAYS (services/access_counts.py).
+    "access-log-prune-daily": {
+        "task": "extraction.access_log_prune",
+        "schedule": crontab(hour=3, minute=47),
+    },
 }
 
 

@@ -561,6 +561,18 @@ Float(
     "how often a process writes the access counts its reads accumulated (0: in the request; counts of a killed process are lost)",
     minimum=0,
 )
+Bool(
+    "ENTITY_SHARED_KINDS",
+    False,
+    "one tenant entity (a name only) per place, tool, organisation or event named by many memory users, "
+    "instead of one per user; facts and relations stay their owners'",
+)
+Float(
+    "ACCESS_LOG_RETENTION_DAYS",
+    90,
+    "days the access log (which key read which fact) keeps its rows; the beat prunes older ones daily",
+    minimum=1,
+)
 Int(
     "CHECKPOINT_KEEP_LAST",
     100,

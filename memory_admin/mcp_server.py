@@ -74,7 +74,7 @@ from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
 from memory_admin.selectors.facts import chain_events, fact_chain, fact_get_for, fact_list
 from memory_admin.selectors.memory import notebook_of, skill_at, skills_listed
-from memory_admin.services.access_counts import record_usage
+from memory_admin.services.access_counts import reads_through_mcp, record_usage
 from memory_admin.services.extraction import MessageIn, message_post, thread_close
 from memory_admin.services.facts import (
     WriteResult,
@@ -152,7 +152,8 @@ def _door() -> Iterator[Principal]:
         raise _refusal({"code": "unauthorized", "detail": "A valid agent key is required."})
     try:
         api_key_hit(principal.api_key_id)  # the REST API's per-key limit: a rate_limited tool error
-        yield principal
+        with reads_through_mcp():  # the access log names the door
+            yield principal
     except DomainError as exc:
         raise _refusal(exc.as_dict()) from None
     except SchemaError as exc:

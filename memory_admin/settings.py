@@ -196,6 +196,11 @@ GUARD_JUDGE = _given_or("GUARD_JUDGE", "llm" if OPENAI_API_KEY else "rules")
 # Reads' access counts are accumulated in process and written every this many seconds (one UPDATE
 # per flush, services/access_counts.py); 0 writes them in the request, as the test suite does.
 ACCESS_COUNT_FLUSH_SECONDS = config.get("ACCESS_COUNT_FLUSH_SECONDS")
+# One tenant entity per place, tool, organisation or event named by many memory users (a name only; the
+# facts and relations stay their owners'), instead of one per user. Off by default.
+ENTITY_SHARED_KINDS = config.get("ENTITY_SHARED_KINDS")
+# The access log (which key read which fact): rows older than this are pruned by the beat, daily.
+ACCESS_LOG_RETENTION_DAYS = config.get("ACCESS_LOG_RETENTION_DAYS")
 # LangGraph checkpoints kept per thread and namespace (a client may ask for fewer), and their age limit
 # in days (0: none; a namespace's newest checkpoint is always kept).
 CHECKPOINT_KEEP_LAST = config.get("CHECKPOINT_KEEP_LAST")

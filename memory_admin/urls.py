@@ -4,11 +4,13 @@ from django.urls import include, path
 from memory_admin.api import api
 from memory_admin.metrics import metrics_view
 from memory_admin.views import (
+    access_log,
     admin,
     auth,
     entities,
     explore,
     facts,
+    keys,
     lifecycle,
     notebooks,
     oversight,
@@ -77,6 +79,8 @@ tenant_patterns = [
     path("batches/<int:batch_id>/retry/", admin.batch_retry_view, name="batch_retry"),
     path("keys/", admin.keys, name="keys"),
     path("keys/<int:key_id>/revoke/", admin.key_revoke, name="key_revoke"),
+    path("keys/<int:key_id>/<str:action>/", keys.key_pause_view, name="key_pause"),
+    path("access/", access_log.access_log, name="access_log"),
     path("settings/", admin.settings_page, name="settings"),
 ]
 

@@ -19,11 +19,13 @@ from ninja.security import HttpBearer
 from memory_admin.api import checkpoints, entities, entity_curation, facts, memory, messages, retrieval, store, system
 from memory_admin.api.docs import OfflineSwagger
 from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, ErrorOut
-from memory_admin.errors import DomainError, RateLimited
+from memory_admin.errors import DomainError, Forbidden, RateLimited
 from memory_admin.services.keys import principal_for_request
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
 _WRITES = ("/facts", "/facts/batch")  # the write routes whose handler takes the user the key statement found
+# POST routes that only read (a read-only key may call them); every other POST, PUT, PATCH, DELETE writes.
+_READING_POSTS = ("/store/get", "/store/search", "/store/namespaces", "/checkpoints/query")
 
 
 class BearerKey(HttpBearer):
@@ -37,6 +39,9 @@ class BearerKey(HttpBearer):
         if user_id is not None and not (len(user_id) <= IDENTIFIER_MAX and _USER_ID.fullmatch(user_id)):
             user_id = None
         principal, known = principal_for_request(token, user_id)  # counted too: RateLimited, 429 with Retry-After
+        if principal is not None and principal.read_only and request.method != "GET" and match is not None:
+            if not match.route.endswith(_READING_POSTS):
+                raise Forbidden("This API key is read-only: it may search and read, not write.", code="read_only_key")
         if principal is not None:
             request.principal = principal
             request.known_user = known

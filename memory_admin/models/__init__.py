@@ -1,3 +1,4 @@
+from memory_admin.models.access import FactRead
 from memory_admin.models.checkpoints import Checkpoint, CheckpointWrite, StoreItem, StoreVector
 from memory_admin.models.entities import Entity, EntityBackfill, EntityDrawing, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
@@ -50,6 +51,7 @@ __all__ = [
     "Episode",
     "ExtractionBatch",
     "Fact",
+    "FactRead",
     "FactEntity",
     "Heartbeat",
     "ImportedItem",

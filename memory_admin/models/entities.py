@@ -27,10 +27,11 @@ def fold_name(name: str) -> str:
 
 class EntityType(models.TextChoices):
     PERSON = "person"
-    COMPANY = "company"
+    COMPANY = "company", "organisation"  # any organisation; the stored value predates the wider label
     PROJECT = "project"
     PLACE = "place"
-    TOOL = "tool"
+    TOOL = "tool", "tool or language"
+    EVENT = "event"
     OTHER = "other"
 
 

@@ -108,9 +108,25 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    # Paused: refused with `key_paused` until resumed (revoking is for good). Expired: refused with
+    # `key_expired` from `expires_at` on. Read-only: reads only, a write is refused with `read_only_key`.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    read_only = models.BooleanField(default=False, db_default=False)
 
     def __str__(self) -> str:
         return f"{self.prefix}…"
+
+    @property
+    def state(self) -> str:
+        """active, paused, expired or revoked: what the key's next request meets."""
+        from django.utils import timezone
+
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "paused" if self.paused_at is not None else "active"
 
 
 class Membership(models.Model):

@@ -248,10 +248,9 @@ def fact_search(
         facts = _facts_carried([row for _, row, _ in top], memory_user)
     hits = [Hit(fact=facts[row.id], **parts) for _, row, parts in top if row.id in facts]
     if record:
-        from memory_admin.services.access_counts import record_usage
-        from memory_admin.services.facts import record_access
+        from memory_admin.services.access_counts import record_access, record_usage
 
-        record_access([h.fact.pk for h in hits])
+        record_access([h.fact.pk for h in hits], principal, "search")
         record_usage(principal.tenant_id, "search")
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)

@@ -78,18 +78,24 @@ class Principal:
     allowed_external_ids: tuple[str, ...] = ()
     # A member reaches exactly one memory user (its primary key).
     member_user_id: int | None = None
+    # A read-only key: its role's abilities cut to READ; anything else is refused with `read_only_key`.
+    read_only: bool = False
     abilities: frozenset[str] = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         if not self.abilities:
-            object.__setattr__(self, "abilities", ROLE_ABILITIES[self.role])
+            abilities = ROLE_ABILITIES[self.role]
+            object.__setattr__(self, "abilities", abilities & {READ} if self.read_only else abilities)
 
     def can(self, ability: str) -> bool:
         return ability in self.abilities
 
     def require(self, ability: str) -> None:
-        if not self.can(ability):
-            raise Forbidden(f"Your role ({self.role}) may not do this.", code="forbidden")
+        if self.can(ability):
+            return
+        if self.read_only:
+            raise Forbidden("This API key is read-only: it may search and read, not write.", code="read_only_key")
+        raise Forbidden(f"Your role ({self.role}) may not do this.", code="forbidden")
 
     @property
     def restricted(self) -> bool:

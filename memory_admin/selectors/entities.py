@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.utils import timezone
 
 from memory_admin.models import (
@@ -192,11 +192,27 @@ def entity_merges(principal: Principal, entity: Entity) -> list[EntityMerge]:
 
 def merge_candidates(principal: Principal, entity: Entity, limit: int = 200) -> list[Entity]:
     """What an operator may merge into this entity: live entities of the same owner (a shared entity
-    also takes a user's), by name."""
+    also takes a user's), the likeliest first: by the cosine likeness of their name-and-type vectors,
+    a name sharing a word first among equals; each carries `likeness` (0-1, None without a vector)."""
+    from difflib import SequenceMatcher
+
+    from pgvector.django import CosineDistance
+
     others = visible(principal, Entity.objects.filter(merged_into__isnull=True)).exclude(pk=entity.pk)
     if entity.memory_user_id is not None:
         others = others.filter(memory_user_id=entity.memory_user_id)
-    return list(others.order_by("name", "pk")[:limit])
+    if entity.embedding is not None:
+        others = others.annotate(distance=CosineDistance("embedding", entity.embedding))
+        found = list(others.order_by(F("distance").asc(nulls_last=True), "name", "pk")[:limit])
+    else:
+        found = list(others.order_by("name", "pk")[:limit])
+    name = entity.name.casefold()
+    for other in found:
+        distance = getattr(other, "distance", None)
+        spelled = SequenceMatcher(None, name, other.name.casefold()).ratio()
+        other.likeness = round(max(0.0, 1 - distance) * 0.7 + spelled * 0.3, 2) if distance is not None else None
+    found.sort(key=lambda o: (o.likeness is None, -(o.likeness or 0), o.name))
+    return found
 
 
 def merge_review_queue(principal: Principal) -> QuerySet[EntityMergeReview]:

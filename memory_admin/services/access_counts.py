@@ -10,19 +10,28 @@ The same accumulator counts requests per tenant, UTC day and kind (search, conte
 overview's usage chart: `record_usage` adds to it, and the flush writes those counts into usage_day as
 one upsert (INSERT ... ON CONFLICT DO UPDATE), in the transaction of the fact UPDATE.
 
-Counts accumulated in a process that dies without exiting (SIGKILL) are lost: they feed decay and
-reinforcement (scoring.py), not an audit trail.
+The same accumulator keeps the access log (models.FactRead): which API key read which fact, through
+which door (a search hit, a context block, each by REST or MCP), when. Reads of one fact by one key
+through one door between two flushes are one row (with their count and the latest time); the flush
+writes them as one INSERT ... SELECT, so a read costs the request a dictionary update, not a statement.
+`access_log_prune` (the beat, daily) removes rows older than ACCESS_LOG_RETENTION_DAYS.
+
+Counts and log rows accumulated in a process that dies without exiting (SIGKILL) are lost (at most a
+flush interval's worth): the log is an operator's view of who read what, not a tamper-proof trail
+(the audit log is that, for writes).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import contextvars
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
-from datetime import date, datetime
+from collections.abc import Iterable, Iterator
+from datetime import date, datetime, timedelta
 from typing import TYPE_CHECKING
 from uuid import UUID
 
@@ -35,12 +44,29 @@ from django.utils import timezone
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
 
+    from memory_admin.selectors.access import Principal
+
 log = logging.getLogger(__name__)
 MAX_ACCESS_COUNT = 2**31 - 1  # the column is an int4
 
 _lock = threading.Lock()
 _pending: dict[str, tuple[int, datetime]] = {}  # fact id → (reads, latest read)
 _usage: dict[tuple[int, date, str], int] = {}  # (tenant id, day, kind) → requests
+_log: dict[tuple[str, int, str], tuple[int, datetime]] = {}  # (fact id, key id, via) → (reads, latest)
+# The door of the reads made in this context: "mcp" inside an MCP tool call (mcp_server), else REST.
+_door: contextvars.ContextVar[str] = contextvars.ContextVar("read_door", default="")
+
+
+@contextlib.contextmanager
+def reads_through_mcp() -> Iterator[None]:
+    """Reads made inside this block are logged as an MCP tool's (`mcp_search`, `mcp_context`)."""
+    token = _door.set("mcp_")
+    try:
+        yield
+    finally:
+        _door.reset(token)
+
+
 _flusher: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked worker starts its own
 
 
@@ -48,25 +74,66 @@ def _interval() -> float:
     return float(getattr(settings, "ACCESS_COUNT_FLUSH_SECONDS", 1.0))
 
 
-def record_access(fact_ids: Iterable[UUID]) -> None:
-    """Count one read of each fact: at once when the interval is 0, else at the next flush."""
+def record_access(fact_ids: Iterable[UUID], principal: Principal | None = None, via: str = "") -> None:
+    """Count one read of each fact: at once when the interval is 0, else at the next flush. With the
+    reading principal and the door (`search`, `context`), a key's reads also go to the access log."""
     ids = list(fact_ids)
     if not ids:
         return
     now = timezone.now()
+    key_id = principal.api_key_id if principal is not None and via else None
+    door = _door.get() + via
     if _interval() <= 0:
         from memory_admin.models import Fact
 
         # Saturating: a count at the int4 limit stays there rather than failing the read.
         count = Least(Cast(F("access_count"), BigIntegerField()) + 1, Value(MAX_ACCESS_COUNT))
         Fact.objects.filter(pk__in=ids).update(access_count=count, last_accessed_at=now)
+        if key_id is not None:
+            with connection.cursor() as cursor:
+                _insert_log(cursor, [((str(fact_id), key_id, door), (1, now)) for fact_id in ids])
         return
+    keys = [str(fact_id) for fact_id in ids]  # once: the counts and the log share them
     with _lock:
-        for fact_id in ids:
-            key = str(fact_id)
+        for key in keys:
             reads, _ = _pending.get(key, (0, now))
             _pending[key] = (reads + 1, now)
+        if key_id is not None:
+            for key in keys:
+                entry = (key, key_id, door)
+                _log[entry] = (_log.get(entry, (0, now))[0] + 1, now)
     _ensure_flusher()
+
+
+def _insert_log(cursor: CursorWrapper, rows: list[tuple[tuple[str, int, str], tuple[int, datetime]]]) -> None:
+    # Joined to the fact (its owner, and a fact erased since the read drops its rows) and to the key
+    # (its tenant: a global fact has none of its own).
+    values = ", ".join(["(%s::uuid, %s::int8, %s::varchar, %s::int, %s::timestamptz)"] * len(rows))
+    cursor.execute(
+        "INSERT INTO memory_admin_factread (tenant_id, fact_id, memory_user_id, api_key_id, via, reads, read_at)"
+        " SELECT k.tenant_id, f.id, f.memory_user_id, k.id, v.via, v.n, v.t"
+        f" FROM (VALUES {values}) AS v(fact_id, key_id, via, n, t)"
+        " JOIN memory_admin_fact AS f ON f.id = v.fact_id JOIN memory_admin_apikey AS k ON k.id = v.key_id",
+        [x for (fact_id, key_id, via), (n, at) in rows for x in (fact_id, key_id, via, n, at)],
+    )
+
+
+def access_log_prune(*, now: datetime | None = None, batch: int = 10_000) -> int:
+    """Remove access-log rows older than ACCESS_LOG_RETENTION_DAYS (the beat's daily task), in batches so
+    that no statement holds many locks; returns the rows removed."""
+    days = float(getattr(settings, "ACCESS_LOG_RETENTION_DAYS", 90))
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    removed = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM memory_admin_factread WHERE id IN"
+                " (SELECT id FROM memory_admin_factread WHERE read_at < %s LIMIT %s)",
+                [cutoff, batch],
+            )
+            removed += cursor.rowcount
+            if cursor.rowcount < batch:
+                return removed
 
 
 def record_usage(tenant_id: int, kind: str) -> None:
@@ -103,7 +170,9 @@ def flush() -> int:
         _pending.clear()
         usage = sorted(_usage.items())
         _usage.clear()
-    if not batch and not usage:
+        logged = list(_log.items())
+        _log.clear()
+    if not batch and not usage and not logged:
         return 0
     values = ", ".join(["(%s::uuid, %s::int, %s::timestamptz)"] * len(batch))
     params = [x for fact_id, (reads, at) in batch for x in (fact_id, reads, at)]
@@ -119,6 +188,8 @@ def flush() -> int:
                 )
             if usage:
                 _upsert_usage(cursor, usage)
+            if logged:
+                _insert_log(cursor, logged)
     except Exception:
         # A failed flush (deadlock with a write, a restart of the database) puts the counts back.
         log.exception("access counts: flush of %d facts failed; retried at the next flush", len(batch))
@@ -128,6 +199,9 @@ def flush() -> int:
                 _pending[fact_id] = (reads + old_reads, max(at, old_at))
             for key, n in usage:
                 _usage[key] = _usage.get(key, 0) + n
+            for entry, (n, at) in logged:
+                old_n, old_at = _log.get(entry, (0, at))
+                _log[entry] = (n + old_n, max(at, old_at))
         return 0
     return len(batch)
 
@@ -155,7 +229,7 @@ def _ensure_flusher() -> None:
 
 
 def _at_exit() -> None:
-    if (_pending or _usage) and _flusher is not None and _flusher[0] == os.getpid():
+    if (_pending or _usage or _log) and _flusher is not None and _flusher[0] == os.getpid():
         try:
             flush()
         except Exception:  # noqa: BLE001 - exiting anyway

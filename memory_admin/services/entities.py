@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import F, Q, QuerySet, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
@@ -30,6 +31,7 @@ from memory_admin.models.entities import RELATION_TYPE_PATTERN, RelationEnd, fol
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok, agent_text_problem
 from memory_admin.services.audit import audit
+from memory_admin.services.entity_kinds import SHARED_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -158,8 +160,15 @@ def _better_name(entity: Entity, name: str) -> bool:
     return len(fold_name(name).split()) > len(fold_name(entity.name).split())
 
 
-def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime) -> Entity:
-    """Add the mention's names and time to the entity it resolved to."""
+def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime, *, by_user: bool = False) -> Entity:
+    """Add the mention's names and time to the entity it resolved to. A user's fact naming a shared
+    (tenant) entity adds at most its type: a tenant entity is a name, and never carries one user's
+    aliases or times to the others (nor keeps them after that user is erased)."""
+    if by_user and entity.memory_user_id is None:
+        if entity.type == Entity.Type.OTHER and mention.type != Entity.Type.OTHER:
+            entity.type = mention.type
+            entity.save(update_fields=["type"])
+        return entity
     changed = False
     for alias in (mention.name, *mention.aliases):
         key = fold_name(alias)
@@ -194,15 +203,19 @@ def entity_resolve(
         claims=claims,
     )
     if found is not None:
-        return _absorb(found, mention, fact.valid_from)
+        return _absorb(found, mention, fact.valid_from, by_user=fact.memory_user_id is not None)
     from memory_admin.services.entity_curation import entity_embed
     from memory_admin.services.entity_neighbour import neighbour_step
 
-    names = list(dict.fromkeys(n[:_NAME_MAX] for n in (mention.name, *mention.aliases) if fold_name(n)))
+    # A place, tool, organisation or event is one tenant entity however many users name it (one "Zed",
+    # not one per user): it holds the name only; the facts and relations that name it stay their owners'.
+    shared = fact.memory_user_id is None or (_share_kinds() and mention.type in SHARED_KINDS)
+    names = [mention.name[:_NAME_MAX]] if shared else []
+    names = names or list(dict.fromkeys(n[:_NAME_MAX] for n in (mention.name, *mention.aliases) if fold_name(n)))
     entity = Entity(
         tenant_id=fact.tenant_id,
-        memory_user_id=fact.memory_user_id,
-        scope=Entity.Scope.USER if fact.memory_user_id else Entity.Scope.ORG,
+        memory_user_id=None if shared else fact.memory_user_id,
+        scope=Entity.Scope.ORG if shared else Entity.Scope.USER,
         name=mention.name[:_NAME_MAX],
         type=mention.type,
         aliases=names,
@@ -213,6 +226,10 @@ def entity_resolve(
     entity_embed(entity)
     entity.save(force_insert=True)
     return neighbour_step(principal, fact=fact, mention=mention, entity=entity, claims=claims) or entity
+
+
+def _share_kinds() -> bool:
+    return bool(getattr(settings, "ENTITY_SHARED_KINDS", False))
 
 
 def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation | None:

@@ -59,7 +59,10 @@ COMMON = frozenset(
     on to with about anyway btw congrats congratulations great good nice awesome cool sure lol haha
     omg dear mr mrs ms dr monday tuesday wednesday thursday friday saturday sunday today tomorrow
     yesterday tonight january february march april june july august september october november
-    december""".split()
+    december woah whoa wow aww aw plus absolutely actually definitely hopefully unfortunately agreed yup
+    woohoo yay cheers gotcha oof ha hah haha hmm mm lately last recently anyway totally exactly however even
+    yet now later see remember together everything everyone something nothing life man fri tues thurs wed
+    sat sun mon yea""".split()
 )
 _WORD = re.compile(r"[^\W\d_][\w'’&.-]*")
 _SPEAKER = re.compile(r"^\s*([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*){0,2}):\s")
@@ -118,13 +121,15 @@ def names(text: str) -> list[str]:
         alone_at_start = len(words) == 1 and opens and not first_was_common
         if alone_at_start and after not in (":", ",", "'", "’") and not raw[0].endswith(("'s", "’s")):
             continue
+        if alone_at_start and after == "," and words[0].casefold().endswith("ly"):
+            continue  # "Honestly, ...": an adverb, not a speaker
         name = " ".join(words)
         found.setdefault(fold_name(name), name)
     return list(found.values())
 
 
 _THE_USER = re.compile(r"^the user(?:'s|’s| (is|has|was)| (\w+)s)\b", re.I)
-_USER_VERB = {"is": "I am", "has": "I have", "was": "I was"}
+_USER_VERB = {"is": "I am", "has": "I have", "was": "I was", "does": "I do"}
 
 
 def _first_person(clause: str) -> str:
@@ -140,6 +145,53 @@ def _first_person(clause: str) -> str:
     else:
         head = "My"
     return head + clause[m.end() :]
+
+
+_NAMED = re.compile(r"^(?:['’]s\s+|\s+([a-z]+)\b)")
+_FAMILY = re.compile(
+    r"\bmy\s+(?:best\s+|old\s+|close\s+)?(friend|sister|brother|mom|mum|mother|dad|father|wife|husband|partner|"
+    r"son|daughter|cousin|aunt|uncle|boss|manager|colleague|coworker|mentor|neighbou?r)s?,?\s+$",
+    re.I,
+)
+_KIN = {"friend", "colleague", "coworker", "boss", "manager", "mentor", "neighbor", "neighbour"}
+
+
+def _named_first_person(clause: str, name: str) -> str | None:
+    """A clause about a named person ("Ada lives in Lisbon", "Ada's editor is Zed") as the first-person
+    clause the rules read ("I live in Lisbon"); None when the name is not followed by a verb or 's."""
+    rest = clause[len(name) :]
+    m = _NAMED.match(rest)
+    if not m:
+        return None
+    tail = rest[m.end() :]
+    if rest[:1] in ("'", "’"):
+        return "My " + tail
+    verb = m.group(1)
+    if verb in _USER_VERB:
+        verb = _USER_VERB[verb].split()[1]
+    elif verb.endswith("ies"):
+        verb = verb[:-3] + "y"
+    elif verb.endswith(("sses", "xes", "zes", "shes", "ches", "oes")):
+        verb = verb[:-2]
+    elif verb.endswith("s") and not verb.endswith("ss"):
+        verb = verb[:-1]
+    return f"I {verb} {tail.lstrip()}"
+
+
+_CAPITALISED = re.compile(r"^([A-Z][\w'’-]+(?:\s+[A-Z][\w'’-]+)?)(?=['’]s\b|\s)")
+
+
+def _opener(clause: str, found: list[str]) -> str | None:
+    """The name a clause opens with: a drawn name, else its capitalised first words unless common
+    ("Ada lives in Lisbon": a sentence's first word is a name only if a rule then holds of it)."""
+    name = _opening_name(clause, found)
+    if name is None:
+        m = _CAPITALISED.match(clause)
+        words = m.group(1).split() if m else []
+        while words and words[-1].casefold() in COMMON:
+            words.pop()
+        name = " ".join(words) if words and words[0].casefold() not in COMMON else None
+    return name
 
 
 def _opening_name(body: str, found: list[str]) -> str | None:
@@ -163,6 +215,7 @@ def _merge_role(current: str | None, role: str) -> str:
 def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
     """The mentions (name, type, role) and relations a fact's text states, by the rules of the docstring."""
     from extraction.rules import clause_graph, statements
+    from memory_admin.services.entity_kinds import kind_of
 
     speaker_match = _SPEAKER.match(text)
     speaker = speaker_match.group(1) if speaker_match and fold_name(speaker_match.group(1)) not in COMMON else None
@@ -176,25 +229,51 @@ def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
         shown[key], kinds[key], roles[key] = speaker, "person", FactEntity.Role.SUBJECT
     found = names(body)
     for clause in statements(body):
-        mentions, stated = clause_graph(_first_person(clause))
+        subject, first = speaker, _first_person(clause)
+        opener = _opener(clause, found) if first == clause and not speaker else None
+        named = _named_first_person(clause, opener) if opener else None
+        mentions, stated = clause_graph(named) if named is not None else ((), ())
+        if stated:  # "Ada lives in Lisbon": a rule holds of Ada, the subject, a person
+            subject = opener
+            shown.setdefault(fold_name(opener), opener)
+        else:
+            mentions, stated = clause_graph(first)
         for mention in mentions:
-            name = speaker if speaker and fold_name(mention.name) == SELF_NAME else _trim(mention.name, found)
+            is_self = fold_name(mention.name) == SELF_NAME
+            name = subject if subject and is_self else _trim(mention.name, found)
             key = fold_name(name)
             shown.setdefault(key, name)
-            kinds[key] = mention.type if kinds.get(key, "other") == "other" else kinds[key]
+            kind = kind_of(name, "") if mention.type == "other" and not is_self else mention.type
+            kinds[key] = kind if kinds.get(key, "other") == "other" else kinds[key]
             roles[key] = _merge_role(roles.get(key), mention.role)
         for relation in stated:
-            subject = speaker if speaker and fold_name(relation.subject) == SELF_NAME else relation.subject
-            relations.append(RelationDraft(subject, relation.type, _trim(relation.object, found)))
+            who = subject if subject and fold_name(relation.subject) == SELF_NAME else relation.subject
+            relations.append(RelationDraft(who, relation.type, _trim(relation.object, found)))
+        _kin(clause, found, subject, relations, kinds)
     opening = _opening_name(body, found)
     for name in found:
         key = fold_name(name)
         shown.setdefault(key, name)
         role = FactEntity.Role.SUBJECT if name == opening and not speaker else FactEntity.Role.MENTIONED
         roles[key] = _merge_role(roles.get(key), role)
+        if kinds.get(key, "other") == "other":
+            at = body.find(name)
+            kinds[key] = kind_of(name, body[max(at, 0) - 40 : max(at, 0)] if at > 0 else "")
     keys = list(shown)[:MAX_MENTIONS]
     mentions = [EntityMention(shown[k], kinds.get(k, "other"), roles[k]) for k in keys]
     return mentions, relations
+
+
+def _kin(clause: str, found: list[str], subject: str | None, relations: list, kinds: dict) -> None:
+    """ "my friend Dana", "my sister Ana": the speaker (or the user) knows a person of that name."""
+    for name in found:
+        at = clause.find(name)
+        m = _FAMILY.search(clause[max(at - 40, 0) : at]) if at > 0 else None
+        if m is None:
+            continue
+        kinds[fold_name(name)] = "person"
+        kind = "knows" if m.group(1).lower() in _KIN else "family_of"
+        relations.append(RelationDraft(subject or SELF_NAME, kind, name))
 
 
 @functools.lru_cache(maxsize=8192)

@@ -4,24 +4,45 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory_admin.db.cursors import prepared_cursor
-from memory_admin.errors import RateLimited
-from memory_admin.models import Agent, ApiKey
-from memory_admin.selectors.access import KnownUser, Principal, known_memory_user, memory_user_lookup
+from memory_admin.errors import DomainError, Invalid, NotFound, RateLimited
+from memory_admin.models import Agent, ApiKey, MemoryUser
+from memory_admin.selectors.access import (
+    ADMIN,
+    KnownUser,
+    Principal,
+    known_memory_user,
+    memory_user_lookup,
+    require_tenant_wide,
+)
+from memory_admin.services.audit import audit
 from memory_admin.services.throttle import api_key_check, api_key_count_sql
 
 KEY_PREFIX = "mem_"
 _KEY_SQL = (
-    "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name"
+    "SELECT k.id, k.tenant_id, k.agent_id, k.is_admin, k.allowed_user_ids, k.last_used_at, a.name,"
+    " k.paused_at, k.expires_at, k.read_only"
     f" FROM {ApiKey._meta.db_table} AS k JOIN {Agent._meta.db_table} AS a ON a.id = k.agent_id"
     " WHERE k.key_hash = %s AND k.revoked_at IS NULL LIMIT 1"
 )
-_KEY_WIDTH = 7  # the columns of _KEY_SQL (what `_principal` reads)
+_KEY_WIDTH = 10  # the columns of _KEY_SQL (what `_principal` reads)
+
+
+class KeyPaused(DomainError):
+    """The key exists but an admin paused it: nothing it asks is answered until it is resumed."""
+
+    code = "key_paused"
+    status = 403
+
+
+class KeyExpired(DomainError):
+    code = "key_expired"
+    status = 401
 
 
 def hash_key(raw: str) -> str:
@@ -35,6 +56,8 @@ def api_key_create(
     is_admin: bool = False,
     allowed_user_ids: list[str] | None = None,
     label: str = "",
+    read_only: bool = False,
+    expires_at: datetime | None = None,
 ) -> tuple[ApiKey, str]:
     """Create a key for the named agent (created if new). Returns the row and the raw key, which is
     never stored and cannot be shown again."""
@@ -48,19 +71,68 @@ def api_key_create(
         key_hash=hash_key(raw),
         is_admin=is_admin,
         allowed_user_ids=allowed_user_ids or [],
+        read_only=read_only,
+        expires_at=expires_at,
     )
     return key, raw
+
+
+def key_users_check(*, tenant_id: int, external_ids: list[str]) -> None:
+    """Refuse a key limited to memory users the tenant does not have (`unknown_memory_user`, naming
+    them): a typo would otherwise make a key that reaches nobody, or someone created later."""
+    if not external_ids:
+        return
+    known = set(
+        MemoryUser.objects.filter(tenant_id=tenant_id, external_id__in=external_ids).values_list(
+            "external_id", flat=True
+        )
+    )
+    unknown = [u for u in dict.fromkeys(external_ids) if u not in known]
+    if unknown:
+        raise Invalid(
+            f"No memory user with the id {', '.join(unknown)} in this tenant: check the ids on the Users page.",
+            code="unknown_memory_user",
+            field="users",
+            unknown=unknown,
+        )
+
+
+def key_expiry_check(expires_at: datetime | None) -> None:
+    if expires_at is not None and expires_at <= timezone.now():
+        raise Invalid("The expiry must be in the future.", code="expiry_in_past", field="expires_at")
 
 
 def api_key_revoke(*, key: ApiKey) -> None:
     ApiKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
+@transaction.atomic
+def api_key_pause(*, principal: Principal, key_id: int, paused: bool) -> ApiKey:
+    """Pause (or resume) a live key of the principal's tenant (admins): a paused key's requests are
+    refused with `key_paused` until it is resumed. A revoked key stays revoked (`key_revoked`). Audited."""
+    require_tenant_wide(principal, ADMIN)
+    key = ApiKey.objects.select_for_update().filter(tenant_id=principal.tenant_id, pk=key_id).first()
+    if key is None:
+        raise NotFound("No API key with that id is visible to you.")
+    if key.revoked_at is not None:
+        raise DomainError("This key is revoked for good; create a new one.", code="key_revoked", status=409)
+    if paused != (key.paused_at is not None):
+        key.paused_at = timezone.now() if paused else None
+        key.save(update_fields=["paused_at"])
+        action = "api_key.pause" if paused else "api_key.resume"
+        audit(principal, action, outcome="paused" if paused else "resumed", target=key, after={"prefix": key.prefix})
+    return key
+
+
 def principal_for_key(raw: str) -> Principal | None:
-    """The principal of a bearer key, or None for a missing, unknown or revoked key."""
+    """The principal of a bearer key, or None for a missing, unknown, revoked, paused or expired key (the
+    MCP door, whose transport answers 401; the REST API answers `key_paused` / `key_expired`)."""
     if not raw or not raw.startswith(KEY_PREFIX):
         return None
-    return _key_principal(raw)
+    try:
+        return _key_principal(raw)
+    except (KeyPaused, KeyExpired):
+        return None
 
 
 def principal_for_request(raw: str, user_id: str | None = None) -> tuple[Principal | None, KnownUser | None]:
@@ -94,7 +166,11 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
     guess = _previous.get(key_hash) if user_id is not None else None
     count = api_key_count_sql("k.id")
     if count is None and guess is None:
-        principal = _key_principal(raw)
+        try:
+            principal = _key_principal(raw)
+        except DomainError:
+            _remember(key_hash, None)
+            raise
         _remember(key_hash, principal)
         return principal, None
     ctes, params, columns = [f"k AS ({_KEY_SQL})"], [key_hash], ["k.*"]
@@ -117,7 +193,11 @@ def _counted_principal(raw: str, user_id: str | None = None) -> tuple[Principal 
         _remember(key_hash, None)  # unknown or revoked: no guess, nothing ahead for it any more
         return None, None
     n_key = _KEY_WIDTH
-    principal = _principal(row[:n_key])
+    try:
+        principal = _principal(row[:n_key])
+    except DomainError:
+        _remember(key_hash, None)  # paused or expired: nothing starts ahead of its next statement
+        raise
     if count is not None:
         try:
             api_key_check(row[n_key], retry_after)
@@ -141,8 +221,14 @@ def _remember(key_hash: str, principal: Principal | None) -> None:
 
 
 def _principal(row: tuple) -> Principal:
-    key_id, tenant_id, agent_id, is_admin, allowed_user_ids, last_used_at, agent_name = row
+    """The key's principal; KeyPaused or KeyExpired for a key that exists but may not be used now."""
+    key_id, tenant_id, agent_id, is_admin, allowed_user_ids, last_used_at, agent_name = row[:7]
+    paused_at, expires_at, read_only = row[7:10]
     now = timezone.now()
+    if expires_at is not None and expires_at <= now:
+        raise KeyExpired("This API key has expired; ask an admin for a new one.")
+    if paused_at is not None:
+        raise KeyPaused("This API key is paused by an admin; its requests are refused until it is resumed.")
     # last_used_at at minute resolution: not one write per request.
     if last_used_at is None or now - last_used_at > timedelta(minutes=1):
         ApiKey.objects.filter(pk=key_id).update(last_used_at=now)
@@ -154,4 +240,5 @@ def _principal(row: tuple) -> Principal:
         agent_id=agent_id,
         api_key_id=key_id,
         allowed_external_ids=tuple(allowed_user_ids or ()),
+        read_only=bool(read_only),
     )

@@ -24,6 +24,7 @@ from memory_admin.models import (
     ExtractionBatch,
     Fact,
     FactEntity,
+    FactRead,
     ImportedItem,
     Membership,
     MemoryUser,
@@ -276,6 +277,7 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
     counts["entities"] = entities_erase(memory_user_id=memory_user.pk)
     NotebookChunk.objects.filter(notebook__memory_user=memory_user).delete()
     ImportedItem.objects.filter(memory_user=memory_user).delete()
+    FactRead.objects.filter(memory_user=memory_user).delete()  # the access log of their memories
     # The user's LangGraph store items and checkpoints are the agent's records of them: deleted outright.
     StoreItem.objects.filter(memory_user=memory_user).delete()
     CheckpointWrite.objects.filter(thread__memory_user=memory_user).delete()

@@ -20,6 +20,7 @@ from memory_admin.services.extraction import batch_retry
 from memory_admin.services.settings import LIMITS, tenant_settings, tenant_settings_update
 from memory_admin.services.tenant_admin import dashboard_key_create, dashboard_key_revoke
 from memory_admin.views.base import paginate, tenant_view
+from memory_admin.views.keys import expiry_from_form
 
 
 @tenant_view(staff_only=True)
@@ -72,6 +73,8 @@ def keys(request: HttpRequest) -> HttpResponse:
                 label=request.POST.get("label", ""),
                 is_admin=request.POST.get("is_admin") == "on",
                 allowed_user_ids=users,
+                read_only=request.POST.get("read_only") == "on",
+                expires_at=expiry_from_form(request.POST.get("expires", "")),
             )
         except DomainError as exc:
             error = exc.detail
@@ -96,7 +99,7 @@ def keys(request: HttpRequest) -> HttpResponse:
     response = render(
         request,
         "dashboard/keys.html",
-        {"agents": agents, "created": created, "error": error},
+        {"agents": agents, "created": created, "error": error, "form": request.POST if error else None},
         status=422 if error else 200,
     )
     if created:

@@ -53,6 +53,7 @@ NAV_SECTIONS = {
     "pii": ("pii", "pii_detail"),
     "audit": ("audit",),
     "keys": ("keys",),
+    "access_log": ("access_log",),
     "settings": ("settings",),
 }
 _SECTION_OF = {name: section for section, names in NAV_SECTIONS.items() for name in names}
@@ -81,7 +82,16 @@ NAV_GROUPS = (
             ("batches", "Extraction"),
         ),
     ),
-    ("Oversight", (("pii", "PII blocks"), ("audit", "Audit log"), ("keys", "Agents & keys"), ("settings", "Settings"))),
+    (
+        "Oversight",
+        (
+            ("pii", "PII blocks"),
+            ("audit", "Audit log"),
+            ("keys", "Agents & keys"),
+            ("access_log", "Access log"),
+            ("settings", "Settings"),
+        ),
+    ),
 )
 
 

@@ -19,7 +19,11 @@ pytestmark = pytest.mark.django_db
 
 # Written inside the request only in the test suite (ACCESS_COUNT_FLUSH_SECONDS = 0); in production a
 # background flush writes them once a second for every request together.
-DEFERRED_WRITES = ('UPDATE "memory_admin_fact"', "INSERT INTO memory_admin_usage_day")
+DEFERRED_WRITES = (
+    'UPDATE "memory_admin_fact"',
+    "INSERT INTO memory_admin_usage_day",
+    "INSERT INTO memory_admin_factread",  # the access log: like the counts, a flush's in production
+)
 # The rate limiter's housekeeping: one request in _SWEEP_ONE_IN (at random) also deletes old windows.
 HOUSEKEEPING = "DELETE FROM memory_admin_throttlewindow"
 

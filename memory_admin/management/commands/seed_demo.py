@@ -19,8 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from memory_admin.errors import Blocked
-from memory_admin.models import Episode, Fact, Membership, MemoryUser, Message, Thread
+from memory_admin.models import Episode, Fact, Membership, MemoryUser, Message, Relation, Thread
 from memory_admin.selectors.access import Principal, memory_user_for
+from memory_admin.services.entity_draw import facts_draw
 from memory_admin.services.facts import fact_correct, fact_write
 from memory_admin.services.keys import api_key_create
 from memory_admin.services.notebook import notebook_save
@@ -120,6 +121,9 @@ class Command(BaseCommand):
         people = PEOPLE[:users] if users <= len(PEOPLE) else PEOPLE + [f"User {i}" for i in range(users - 30)]
         for index, name in enumerate(people):
             self._seed_person(principal, rng, index, name)
+        # The entity graph now, not when a worker gets to it: the drawing is idempotent, so a worker
+        # that runs it again later changes nothing.
+        facts_draw(Fact.objects.filter(tenant=tenant_obj, entities_due=True).values_list("pk", flat=True))
         self._accounts(tenant_obj)
         _, raw = api_key_create(
             tenant_id=tenant_obj.pk, agent_name="demo-assistant", is_admin=True, label="demo admin key"
@@ -130,7 +134,9 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(
                 f"tenant {tenant} seeded ({len(people)} users, "
-                f"{Fact.objects.filter(tenant=tenant_obj).count()} facts; admin API key in {key_file})"
+                f"{Fact.objects.filter(tenant=tenant_obj).count()} facts, "
+                f"{Relation.objects.filter(tenant=tenant_obj, valid_to__isnull=True).count()} relations; "
+                f"admin API key in {key_file})"
             )
         )
 
@@ -172,6 +178,7 @@ class Command(BaseCommand):
             source="user_stated",
         )
         write(f"{first} lives in {city}", key="personal.city", category="personal", source="user_stated")
+        write(f"{first} works at {company}", key="work.employer", category="personal", source="user_stated")
         write(f"{first} enjoys {rng.choice(HOBBIES)} on weekends", category="personal", confidence=0.8)
         project = write(
             f"{first} is currently working on {rng.choice(PROJECTS)}", category="project", source="tool_verified"

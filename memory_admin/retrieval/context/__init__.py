@@ -55,10 +55,9 @@ def _record_reads(principal: Principal, sections: list[Section], record: bool | 
     """Reads of included facts count (services.access_counts); by default only agents' reads."""
     if not (principal.actor_type == "agent" if record is None else record):
         return
-    from memory_admin.services.access_counts import record_usage
-    from memory_admin.services.facts import record_access
+    from memory_admin.services.access_counts import record_access, record_usage
 
-    record_access([i.id for s in sections if s.name in FACT_SECTIONS for i in s.included])
+    record_access([i.id for s in sections if s.name in FACT_SECTIONS for i in s.included], principal, "context")
     record_usage(principal.tenant_id, "context")
 
 
