@@ -195,6 +195,8 @@ def _visit_url(principal, source, url: str, depth: int, state: dict, robots) -> 
     except KnowledgeError as exc:
         _fail(document, f"{exc.code}: {exc.detail}")
         return
+    if got.not_modified and source.kind == Source.Kind.SITE and depth < source.max_depth:
+        _follow(source, document.links, depth, state)
     if not _usable(document, got, url, state):
         return
     state["bytes"] += len(got.body)
@@ -204,8 +206,10 @@ def _visit_url(principal, source, url: str, depth: int, state: dict, robots) -> 
     except KnowledgeError as exc:
         _fail(document, f"{exc.code}: {exc.detail}")
         return
+    origin = _origin(source.location)
     document.etag, document.last_modified = got.etag, got.last_modified
-    document.save(update_fields=["etag", "last_modified"])
+    document.links = [link for link in links if _origin(link) == origin][:1000]
+    document.save(update_fields=["etag", "last_modified", "links"])
     if source.kind == Source.Kind.SITE and depth < source.max_depth:
         _follow(source, links, depth, state)
 

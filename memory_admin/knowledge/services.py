@@ -15,7 +15,7 @@ from django.utils import timezone
 from memory_admin.knowledge import conf
 from memory_admin.knowledge.crawl import crawl_begin, ingestion_enabled
 from memory_admin.knowledge.errors import KnowledgeError
-from memory_admin.knowledge.fetch import check_url
+from memory_admin.knowledge.fetch import check_url, resolve_checked
 from memory_admin.knowledge.parsing import doc_type
 from memory_admin.models import KnowledgeChunk, KnowledgeDocument, KnowledgeSettings, KnowledgeSource, MemoryUser
 from memory_admin.selectors.access import ADMIN, Principal, get_visible, require_tenant_wide, require_write_to
@@ -96,7 +96,7 @@ def source_create(
     _require_enabled(principal)
     _check_limits(max_depth, max_pages, max_bytes)
     if kind in (KnowledgeSource.Kind.URL, KnowledgeSource.Kind.SITE):
-        check_url(location)
+        resolve_checked(*check_url(location)[1:])  # refused now rather than at the first fetch
     elif kind == KnowledgeSource.Kind.FOLDER:
         principal.require(ADMIN)
         location = str(folder_allowed(location))

@@ -120,6 +120,8 @@ class KnowledgeDocument(models.Model):
     fetched_at = models.DateTimeField(null=True, blank=True)
     changed_at = models.DateTimeField(null=True, blank=True)
     error = models.CharField(max_length=500, blank=True, default="")
+    # The same-host links it held when last read: a page that answers 304 still leads the crawl on.
+    links = models.JSONField(default=list, blank=True)
     chunks_blocked = models.PositiveIntegerField(default=0)  # held a secret: refused, a PII block recorded
     chunks_redacted = models.PositiveIntegerField(default=0)
     chunks_quarantined = models.PositiveIntegerField(default=0)
