@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from memory_admin.knowledge import conf
@@ -89,8 +91,29 @@ def crawl_begin(source: KnowledgeSource) -> None:
     )
 
 
+@contextmanager
+def _source_lock(source_id) -> Iterator[bool]:
+    """A session advisory lock on the source: a step sent twice (the sweep resending one it took for lost)
+    runs once at a time; the second finds it taken and leaves the walk to the first."""
+    key = int.from_bytes(hashlib.blake2b(str(source_id).encode(), digest_size=8).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
+        taken = cursor.fetchone()[0]
+    try:
+        yield taken
+    finally:
+        if taken:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+
+
 def crawl_step(source_id, *, pages: int | None = None) -> bool:
     """Visit up to `pages` documents of the walk; True when more remain (dispatch another step)."""
+    with _source_lock(source_id) as taken:
+        return _crawl_step(source_id, pages) if taken else False
+
+
+def _crawl_step(source_id, pages: int | None) -> bool:
     source = KnowledgeSource.objects.filter(pk=source_id).first()
     if source is None or source.state != Source.State.RUNNING:
         return False
