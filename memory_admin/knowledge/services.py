@@ -60,10 +60,10 @@ def _check_limits(max_depth: int, max_pages: int, max_bytes: int) -> None:
             raise KnowledgeError(f"{name} may be at most {limit}.", code="limit_too_high", field=name, limit=limit)
 
 
-def folder_allowed(path: str) -> Path:
+def folder_allowed(path: str, roots: tuple[str, ...] | None = None) -> Path:
     """The folder, resolved, if it lies inside one of the roots staff configured (KNOWLEDGE_FOLDER_ROOTS)."""
     resolved = Path(path).expanduser().resolve()
-    for root in conf.FOLDER_ROOTS():
+    for root in conf.FOLDER_ROOTS() if roots is None else roots:
         if resolved.is_relative_to(Path(root).expanduser().resolve()):
             if not resolved.is_dir():
                 raise KnowledgeError("No folder at that path.", code="folder_not_found", field="location")
@@ -89,9 +89,12 @@ def source_create(
     max_depth: int = 2,
     max_pages: int = 50,
     max_bytes: int = 20 * 1024 * 1024,
+    folder_roots: tuple[str, ...] | None = None,
+    dispatch: bool = True,
 ) -> KnowledgeSource:
-    """A new source (its first crawl is sent at commit). A tenant-wide source needs a tenant-wide writer;
-    a folder source an admin, and a folder under a configured root."""
+    """A new source (its first crawl is sent at commit unless `dispatch` is false: the caller crawls).
+    A tenant-wide source needs a tenant-wide writer; a folder source an admin, and a folder under a
+    configured root (`folder_roots`: the command line's own, trusted, choice)."""
     require_write_to(principal, memory_user)
     _require_enabled(principal)
     _check_limits(max_depth, max_pages, max_bytes)
@@ -99,7 +102,7 @@ def source_create(
         resolve_checked(*check_url(location)[1:])  # refused now rather than at the first fetch
     elif kind == KnowledgeSource.Kind.FOLDER:
         principal.require(ADMIN)
-        location = str(folder_allowed(location))
+        location = str(folder_allowed(location, folder_roots))
     elif kind == KnowledgeSource.Kind.FILE:
         if upload is None:
             raise KnowledgeError("Send the file as `file` (multipart).", code="file_missing", field="file")
@@ -134,7 +137,8 @@ def source_create(
     )
     crawl_begin(source)
     audit(principal, "knowledge.source.create", outcome="created", target=source, after=_snapshot(source))
-    _dispatch(source.pk)
+    if dispatch:
+        _dispatch(source.pk)
     return source
 
 
@@ -152,7 +156,7 @@ def _writable(principal: Principal, source_id) -> KnowledgeSource:
 
 
 @transaction.atomic
-def source_crawl_now(principal: Principal, source_id) -> KnowledgeSource:
+def source_crawl_now(principal: Principal, source_id, *, dispatch: bool = True) -> KnowledgeSource:
     source = _writable(principal, source_id)
     _require_enabled(principal)
     if source.status == KnowledgeSource.Status.PAUSED:
@@ -161,7 +165,8 @@ def source_crawl_now(principal: Principal, source_id) -> KnowledgeSource:
         raise KnowledgeError("A crawl of this source is already running.", code="crawl_in_progress", status=409)
     crawl_begin(source)
     audit(principal, "knowledge.source.crawl", outcome="queued", target=source)
-    _dispatch(source.pk)
+    if dispatch:
+        _dispatch(source.pk)
     return source
 
 
