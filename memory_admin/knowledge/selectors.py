@@ -6,7 +6,6 @@ from collections import defaultdict
 
 from django.db.models import Count
 
-from memory_admin.knowledge.errors import KnowledgeError
 from memory_admin.models import KnowledgeChunk, KnowledgeDocument, KnowledgeSource, MemoryUser
 from memory_admin.selectors.access import Principal, get_visible, visible
 
@@ -108,8 +107,6 @@ def source_detail(principal: Principal, source_id) -> dict:
 
 def document_chunks(principal: Principal, document_id, *, status: str | None = None) -> dict:
     document = get_visible(principal, KnowledgeDocument.objects.all(), pk=document_id)
-    if document.source.status == KnowledgeSource.Status.DELETED and status is None:
-        raise KnowledgeError("Its source was deleted; ask for status=retired.", code="source_deleted", status=410)
     chunks = KnowledgeChunk.objects.filter(document=document).defer(*KnowledgeChunk.VECTORS)
     if status:
         chunks = chunks.filter(status=status)
