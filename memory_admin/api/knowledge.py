@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from uuid import UUID
 
 from ninja import File, Form, Query, Router, Schema, UploadedFile
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictInt
 
 from memory_admin.api.schemas import StrictIn, UserId, text
 from memory_admin.knowledge import selectors, services
@@ -22,10 +22,10 @@ router = Router(tags=["knowledge"])
 
 SourceName = text(min_length=1, max_length=200)
 Location = text(min_length=1, max_length=2000)
-RefreshMinutes = Annotated[int, Field(ge=5, le=525600)]  # five minutes to a year
-Depth = Annotated[int, Field(ge=0, le=10)]
-Pages = Annotated[int, Field(ge=1, le=100000)]
-Bytes = Annotated[int, Field(ge=1024, le=10**10)]
+RefreshMinutes = Annotated[StrictInt, Field(ge=5, le=525600)]  # five minutes to a year
+Depth = Annotated[StrictInt, Field(ge=0, le=10)]
+Pages = Annotated[StrictInt, Field(ge=1, le=100000)]
+Bytes = Annotated[StrictInt, Field(ge=1024, le=10**10)]
 
 
 class SourceIn(StrictIn):
@@ -50,7 +50,7 @@ class SourceFilters(Schema):
 
 
 class KnowledgeSettingsIn(StrictIn):
-    ingestion_enabled: bool
+    ingestion_enabled: StrictBool
 
 
 class SourceOut(Schema):
