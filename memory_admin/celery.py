@@ -106,7 +106,7 @@ heartbeats.connect_celery()  # a worker's progress: liveness that does not wait 
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.beat_scheduler = Scheduler
 app.conf.broker_connection_retry_on_startup = True
-app.autodiscover_tasks(["extraction"])
+app.autodiscover_tasks(["extraction", "memory_admin.knowledge"])
 
 # Three queues, all consumed by every worker unless it is told otherwise (-Q). `control` carries what
 # proves the background is alive and keeps it moving (heartbeats, sweeps, housekeeping), so it never
@@ -127,6 +127,7 @@ app.conf.task_routes = {
             "extraction.entities_sweep",
             "extraction.episodes_sweep",
             "extraction.broker_cleanup",
+            "knowledge.refresh_due",
         )
     },
     **{
@@ -141,6 +142,7 @@ app.conf.task_routes = {
             "extraction.import*",
             "extraction.lifecycle_gc_all",
             "extraction.contradiction_scan_all",
+            "knowledge.crawl",
         )
     },
 }
@@ -183,6 +185,12 @@ app.conf.beat_schedule = {
     "contradiction-scan-hourly": {
         "task": "extraction.contradiction_scan_all",
         "schedule": crontab(minute=41),
+    },
+    # Trained knowledge: the sources whose refresh interval has passed (memory_admin/knowledge/).
+    "knowledge-refresh": {
+        "task": "knowledge.refresh_due",
+        "schedule": timedelta(seconds=_seconds("KNOWLEDGE_REFRESH_SWEEP_SECONDS", 60)),
+        "options": {"expires": 120},
     },
     "broker-cleanup-hourly": {
         "task": "extraction.broker_cleanup",

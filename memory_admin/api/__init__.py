@@ -16,7 +16,18 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import HttpBearer
 
-from memory_admin.api import checkpoints, entities, entity_curation, facts, memory, messages, retrieval, store, system
+from memory_admin.api import (
+    checkpoints,
+    entities,
+    entity_curation,
+    facts,
+    knowledge,
+    memory,
+    messages,
+    retrieval,
+    store,
+    system,
+)
 from memory_admin.api.docs import OfflineSwagger
 from memory_admin.api.schemas import IDENTIFIER_MAX, IDENTIFIER_PATTERN, ErrorOut
 from memory_admin.errors import DomainError, Forbidden, RateLimited
@@ -288,5 +299,6 @@ for _router in (
     entity_curation.router,
     store.router,
     checkpoints.router,
+    knowledge.router,
 ):
     api.add_router("", _router)

@@ -3,6 +3,7 @@ from memory_admin.models.checkpoints import Checkpoint, CheckpointWrite, StoreIt
 from memory_admin.models.entities import Entity, EntityBackfill, EntityDrawing, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
+from memory_admin.models.knowledge import KnowledgeChunk, KnowledgeDocument, KnowledgeSettings, KnowledgeSource
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
     Edge,
@@ -55,6 +56,10 @@ __all__ = [
     "FactEntity",
     "Heartbeat",
     "ImportedItem",
+    "KnowledgeChunk",
+    "KnowledgeDocument",
+    "KnowledgeSettings",
+    "KnowledgeSource",
     "LlmCall",
     "MemoryUser",
     "Membership",

@@ -30,6 +30,9 @@ from memory_admin.models import (
     ExtractionBatch,
     Fact,
     FactEntity,
+    KnowledgeChunk,
+    KnowledgeDocument,
+    KnowledgeSource,
     LlmCall,
     MemoryUser,
     Message,
@@ -142,10 +145,14 @@ _OWNER_PATH: dict[type[models.Model], tuple[str, str]] = {
     EntityMergeReview: ("memory_user", "tenant_id"),
     StoreItem: ("memory_user", "tenant_id"),
     Checkpoint: ("memory_user", "tenant_id"),
+    KnowledgeSource: ("memory_user", "tenant_id"),
+    KnowledgeDocument: ("memory_user", "tenant_id"),
+    KnowledgeChunk: ("memory_user", "tenant_id"),
 }
 
 # Models whose rows without a memory user are shared by the whole tenant, like org facts.
 _SHARED_WHEN_NO_USER = (Notebook, Skill, NotebookRevision, SkillRevision, Entity, Relation, FactEntity)
+_SHARED_WHEN_NO_USER += (KnowledgeSource, KnowledgeDocument, KnowledgeChunk)  # a tenant's shared sources
 
 
 def visible(principal: Principal, queryset: models.QuerySet[M]) -> models.QuerySet[M]:

@@ -26,6 +26,9 @@ from memory_admin.models import (
     ExtractionBatch,
     Fact,
     FactEntity,
+    KnowledgeChunk,
+    KnowledgeDocument,
+    KnowledgeSource,
     LlmCall,
     MemoryUser,
     Message,
@@ -727,6 +730,26 @@ def populate(tenant, user: MemoryUser) -> dict[type, set]:
             data=b"",
             metadata_type="t",
             metadata_data=b"",
+        )
+    ]
+
+    source = KnowledgeSource.objects.create(tenant=tenant, memory_user=user, kind="url", name="wiki")
+    document = KnowledgeDocument.objects.create(source=source, tenant=tenant, memory_user=user, locator="https://x/")
+    rows[KnowledgeSource] = [source]
+    rows[KnowledgeDocument] = [document]
+    rows[KnowledgeChunk] = [
+        KnowledgeChunk.objects.create(
+            tenant=tenant,
+            memory_user=user,
+            source=source,
+            document=document,
+            ordinal=0,
+            content=f"{user} plays jazz",
+            content_hash="h",
+            tokens=3,
+            document_version=1,
+            embedding=[0.0] * 384,
+            fetched_at=now,
         )
     ]
 
