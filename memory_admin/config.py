@@ -669,6 +669,32 @@ Str("OTEL_SERVICE_NAME", None, "the traces' service name", shown="`memory-admin`
 Str("OTEL_RESOURCE_ATTRIBUTES", None, "OpenTelemetry resource attributes (`service.name=…` names the service too)")
 
 
+# Trained knowledge (sources): memory_admin/knowledge/
+MB = 1024 * 1024
+Int("KNOWLEDGE_CHUNK_TOKENS", 400, "the most tiktoken tokens a document chunk holds", minimum=50, maximum=8000)
+Int("KNOWLEDGE_EMBED_BATCH", 64, "document chunks embedded together", minimum=1, maximum=1024)
+Float("KNOWLEDGE_FETCH_TIMEOUT_SECONDS", 15, "the time limit of one page's fetch", minimum=1, maximum=600)
+Int("KNOWLEDGE_MAX_PAGE_BYTES", 5 * MB, "the largest page the fetcher reads", minimum=1024)
+Int("KNOWLEDGE_MAX_UPLOAD_BYTES", 10 * MB, "the largest uploaded document", minimum=1024)
+Int("KNOWLEDGE_MAX_REDIRECTS", 5, "redirects one fetch follows (each one checked like the URL)", minimum=0, maximum=20)
+Int("KNOWLEDGE_PAGES_PER_TASK", 5, "documents one crawl task reads before it hands on to the next", minimum=1)
+Int("KNOWLEDGE_LIMIT_PAGES", 1000, "the most pages a source may ask for", minimum=1)
+Int("KNOWLEDGE_LIMIT_DEPTH", 5, "the deepest link depth a site source may ask for", minimum=0, maximum=50)
+Int("KNOWLEDGE_LIMIT_BYTES", 200 * MB, "the most bytes a source may ask for", minimum=1024)
+Float(
+    "KNOWLEDGE_STUCK_SECONDS", 600, "a crawl step silent this long is taken up again by the refresh sweep", minimum=10
+)
+Str("KNOWLEDGE_USER_AGENT", "memory-admin-knowledge/1", "the fetcher's User-Agent (robots.txt rules are read for it)")
+List(
+    "KNOWLEDGE_ALLOWED_HOSTS",
+    [],
+    "hosts (`name` or `name:port`) the fetcher may reach though they resolve to a private, loopback or "
+    "link-local address (an intranet wiki)",
+    shown="none",
+)
+List("KNOWLEDGE_FOLDER_ROOTS", [], "the only folders a folder source may read from", shown="none")
+Float("KNOWLEDGE_REFRESH_SWEEP_SECONDS", 60, "how often the beat looks for sources due a re-crawl", minimum=1)
+
 # --- README ---------------------------------------------------------------------------------------------
 
 TABLE_START = "<!-- configuration table: written by `manage.py config_table` from memory_admin/config.py -->"

@@ -1,4 +1,5 @@
-"""Ingestion knobs: a Django setting of the same name wins, then the environment, then the default.
+"""Ingestion knobs: a Django setting of the same name wins, then the environment (declared in
+memory_admin/config.py), then the default.
 
 `KNOWLEDGE_ALLOWED_HOSTS` (comma-separated in the environment) names hosts the fetcher may reach even
 though they resolve to a private, loopback or link-local address (an intranet wiki); nothing else does.
@@ -7,20 +8,16 @@ though they resolve to a private, loopback or link-local address (an intranet wi
 
 from __future__ import annotations
 
-import os
-
 from django.conf import settings
+
+from memory_admin import config
 
 
 def _value(name: str, default):
     if hasattr(settings, name):
         return getattr(settings, name)
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if isinstance(default, tuple):
-        return tuple(part.strip() for part in raw.split(",") if part.strip())
-    return type(default)(raw)
+    value = config.get(name)  # declared in memory_admin/config.py, with its bounds
+    return tuple(value) if isinstance(default, tuple) else value
 
 
 def _knob(name: str, default):

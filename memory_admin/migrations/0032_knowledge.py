@@ -13,7 +13,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory_admin', '0025_langgraph_store_checkpoints'),
+        ('memory_admin', '0031_access_log_key_states_event_type'),
     ]
 
     operations = [
