@@ -66,7 +66,7 @@ logger_class = Logger
 
 def post_worker_init(worker):
     # Load the embedding model and the tokenizer before the first request, not during it.
-    from memory_admin.embeddings import embed_one
+    from memory_admin.embedding import embed_one
     from memory_admin.tokens import count_tokens
 
     embed_one("warm-up")

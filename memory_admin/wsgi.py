@@ -9,7 +9,7 @@ tracing.init("web")  # off unless OTEL_* asks; before the handler loads the midd
 django_application = get_wsgi_application()
 
 from memory_admin.api import embed_ahead_wsgi  # noqa: E402 - after Django is set up
-from memory_admin.embeddings import use_switch_interval  # noqa: E402
+from memory_admin.embedding import use_switch_interval  # noqa: E402
 
 use_switch_interval()
 

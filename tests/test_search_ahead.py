@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from memory_admin import embeddings
 from memory_admin.api.schemas import MAX_QUERY_CHARS
-from memory_admin.embeddings import _search_helpers, search_ahead_executor, search_ahead_submit
+from memory_admin.embedding import ahead as embeddings
+from memory_admin.embedding.ahead import _search_helpers, search_ahead_executor, search_ahead_submit
 from memory_admin.models import ApiKey
 from memory_admin.selectors import search as search_module
 from memory_admin.selectors.search import VectorsAhead, search_vectors

@@ -74,7 +74,7 @@ from pgvector import Vector
 
 from memory_admin import metrics, scoring
 from memory_admin.db_cursors import vector_cursor
-from memory_admin.embeddings import embed_query, embed_query_topic, search_ahead_submit
+from memory_admin.embedding import embed_query, embed_query_topic, search_ahead_submit
 from memory_admin.models import Entity, Fact, MemoryUser, Relation
 from memory_admin.selectors.access import CURATE, Principal, from_rows, visible
 from memory_admin.services.settings import tenant_settings
@@ -973,7 +973,7 @@ def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set
     """When no name matches the query's words and no entity lies near its meaning: the names of undrawn
     facts whose entity, once drawn, the embedding fallback would find (the MAX_EMBEDDED_ENTITIES nearest
     the query at ENTITY_EMBEDDING_MIN or more), among the names embedded so far (NAME_EMBEDS_PER_SEARCH)."""
-    from memory_admin.embeddings import embed
+    from memory_admin.embedding import embed
 
     texts = {key: text for mentions, _ in undrawn.values() for key, _, text in mentions}
     missing = [t for t in dict.fromkeys(texts.values()) if t not in _NAME_VECTORS][:NAME_EMBEDS_PER_SEARCH]
