@@ -122,6 +122,7 @@ def mix(whole, topic):
 
 
 def test_the_torch_engine_embeds_the_text_without_the_names(engine):
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     torch = engine("torch")
     question = "What kind of art does Dana Scully make?"
     mixed, whole = search_vectors(question)

@@ -35,6 +35,7 @@ def test_each_engine_is_chosen_by_its_name(settings):
 
 
 def test_the_torch_engine_answers_to_its_old_name_too():
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     torch, local = make_embedder("torch"), make_embedder("local")
     assert type(torch) is type(local) is TorchEmbedder
     assert torch.embed(["tea"]) == local.embed(["tea"]) and len(torch.embed(["tea"])[0]) == 384

@@ -61,6 +61,7 @@ def onnx_engine(built_offline) -> OnnxEmbedder:
 
 @pytest.fixture(scope="session")
 def vectors(onnx_engine) -> tuple[np.ndarray, np.ndarray]:
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     torch_vectors = np.array(TorchEmbedder().embed(SENTENCES))
     onnx_vectors = np.array(onnx_engine.embed(SENTENCES))
     return torch_vectors, onnx_vectors
@@ -109,6 +110,7 @@ def test_similarities_near_the_write_paths_thresholds_match_the_torch_engine(onn
         ("Dana is allergic to peanuts", "Dana cannot eat nuts"),
         ("Invoices for this account must be issued in euros", "The customer wants invoices in EUR, not USD"),
     ]
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     torch_engine = TorchEmbedder()
     for a, b in pairs:
         ta, tb = np.array(torch_engine.embed([a, b]))

@@ -38,6 +38,7 @@ def vectors(model, **filters):
 
 @pytest.fixture(scope="module")
 def torch_engine():
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     return make_embedder("torch")
 
 

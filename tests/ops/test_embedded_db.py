@@ -90,3 +90,17 @@ def test_a_size_that_is_not_a_whole_number_of_megabytes_is_refused_by_name(monke
     monkeypatch.setenv("EMBEDDED_PG_SHARED_BUFFERS_MB", value)
     with pytest.raises(ImproperlyConfigured, match="EMBEDDED_PG_SHARED_BUFFERS_MB must be a whole number"):
         shared_buffers_mb()
+
+
+def test_without_database_url_or_the_pgserver_wheel_the_start_says_what_to_set(tmp_path):
+    """pgserver has no wheel for CPython 3.13 (pyproject.toml installs it on 3.11-3.12 only): there, a start
+    with no DATABASE_URL stops at the settings with what to do, not with a ModuleNotFoundError."""
+    script = "import sys; sys.modules['pgserver'] = None\nimport memory_admin.settings\n"
+    env = {**os.environ, "MEMORY_ADMIN_DATA_DIR": str(tmp_path)}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: No DATABASE_URL is set and the embedded Postgres" in done.stderr
+    assert "Set DATABASE_URL to a Postgres 16 with pgvector" in done.stderr
