@@ -132,3 +132,22 @@ def test_a_cycle_through_a_re_exporting_package_is_found(tmp_path):
     (package / "later.py").write_text("import memory_admin.scoring\n")
     graph = import_graph(tmp_path, ("memory_admin",))
     assert cycles(graph) == [["memory_admin.scoring", "memory_admin.services", "memory_admin.services.write"]]
+
+
+def test_no_module_imports_the_moved_embedding_paths():
+    """memory_admin.embeddings and memory_admin.onnx_model only re-export `memory_admin.embedding` for code
+    written against the old paths; nothing of the project (at the top or inside a function) imports them."""
+    old = {"memory_admin.embeddings", "memory_admin.onnx_model"}
+    found = []
+    for path in [*(ROOT / "memory_admin").rglob("*.py"), *(ROOT / "extraction").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            else:
+                continue
+            if names & old:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+    assert "memory_admin.embedding" in import_graph(ROOT)["memory_admin.embeddings"]  # the shim re-exports
