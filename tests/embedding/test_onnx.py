@@ -14,6 +14,9 @@ from memory_admin.embedding.onnx import OnnxEmbedder
 from memory_admin.embedding.torch import TorchEmbedder
 from tests.offline_build import build_offline
 
+# Builds the model in a subprocess (1-3 min on two shared cores) and loads the torch engine.
+pytestmark = pytest.mark.slow
+
 SENTENCES = [
     "Alice prefers tea in the morning",
     "Alice likes tea at breakfast",

@@ -50,6 +50,7 @@ def test_a_new_embedded_server_starts_with_its_shared_buffers_and_keeps_them(dat
     assert probe(data, "256") == ("256MB", pid)
 
 
+@pytest.mark.slow
 def test_a_running_server_is_never_restarted_to_resize_it(data):
     _, pid = probe(data, "256")
     # Asked for more while it runs: recorded for its next start, the processes using it keep their server.
@@ -66,6 +67,7 @@ def test_zero_leaves_postgres_default(data):
     assert probe(data, "0")[0] == "128MB"
 
 
+@pytest.mark.slow
 def test_an_operators_own_setting_is_kept_unless_the_variable_asks_for_a_size(data):
     probe(data, "256")
     pgdata = data / "pgdata"
