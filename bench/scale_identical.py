@@ -95,7 +95,7 @@ def context_answer(module, principal, user, text, budget, label="", fresh=False)
     draws = random.Random(f"{user.pk}:{text}:{budget}")
     secrets.token_hex = lambda n=32: draws.getrandbits(8 * n).to_bytes(n, "big").hex()
     if fresh:
-        from memory_admin.embeddings import query_cache
+        from memory_admin.embedding import query_cache
 
         query_cache.clear()  # the block embeds its task, as a new task over HTTP does
     block = module.context_block(principal=principal, memory_user=user, task=text, budget_tokens=budget, record=False)
@@ -148,7 +148,7 @@ def main() -> int:
     setup_django(database_url(args.db, fresh=False))
     from django.db import transaction
 
-    from memory_admin.embeddings import embed_query
+    from memory_admin.embedding import embed_query
     from memory_admin.models import MemoryUser, Tenant
     from memory_admin.selectors import search as after_search
     from memory_admin.selectors.access import Principal

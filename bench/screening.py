@@ -57,7 +57,7 @@ def main() -> None:
     def run_guard(text: str) -> None:
         guard.clear_cache()  # every round evaluates the text afresh
         if guard.verdict(text).flagged:
-            guard._first_flagged_line(text)  # noqa: SLF001 - what a refused notebook or skill pays
+            guard.screening._first_flagged_line(text)  # noqa: SLF001 - what a refused notebook or skill pays
 
     screens = {
         "guard": run_guard,

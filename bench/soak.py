@@ -645,7 +645,7 @@ def embedder_env() -> dict[str, str]:
     import django
 
     django.setup()
-    from memory_admin.onnx_model import cache_dir
+    from memory_admin.embedding.onnx_recipe import cache_dir
 
     return {"EMBEDDER_CACHE_DIR": str(cache_dir())}
 

@@ -87,7 +87,7 @@ def embed_phase(engine: str, n: int) -> dict:
     import django
 
     django.setup()
-    from memory_admin.embeddings import make_embedder
+    from memory_admin.embedding import make_embedder
 
     _, questions = texts()
     t0 = time.perf_counter()

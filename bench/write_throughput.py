@@ -176,7 +176,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", default=str(ROOT), help="comma-separated code trees, alternated")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--engine", default="onnx", help="EMBEDDER of the servers (onnx, static)")
+    parser.add_argument("--engine", default="onnx", help="EMBEDDER of the servers (onnx, torch)")
     args = parser.parse_args()
     trees = [Path(t).resolve() for t in args.trees.split(",") if t.strip()]
     url = database_url("bench_write", fresh=True)

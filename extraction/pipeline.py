@@ -322,7 +322,7 @@ def _recall_filter(batch: ExtractionBatch, messages: list[Message]) -> tuple[lis
     active fact, are not extraction input. Returns the inputs and {message id: skip reason}."""
     import numpy as np
 
-    from memory_admin.embeddings import embed
+    from memory_admin.embedding import embed
 
     skipped: dict[int, str] = {}
     texts: dict[int, str] = {}
@@ -522,7 +522,7 @@ def _link_entities(principal: Principal, fact: Fact, candidate: _Candidate, batc
 def _commit(
     batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *, model: str
 ) -> BatchOutcome:
-    from memory_admin.embeddings import embed
+    from memory_admin.embedding import embed
 
     # Drop what carries no information (a redacted placeholder) before paying for embeddings.
     candidates = [c for c in candidates if "[REDACTED:" not in c.content and c.content.strip()]

@@ -158,7 +158,7 @@ def access_log_prune() -> int:
 def _switch_interval(**_kwargs) -> None:
     """The GIL switch interval of the worker (settings.GIL_SWITCH_INTERVAL_MS), in its main process and
     in each pool child: a batch's texts are embedded on helper threads beside the task's Python."""
-    from memory_admin.embeddings import use_switch_interval
+    from memory_admin.embedding import use_switch_interval
 
     use_switch_interval()
 
@@ -173,7 +173,7 @@ def _load_embedder_before_fork(**_kwargs) -> None:
     if settings.EMBEDDER == "openai":
         return
     try:
-        from memory_admin.embeddings import get_embedder
+        from memory_admin.embedding import get_embedder
 
         get_embedder()
     except Exception:  # noqa: BLE001 - children load it themselves then
@@ -189,7 +189,7 @@ def _warm_embedder(**_kwargs) -> None:
     if settings.EMBEDDER == "openai":
         return
     try:
-        from memory_admin.embeddings import embed
+        from memory_admin.embedding import embed
 
         embed(["warm up"])
         log.info("embedding model warm")

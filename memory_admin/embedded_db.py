@@ -14,6 +14,8 @@ import warnings
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
+from django.core.exceptions import ImproperlyConfigured
+
 from memory_admin import config
 
 EMBEDDED_DB_NAME = "memory_admin"
@@ -28,7 +30,13 @@ def data_dir(base_dir: Path) -> Path:
 def embedded_server(base_dir: Path):
     """Start (or join) the embedded Postgres and return its pgserver handle."""
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
-    import pgserver
+    try:
+        import pgserver
+    except ImportError as exc:  # its wheels stop at CPython 3.12 (pyproject.toml installs it only there)
+        raise ImproperlyConfigured(
+            "No DATABASE_URL is set and the embedded Postgres (the pgserver wheel) is not installed: it has "
+            "no wheel for this Python. Set DATABASE_URL to a Postgres 16 with pgvector, or use Python 3.11-3.12."
+        ) from exc
 
     pgdata = data_dir(base_dir) / "pgdata"
     fresh = not (pgdata / "PG_VERSION").exists()

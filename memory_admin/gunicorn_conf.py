@@ -93,13 +93,13 @@ def load_shared() -> None:
     from django.conf import settings
     from django.urls import get_resolver
 
-    from memory_admin.embeddings import get_embedder
+    from memory_admin.embedding import get_embedder
     from memory_admin.services.pii import find
     from memory_admin.tokens import count_tokens
 
     before = _threads()
     get_resolver().url_patterns  # noqa: B018 - imports every URL, view and API module
-    if settings.EMBEDDER == "static" or (settings.EMBEDDER == "onnx" and _config.get("EMBED_THREADS") == 1):
+    if settings.EMBEDDER == "onnx" and _config.get("EMBED_THREADS") == 1:
         get_embedder()  # more intra-op threads are a pool of threads: each worker builds its own then
     count_tokens("warm-up")
     find("warm-up")
@@ -122,7 +122,7 @@ def when_ready(server):
 def post_worker_init(worker):
     # Load the embedding model and the tokenizer before the first request, not during it (with
     # preload_app the model is built already: this runs it once, in the worker).
-    from memory_admin.embeddings import embed_one
+    from memory_admin.embedding import embed_one
     from memory_admin.tokens import count_tokens
 
     embed_one("warm-up")

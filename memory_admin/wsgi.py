@@ -8,7 +8,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_admin.settings")
 from memory_admin import tracing  # noqa: E402
-from memory_admin.embeddings import use_switch_interval  # noqa: E402
+from memory_admin.embedding import use_switch_interval  # noqa: E402
 
 tracing.init("web")
 use_switch_interval()

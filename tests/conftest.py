@@ -15,6 +15,37 @@ from memory_admin.services.tenants import tenant_create
 
 _counter = itertools.count(1)
 
+# The fast inner loop: a bare `pytest` leaves out the tests that start processes or a browser. `--all`
+# (what .ci/run and the README's test command pass) runs them too, and so does any `-m` expression, so
+# `pytest -m slow` still selects them.
+_LEFT_OUT_BY_DEFAULT = ("slow", "browser", "scaleout")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--all",
+        action="store_true",
+        default=False,
+        help="also run the tests marked " + ", ".join(_LEFT_OUT_BY_DEFAULT) + " (left out by default)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--all") or config.option.markexpr:
+        return
+    kept, left_out = [], []
+    for item in items:
+        (left_out if any(item.get_closest_marker(m) for m in _LEFT_OUT_BY_DEFAULT) else kept).append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = kept
+
+
+def pytest_report_header(config):
+    if not (config.getoption("--all") or config.option.markexpr):
+        return f"fast loop: tests marked {', '.join(_LEFT_OUT_BY_DEFAULT)} are left out (--all runs everything)"
+    return None
+
 
 def wait_until_database_quiet(timeout: float = 30.0) -> None:
     """Wait until no other session of the test database is inside a transaction at two looks 0.25 s apart.

@@ -1,6 +1,6 @@
 """Running a build step in a subprocess that cannot reach any network: every socket connect and name
 lookup raises, and the Hugging Face libraries and proxies are told to stay offline. Used by the engine
-tests (ONNX export, static table) to prove a fresh clone builds its models with no network and no torch."""
+tests (the ONNX export) to prove a fresh clone builds its model with no network and no torch."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def build_offline(module: str, function: str, directory: Path, *, timeout: float
         socket.create_connection = refuse
         socket.getaddrinfo = refuse
 
-        from memory_admin import {module}
-        path = {module}.{function}(Path({str(directory)!r}))
+        import memory_admin.{module} as built
+        path = built.{function}(Path({str(directory)!r}))
         print("built", path)
         print("torch loaded:", "torch" in sys.modules)
     """)

@@ -23,6 +23,7 @@ def web_process(value: str | None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_a_web_process_takes_the_switch_interval_of_its_setting():
     default = web_process(None)
     assert default.returncode == 0, default.stderr

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from memory_admin.embeddings import embed
+from memory_admin.embedding import embed
 from memory_admin.tokens import count_tokens, encoding, truncate_to_tokens
 
 

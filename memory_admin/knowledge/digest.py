@@ -7,7 +7,7 @@ Each new chunk goes through what every fact goes through first (SPEC §4 steps 1
    fingerprint, as for a refused fact. PII the policy redacts is replaced by `[REDACTED:<kind>]`;
 2. the poisoning guard (services/guard.py `verdict`): a chunk that reads as instructions to a model is
    stored `quarantined` with the guard's reason, held for review and never served.
-Then the chunks are embedded in batches with the facts' embedder (memory_admin/embeddings.py `embed`), the
+Then the chunks are embedded in batches with the facts' embedder (memory_admin/embedding `embed`), the
 heading path leading the text so a section's title counts toward what it is about.
 
 A chunk is the same chunk across versions when its heading path and text are (its hash): such a chunk is
@@ -25,7 +25,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from memory_admin import embeddings, metrics
+from memory_admin import embedding, metrics
 from memory_admin.knowledge import conf
 from memory_admin.knowledge.chunking import Chunk, chunk_text
 from memory_admin.models import KnowledgeChunk, KnowledgeDocument, PiiBlock
@@ -106,7 +106,7 @@ def embed_batched(texts: Sequence[str], batch: int | None = None) -> list[list[f
     size = batch or conf.EMBED_BATCH()
     vectors: list[list[float]] = []
     for start in range(0, len(texts), size):
-        vectors.extend(embeddings.embed(list(texts[start : start + size])))
+        vectors.extend(embedding.embed(list(texts[start : start + size])))
     return vectors
 
 

@@ -27,7 +27,7 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
-from memory_admin import embeddings, scoring
+from memory_admin import embedding, scoring
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
 from memory_admin.models import Entity, Fact, MemoryUser, Relation
@@ -473,7 +473,7 @@ def _nearest_names(undrawn: dict[int, tuple], entity_vector: list[float]) -> set
     if missing:
         if len(_NAME_VECTORS) > _NAME_VECTORS_MAX:
             _NAME_VECTORS.clear()
-        for text, vector in zip(missing, embeddings.embed(missing), strict=True):
+        for text, vector in zip(missing, embedding.embed(missing), strict=True):
             vector = np.asarray(vector, dtype=np.float32)
             _NAME_VECTORS[text] = vector / (np.linalg.norm(vector) or 1.0)
     query = np.asarray(entity_vector, dtype=np.float32)

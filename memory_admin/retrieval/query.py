@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from memory_admin.embeddings import embed_query, embed_query_topic
+from memory_admin.embedding import embed_query, embed_query_topic
 from memory_admin.retrieval.names import WORD, cut_out, name_spans
 
 # A query that holds a name ("What kind of art does Caroline make?") is compared, for the vector

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db import connection
 
+from extraction.broker import queue_stats
 from memory_admin.services.heartbeats import PROGRESS, SWEEP, WORKER
 
 _PROCESS_STARTED = time.monotonic()
@@ -106,9 +107,7 @@ def queue_backlogs() -> list[QueueBacklog] | None:
     """Depth and oldest-message age of each of the broker's queues (extraction.broker.queue_stats),
     by name; None when the broker cannot be read (an outage: the heartbeats say what matters)."""
     try:
-        from extraction.broker import queue_stats  # the broker's own module knows how to ask it
-
-        stats = queue_stats()
+        stats = queue_stats()  # the broker's own module knows how to ask it
     except Exception:  # noqa: BLE001 - the broker down is not this answer's failure
         logging.getLogger(__name__).warning("health: the broker's queues could not be read", exc_info=True)
         return None

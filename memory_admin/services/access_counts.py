@@ -41,6 +41,8 @@ from django.db.models import BigIntegerField, F, Value
 from django.db.models.functions import Cast, Least
 from django.utils import timezone
 
+from memory_admin.models import Fact
+
 if TYPE_CHECKING:
     from django.db.backends.utils import CursorWrapper
 
@@ -84,8 +86,6 @@ def record_access(fact_ids: Iterable[UUID], principal: Principal | None = None, 
     key_id = principal.api_key_id if principal is not None and via else None
     door = _door.get() + via
     if _interval() <= 0:
-        from memory_admin.models import Fact
-
         # Saturating: a count at the int4 limit stays there rather than failing the read.
         count = Least(Cast(F("access_count"), BigIntegerField()) + 1, Value(MAX_ACCESS_COUNT))
         Fact.objects.filter(pk__in=ids).update(access_count=count, last_accessed_at=now)

@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.errors import AlreadyResolved, Invalid
 from memory_admin.models import Contradiction, Edge, Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, get_visible

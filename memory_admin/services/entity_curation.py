@@ -21,6 +21,7 @@ from django.db.models import CharField, F, Q, Value
 from django.db.models.functions import MD5, Concat, Greatest
 from django.utils import timezone
 
+from memory_admin.embedding import embed_one
 from memory_admin.errors import AlreadyResolved, Forbidden, Invalid
 from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEntity, Relation
 from memory_admin.models.entities import fold_name
@@ -48,7 +49,6 @@ ENTITY_TEXT_HASH_SQL = MD5(Concat("name", Value(" ("), "type", Value(")"), outpu
 
 def entity_embed(entity: Entity) -> None:
     """Give the entity the embedding of its name and type (not saved here)."""
-    from memory_admin.embeddings import embed_one
 
     entity.embedding = embed_one(entity_text(entity))
 

@@ -24,6 +24,7 @@ from difflib import SequenceMatcher
 from django.conf import settings
 from pgvector.django import CosineDistance
 
+from extraction import llm
 from memory_admin.models import Entity, EntityMergeReview, Fact
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
@@ -89,7 +90,6 @@ _LLM_SYSTEM = (
 
 
 def llm_name_judge(name: str, type: str, candidate: Entity, *, tenant_id: int) -> NameVerdict:
-    from extraction import llm
 
     aliases = ", ".join(a for a in candidate.aliases if fold_name(a) != SELF_NAME)[:500]
     prompt = f"Name A: {name} ({type})\nName B: {candidate.name} ({candidate.type}); also called: {aliases}"

@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from memory_admin import celery as celery_module
 from memory_admin import metrics, requestlog
 from memory_admin.errors import Conflict, Invalid, NotFound, TooLarge
 from memory_admin.models import ExtractionBatch, MemoryUser, Message, PiiBlock, Thread
@@ -213,7 +214,6 @@ def thread_close(
 
 
 def _dispatch_close(thread_pk: int, outcome: str | None) -> None:
-    from memory_admin import celery as celery_module
 
     celery_module.dispatch("extraction.close_thread", thread_pk, outcome)
 
@@ -245,6 +245,5 @@ def batch_retry(principal: Principal, batch_id: int) -> ExtractionBatch:
 
 
 def _dispatch_batch(batch_pk: int) -> None:
-    from memory_admin import celery as celery_module
 
     celery_module.dispatch_batches([batch_pk])

@@ -38,7 +38,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from memory_admin.embeddings import embed
+from memory_admin.embedding import embed
 from memory_admin.errors import Blocked, Conflict, Invalid, TooLarge
 from memory_admin.inputs import check_size
 from memory_admin.models import (

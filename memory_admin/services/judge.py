@@ -11,6 +11,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from extraction import llm
+from memory_admin.services.agent_text import agent_text_problem
+
 NEGATIONS = {
     "not",
     "no",
@@ -153,9 +156,6 @@ _LLM_SYSTEM = (
 
 def judge(a: str, b: str, *, tenant_id: int) -> Verdict:
     if settings.CONTRADICTION_JUDGE == "llm" and settings.OPENAI_API_KEY:
-        from extraction import llm
-        from memory_admin.services.agent_text import agent_text_problem
-
         try:
             data = llm.chat_json(
                 tenant_id=tenant_id, layer="judge", system=_LLM_SYSTEM, user=f"Statement A: {a}\nStatement B: {b}"

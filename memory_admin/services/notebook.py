@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory_admin.embeddings import embed
+from memory_admin.embedding import embed
 from memory_admin.errors import Conflict
 from memory_admin.inputs import check_size
 from memory_admin.models import Fact, MemoryUser, Notebook, NotebookChunk, NotebookRevision

@@ -28,7 +28,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from pgvector.django import CosineDistance
 
-from memory_admin import embeddings
+from memory_admin import embedding
 from memory_admin.errors import Invalid
 from memory_admin.models import MemoryUser, StoreItem, StoreVector
 from memory_admin.selectors.access import WRITE_MEMORY, Principal, memory_user_for, visible
@@ -203,7 +203,7 @@ def store_put(*, principal: Principal, puts: list[StorePut]) -> dict[str, int]:
     users = {uid: memory_user_for(principal, uid, create=True) for uid in dict.fromkeys(u for u, _, _ in last)}
     screened = [_screened(principal, p, users[p.user_id]) for p in last.values()]
     texts = [text for p in screened if p.value is not None for _, text in p.texts]
-    vectors = embeddings.embed(texts) if texts else []
+    vectors = embedding.embed(texts) if texts else []
     with transaction.atomic(), buffered_audits():
         StoreItem.objects.filter(tenant_id=principal.tenant_id, expires_at__lte=timezone.now()).delete()
         deleted = _delete(principal, [p for p in screened if p.value is None], users)
@@ -292,7 +292,7 @@ def _filtered(queryset: QuerySet[StoreItem], search: StoreSearch) -> QuerySet[St
 def store_search(*, principal: Principal, searches: list[StoreSearch], refresh_ttl: bool) -> list[list[Found]]:
     """Each search's page of items under its namespace prefix that pass its filter: by score when it has a
     query (items without indexed texts after those with), else the most recently updated first."""
-    vectors = iter(embeddings.embed([s.query for s in searches if s.query]) if any(s.query for s in searches) else [])
+    vectors = iter(embedding.embed([s.query for s in searches if s.query]) if any(s.query for s in searches) else [])
     results: list[list[Found]] = []
     read: list[StoreItem] = []
     for search in searches:

@@ -128,6 +128,7 @@ def account(tenant):
     return "olga"
 
 
+@pytest.mark.slow
 def test_sign_in_slows_an_account_under_attack_without_locking_its_owner_out(settings, account, tenant):
     settings.LOGIN_FAILURE_LIMIT = 10
     for i in range(10):
@@ -146,6 +147,7 @@ def test_sign_in_slows_an_account_under_attack_without_locking_its_owner_out(set
     assert sign_in(Client(), "piet", PASSWORD, address="10.0.1.3").status_code == 302
 
 
+@pytest.mark.slow
 def test_sign_in_locks_an_address_trying_many_accounts(settings, account, tenant):
     settings.LOGIN_FAILURE_LIMIT = 10
     for i in range(10):

@@ -12,7 +12,7 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.models import AuditEvent, Contradiction, Fact
 
 DAY = timedelta(days=1)

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from memory_admin.embeddings import embed_query
+from memory_admin.embedding import embed_query
 from memory_admin.models import MemoryUser
 from memory_admin.retrieval import fact_search
 from memory_admin.selectors import dashboard as sel

@@ -7,7 +7,7 @@ from datetime import timedelta
 from django.core.management import call_command
 from django.utils import timezone
 
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.models import AuditEvent, Contradiction, Fact, MemoryUser
 from memory_admin.services import lifecycle
 from memory_admin.services.facts import content_hash

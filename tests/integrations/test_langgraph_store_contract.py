@@ -12,7 +12,7 @@ from langgraph.store.memory import InMemoryStore
 from memory_admin_client import MemoryAdmin
 from memory_admin_client.langgraph import MemoryAdminStore
 
-from memory_admin import embeddings
+from memory_admin import embedding
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -179,7 +179,7 @@ SCENARIOS = [
 
 def server_embeddings(texts):
     """The server's own embedder, in this process, for the reference store."""
-    return embeddings.embed(list(texts))
+    return embedding.embed(list(texts))
 
 
 @pytest.fixture

@@ -161,7 +161,7 @@ def group_alive(pgid: int) -> bool:
 def embedder_cache() -> str:
     """The directory of this checkout's verified ONNX embedder (built once, by `build_embedder`), so
     the processes started here load it instead of each building their own."""
-    from memory_admin.onnx_model import cache_dir, verified_model
+    from memory_admin.embedding.onnx_recipe import cache_dir, verified_model
 
     if verified_model() is None:
         subprocess.run(

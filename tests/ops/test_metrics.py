@@ -34,6 +34,7 @@ def sample(text: str, name: str, **labels) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 def test_loopback_may_scrape_and_others_get_the_unknown_route_answer(settings):
     assert "memory_admin_metrics_database_up 1.0" in scrape()
     for address in ("10.1.2.3", "192.168.0.7", "2001:db8::1", "not-an-address"):

@@ -41,7 +41,7 @@ FORK_SCRIPT = textwrap.dedent(
     django.setup()
     gunicorn_conf.load_shared()  # raises if anything it loads started a thread
     threads = len(os.listdir("/proc/self/task"))
-    from memory_admin.embeddings import get_embedder
+    from memory_admin.embedding import get_embedder
     texts = json.loads(sys.argv[1])
     children = []
     for _ in range(2):

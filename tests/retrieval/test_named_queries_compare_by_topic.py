@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from memory_admin.embeddings import embed_query
+from memory_admin.embedding import embed_query
 from memory_admin.retrieval.names import name_spans, without_names
 from memory_admin.retrieval.query import TOPIC_SHARE, search_vectors
 
@@ -69,7 +69,7 @@ def test_one_run_of_the_model_gives_a_named_questions_two_vectors(api):
 
 
 def test_the_pair_keeps_the_questions_own_vector_and_a_question_without_names_pools_to_it():
-    from memory_admin.embeddings import get_embedder, query_cache
+    from memory_admin.embedding import get_embedder, query_cache
 
     engine = get_embedder()
     question = "What kind of art does Dana Scully make?"
@@ -84,7 +84,7 @@ def test_the_pair_keeps_the_questions_own_vector_and_a_question_without_names_po
 
 
 def test_the_topic_vector_lies_nearer_the_topics_statements_than_the_question_does():
-    from memory_admin.embeddings import get_embedder
+    from memory_admin.embedding import get_embedder
 
     engine = get_embedder()
     question = "What kind of art does Dana Scully make?"
@@ -106,7 +106,7 @@ def test_name_spans_cover_the_names_that_without_names_leaves_out():
 @pytest.fixture
 def engine(settings):
     """Switches the process's embedding engine for one test (the query cache is keyed by engine)."""
-    from memory_admin.embeddings import get_embedder
+    from memory_admin.embedding import get_embedder
 
     def use(name):
         settings.EMBEDDER = name
@@ -122,12 +122,13 @@ def mix(whole, topic):
     return mixed / np.linalg.norm(mixed)
 
 
-def test_the_static_engine_embeds_the_text_without_the_names(engine):
-    static = engine("static")
+def test_the_torch_engine_embeds_the_text_without_the_names(engine):
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
+    torch = engine("torch")
     question = "What kind of art does Dana Scully make?"
     mixed, whole = search_vectors(question)
-    assert whole == static.embed([question])[0]
-    np.testing.assert_allclose(mixed, mix(whole, static.embed(["What kind of art does make?"])[0]), atol=1e-6)
+    assert whole == torch.embed([question])[0]
+    np.testing.assert_allclose(mixed, mix(whole, torch.embed(["What kind of art does make?"])[0]), atol=1e-6)
 
 
 def test_the_openai_engine_embeds_the_text_without_the_names(engine, settings):

@@ -108,7 +108,7 @@ def test_a_search_embeds_a_bounded_number_of_undrawn_names(api, sent, monkeypatc
     """A question that names nobody looks for the undrawn facts' names by meaning, which embeds them on the
     request: a burst naming many new people is embedded NAME_EMBEDS_PER_SEARCH names a search, not all at
     once (an import's thousands of names would hold one search for minutes)."""
-    from memory_admin import embeddings
+    from memory_admin import embedding as embeddings
     from memory_admin.retrieval import candidates as search
 
     monkeypatch.setattr(search, "_NAME_VECTORS", {})

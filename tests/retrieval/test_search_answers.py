@@ -159,7 +159,7 @@ def test_shared_org_facts_are_found_and_another_users_are_not(api, tenant):
         confidence=1.0,
         source="user_stated",
         valid_from=timezone.now(),
-        embedding=__import__("memory_admin.embeddings", fromlist=["embed_one"]).embed_one(
+        embedding=__import__("memory_admin.embedding", fromlist=["embed_one"]).embed_one(
             "The office closes at 6pm on Fridays"
         ),
     )

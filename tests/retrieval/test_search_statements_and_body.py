@@ -12,7 +12,7 @@ from django.utils import timezone
 from ninja.responses import NinjaJSONEncoder
 
 from memory_admin.api.retrieval import SearchOut
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.models import Fact, MemoryUser
 
 pytestmark = pytest.mark.django_db

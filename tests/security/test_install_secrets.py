@@ -32,6 +32,7 @@ def run(code_or_args, data_dir: Path, **env):
     return subprocess.run(args, cwd=ROOT, env={**base, **env}, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_each_install_generates_its_own_keys_and_fingerprints_differ(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     first = run(FINGERPRINT, one)
@@ -47,6 +48,7 @@ def test_each_install_generates_its_own_keys_and_fingerprints_differ(tmp_path):
     assert (one / "secret_key").read_text() != (one / "pii_fingerprint_key").read_text()
 
 
+@pytest.mark.slow
 def test_the_fingerprint_key_comes_from_its_own_variable(tmp_path):
     a = run(FINGERPRINT, tmp_path, PII_FINGERPRINT_KEY="a" * 30 + "bcdefghijklmnopqrstuvwxyz0123456789")
     b = run(FINGERPRINT, tmp_path, PII_FINGERPRINT_KEY="z" * 30 + "bcdefghijklmnopqrstuvwxyz0123456789")
@@ -79,6 +81,7 @@ def test_debug_tolerates_the_old_default_for_local_development(tmp_path):
     assert run("import django; django.setup()", tmp_path, DEBUG="1", **env).returncode == 0
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_for_a_production_configuration(tmp_path):
     result = run(
         ["manage.py", "check", "--deploy", "--fail-level", "WARNING"],

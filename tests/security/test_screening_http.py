@@ -59,7 +59,7 @@ def test_a_largest_fact_of_the_worst_shapes_answers_promptly_with_json(api, name
 @pytest.fixture(scope="module", autouse=True)
 def _embedder_loaded():
     """The embedding model loads on the first write of a process: not part of any request's answer time."""
-    from memory_admin.embeddings import embed
+    from memory_admin.embedding import embed
 
     embed(["warm up"])
 

@@ -120,7 +120,7 @@ def test_batch_outcomes_match_single_writes(api):
 def test_embeds_each_text_once_ahead_of_the_store(api, monkeypatch):
     """The batch's texts are embedded on the helper thread (never one by one on the request's thread,
     never twice), each alone as `embed_one` would: the stored vectors are those of single writes."""
-    from memory_admin import embeddings
+    from memory_admin.embedding import ahead as embeddings  # where EmbedAhead calls them
 
     calls = []
     real, real_one = embeddings.embed, embeddings.embed_one

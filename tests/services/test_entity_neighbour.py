@@ -170,7 +170,7 @@ def test_the_command_embeds_entities_made_before_step_3_and_is_idempotent(system
 
     from django.core.management import call_command
 
-    from memory_admin.embeddings import embed_one
+    from memory_admin.embedding import embed_one
 
     write(system, alice, "Initech hired the user.", [EntityMention("Initech", "company", "subject")])
     Entity.objects.update(embedding=None)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.test import Client
 
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.models import Contradiction, Fact, MemoryUser, TenantSettings, WriteOutcome
 from memory_admin.scoring import _last_access, last_access_expression
 from memory_admin.services.facts import content_hash

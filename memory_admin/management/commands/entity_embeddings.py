@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from tqdm import tqdm
 
-from memory_admin.embeddings import embed
+from memory_admin.embedding import embed
 from memory_admin.models import Entity
 from memory_admin.services.entity_curation import entity_text
 

@@ -7,8 +7,10 @@ import sys
 import anyio
 from django.core.management.base import BaseCommand, CommandError
 
-from memory_admin import config
+from memory_admin import config, mcp_server
+from memory_admin.embedding import embed_one
 from memory_admin.errors import DomainError
+from memory_admin.tokens import count_tokens
 
 
 def _split(name: str) -> list[str]:
@@ -28,9 +30,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, transport: str, bind: str, **options):
-        from memory_admin import mcp_server
-        from memory_admin.embeddings import embed_one
-        from memory_admin.tokens import count_tokens
 
         if transport == "stdio":
             try:

@@ -33,7 +33,7 @@ from django.db import connection, models, transaction
 from django.db.models import F, Q
 from tqdm import tqdm
 
-from memory_admin.embeddings import make_embedder
+from memory_admin.embedding import make_embedder
 from memory_admin.models import Entity, Fact, NotebookChunk
 from memory_admin.services.entity_curation import ENTITY_TEXT_HASH_SQL, entity_text, entity_text_hash
 
@@ -142,7 +142,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--engine", default="", help="onnx, static, torch or openai (default: settings.EMBEDDER)")
+        parser.add_argument("--engine", default="", help="onnx, torch or openai (default: settings.EMBEDDER)")
         parser.add_argument("--tenant", default="", help="only this tenant's slug")
         parser.add_argument("--batch", type=int, default=BATCH, help="rows per transaction")
         parser.add_argument("--no-swap", action="store_true", help="fill the shadow column only")

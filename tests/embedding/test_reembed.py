@@ -11,7 +11,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection, transaction
 
-from memory_admin.embeddings import make_embedder
+from memory_admin.embedding import make_embedder
 from memory_admin.management.commands.reembed import fill, swap
 from memory_admin.models import Entity, Fact, NotebookChunk
 from memory_admin.selectors.access import Principal
@@ -38,6 +38,7 @@ def vectors(model, **filters):
 
 @pytest.fixture(scope="module")
 def torch_engine():
+    pytest.importorskip("sentence_transformers", reason="the torch extra is not installed")
     return make_embedder("torch")
 
 

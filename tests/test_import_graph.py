@@ -1,0 +1,153 @@
+"""The project's modules import each other without a cycle.
+
+The graph is built with `ast` from each module's top-level imports (what runs at import; imports inside
+functions and under `if TYPE_CHECKING:` are left out). Importing `a.b.c` runs `a` and `a.b` first, so a
+package's `__init__` that re-exports counts as an import of what it names. A cycle makes import order
+matter: whichever module is imported first sees the other half-initialised."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("memory_admin", "extraction")
+
+
+def _modules(root: Path, packages: tuple[str, ...]) -> dict[str, Path]:
+    found = {}
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            parts = path.relative_to(root).with_suffix("").parts
+            if "migrations" in parts:
+                continue
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _imported(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: dict) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:  # relative: from the module's package, one level up per extra dot
+        parts = module.split(".")[: None if is_package else -1]
+        parts = parts[: len(parts) - node.level + 1]
+        base = ".".join([*parts, base] if base else parts)
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+
+
+def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found, todo = [], list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            found.append(node)
+        elif isinstance(node, ast.If) and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING"):
+            todo.extend(node.orelse)
+        elif isinstance(node, ast.If | ast.Try | ast.With):
+            todo.extend(node.body)
+            todo.extend(getattr(node, "orelse", []))
+            todo.extend(getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+    return found
+
+
+def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
+    """Module -> the project modules its top-level imports run."""
+    known = _modules(root, packages)
+
+    def owner(name: str) -> str | None:  # `from pkg import name` where name is not a module: pkg
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in known.items():
+        edges: set[str] = set()
+        for node in _top_level_imports(ast.parse(path.read_text(), str(path))):
+            for name in _imported(node, module, path.name == "__init__.py", known):
+                target = owner(name) if name.split(".")[0] in packages else None
+                if target is None:
+                    continue
+                parts = target.split(".")
+                edges.update(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+        graph[module] = {t for t in edges if t in known and t != module and not module.startswith(t + ".")}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_project_has_no_import_cycle():
+    graph = import_graph(ROOT)
+    assert "memory_admin.services.guard" in graph["memory_admin.services.facts.write"]  # the graph is read
+    assert cycles(graph) == []
+
+
+def test_a_cycle_through_a_re_exporting_package_is_found(tmp_path):
+    package = tmp_path / "memory_admin"
+    (package / "services").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "services" / "__init__.py").write_text("from memory_admin.services.write import save\n")
+    (package / "services" / "write.py").write_text(
+        "from memory_admin import scoring\n\ndef save():\n    from memory_admin import later  # not counted\n"
+    )
+    (package / "scoring.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from memory_admin import later\n"
+        "try:\n    from .services import save\nexcept ImportError:\n    save = None\n"
+    )
+    (package / "later.py").write_text("import memory_admin.scoring\n")
+    graph = import_graph(tmp_path, ("memory_admin",))
+    assert cycles(graph) == [["memory_admin.scoring", "memory_admin.services", "memory_admin.services.write"]]
+
+
+def test_no_module_imports_the_moved_embedding_paths():
+    """memory_admin.embeddings and memory_admin.onnx_model only re-export `memory_admin.embedding` for code
+    written against the old paths; nothing of the project (at the top or inside a function) imports them."""
+    old = {"memory_admin.embeddings", "memory_admin.onnx_model"}
+    found = []
+    for path in [*(ROOT / "memory_admin").rglob("*.py"), *(ROOT / "extraction").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+            else:
+                continue
+            if names & old:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == []
+    assert "memory_admin.embedding" in import_graph(ROOT)["memory_admin.embeddings"]  # the shim re-exports
