@@ -769,7 +769,7 @@ export class KnowledgeCalls extends Resource {
    * Upload a file (a `File`, or a `Blob` with `filename`): Markdown, plain text, HTML or PDF. Rejects with
    * `UnsupportedFileType`, `TooLarge` (413, `limit` in bytes) or `IngestionDisabled`.
    */
-  upload(file: Blob, fields: UploadFields = {}, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+  async upload(file: Blob, fields: UploadFields = {}, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
     const filename = fields.filename ?? (file as { name?: unknown }).name;
     if (typeof filename !== "string" || !filename) {
       throw new TypeError("filename: the server tells a file's type by its name; pass { filename } with a Blob");
@@ -778,7 +778,7 @@ export class KnowledgeCalls extends Resource {
     form.append("file", file, filename);
     if (fields.name) form.append("name", fields.name);
     if (fields.user_id) form.append("user_id", fields.user_id);
-    return this.call("upload_source", { form, ...options }) as Promise<KnowledgeSourceDetail>;
+    return (await this.call("upload_source", { form, ...options })) as KnowledgeSourceDetail;
   }
 
   /** The sources this key sees, newest first; `user_id` narrows to one user's. */

@@ -85,7 +85,7 @@ test("every knowledge refusal rejects with its own class and the server's code",
     admin.knowledge.add("site", "https://example.com/", { max_depth: 11 }),
     (error) => error instanceof Invalid && error.code === "invalid",
   );
-  assert.throws(() => mem.knowledge.upload(new Blob(["x"])), TypeError); // no name: no way to tell its type
+  await assert.rejects(mem.knowledge.upload(new Blob(["x"])), TypeError); // no name: no way to tell its type
   assert.equal((await mem.knowledge.list({ user_id: owner })).items.length, 0);
 });
 
