@@ -74,12 +74,25 @@ export const OPERATIONS = {
   put_checkpoint_writes: ["POST", "/checkpoints/writes"],
   query_checkpoints: ["POST", "/checkpoints/query"],
   delete_checkpoints: ["DELETE", "/checkpoints"],
+  create_source: ["POST", "/knowledge/sources"],
+  upload_source: ["POST", "/knowledge/sources/upload"],
+  list_sources: ["GET", "/knowledge/sources"],
+  get_source: ["GET", "/knowledge/sources/{source_id}"],
+  list_chunks: ["GET", "/knowledge/documents/{document_id}/chunks"],
+  crawl_source: ["POST", "/knowledge/sources/{source_id}/crawl"],
+  pause_source: ["POST", "/knowledge/sources/{source_id}/pause"],
+  resume_source: ["POST", "/knowledge/sources/{source_id}/resume"],
+  delete_source: ["DELETE", "/knowledge/sources/{source_id}"],
+  get_knowledge_settings: ["GET", "/knowledge/settings"],
+  put_knowledge_settings: ["PUT", "/knowledge/settings"],
 } as const satisfies { readonly [K in OperationId]: readonly [HttpMethod, string] };
 
-/** Safe to send twice: reads, and pinning (setting a flag to a value). */
+/** Safe to send twice: reads, and setting a flag to a value (pinning, pausing a source, the knowledge switch). */
 const IDEMPOTENT: ReadonlySet<OperationId> = new Set([
   ...(Object.keys(OPERATIONS) as OperationId[]).filter((op) => OPERATIONS[op][0] === "GET"),
   "pin_fact",
+  "pause_source",
+  "put_knowledge_settings",
 ]);
 
 /** Outcomes after which what a deliberate `facts.add` asked for is not what memory serves. */
@@ -108,6 +121,8 @@ export interface CallArgs<O extends OperationId> {
   path?: PathParams<O>;
   query?: QueryParams<O>;
   body?: RequestBody<O> | null;
+  /** A multipart body instead of JSON (the upload of a knowledge file); fetch sets its Content-Type. */
+  form?: FormData;
   signal?: AbortSignal;
 }
 
@@ -145,6 +160,12 @@ export type Erased = { erased: boolean; counts: Record<string, number> };
 export type Export = Schemas["ExportIn"];
 export type NewFact = Schemas["FactIn"];
 export type NewMessage = Schemas["MessagesIn"]["messages"][number];
+export type KnowledgeSource = Schemas["SourceOut"];
+export type KnowledgeSourceDetail = Schemas["SourceDetailOut"];
+export type KnowledgeDocument = Schemas["DocumentOut"];
+export type KnowledgeChunk = Schemas["ChunkOut"];
+export type NewSource = Schemas["SourceIn"];
+export type SourceDeleted = { id: string; status: string; chunks_retired: number };
 
 function environment(name: string): string | undefined {
   const env = (globalThis as { process?: { env?: Record<string, string | undefined> } }).process?.env;
@@ -214,6 +235,7 @@ export class MemoryAdmin {
   readonly relations: RelationCalls;
   readonly entityReviews: EntityReviewCalls;
   readonly settings: SettingsCalls;
+  readonly knowledge: KnowledgeCalls;
 
   readonly #headers: Record<string, string>;
   readonly #fetch: typeof fetch;
@@ -245,6 +267,7 @@ export class MemoryAdmin {
     this.relations = new RelationCalls(call);
     this.entityReviews = new EntityReviewCalls(call);
     this.settings = new SettingsCalls(call);
+    this.knowledge = new KnowledgeCalls(call);
   }
 
   /** Ranked facts with their score components (`hits`). */
@@ -300,8 +323,10 @@ export class MemoryAdmin {
     const queryString = search.toString();
     if (queryString) url += `?${queryString}`;
     const headers = { ...this.#headers };
-    let body: string | undefined;
-    if (args.body !== undefined && args.body !== null) {
+    let body: string | FormData | undefined;
+    if (args.form !== undefined) {
+      body = args.form;
+    } else if (args.body !== undefined && args.body !== null) {
       headers["Content-Type"] = "application/json";
       body = JSON.stringify(args.body);
     }
@@ -336,7 +361,7 @@ export class MemoryAdmin {
     method: string,
     url: string,
     headers: Record<string, string>,
-    body: string | undefined,
+    body: string | FormData | undefined,
     signal: AbortSignal | undefined,
   ): Promise<unknown> {
     const timeout = AbortSignal.timeout(this.#timeoutMs);
@@ -708,5 +733,102 @@ export class SettingsCalls extends Resource {
 
   patch(changes: Schemas["SettingsPatch"], options: RequestOptions = {}): Promise<Answer<"patch_settings">> {
     return this.call("patch_settings", { body: changes, ...options });
+  }
+}
+
+/** What `knowledge.upload` sends: the file's name (its type is told by its ending), a name, a memory user. */
+export interface UploadFields {
+  /** The name the server sees (default: the `File`'s own name); required for a bare `Blob`. */
+  filename?: string;
+  name?: string;
+  user_id?: string;
+}
+
+/**
+ * `mem.knowledge`: trained knowledge, the sources the agent's memory learns from. Adding one answers at once;
+ * the crawl runs on the server's worker and `get` shows its progress (`state`, `pages_done` of `pages_total`,
+ * each document's chunks and errors). `user_id` makes a source one memory user's own; without it the tenant
+ * shares it.
+ */
+export class KnowledgeCalls extends Resource {
+  /**
+   * A page (`kind: "url"`), a same-host crawl (`"site"`, bounded by `max_depth`, `max_pages`, `max_bytes`)
+   * or a folder on the server (`"folder"`, admin keys). Rejects with `InvalidUrl`, `AddressNotAllowed`,
+   * `FolderNotAllowed`, `FolderNotFound`, `LimitTooHigh` or `IngestionDisabled`.
+   */
+  add(
+    kind: NewSource["kind"],
+    location: string,
+    fields: Omit<NewSource, "kind" | "location"> = {},
+    options: RequestOptions = {},
+  ): Promise<KnowledgeSourceDetail> {
+    return this.call("create_source", { body: { ...fields, kind, location }, ...options });
+  }
+
+  /**
+   * Upload a file (a `File`, or a `Blob` with `filename`): Markdown, plain text, HTML or PDF. Rejects with
+   * `UnsupportedFileType`, `TooLarge` (413, `limit` in bytes) or `IngestionDisabled`.
+   */
+  async upload(file: Blob, fields: UploadFields = {}, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+    const filename = fields.filename ?? (file as { name?: unknown }).name;
+    if (typeof filename !== "string" || !filename) {
+      throw new TypeError("filename: the server tells a file's type by its name; pass { filename } with a Blob");
+    }
+    const form = new FormData();
+    form.append("file", file, filename);
+    if (fields.name) form.append("name", fields.name);
+    if (fields.user_id) form.append("user_id", fields.user_id);
+    return (await this.call("upload_source", { form, ...options })) as KnowledgeSourceDetail;
+  }
+
+  /** The sources this key sees, newest first; `user_id` narrows to one user's. */
+  list(query: QueryParams<"list_sources"> = {}, options: RequestOptions = {}): Promise<Answer<"list_sources">> {
+    return this.call("list_sources", { query, ...options });
+  }
+
+  /** The crawl's progress and every document (`document_list`). */
+  get(sourceId: string, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+    return this.call("get_source", { path: { source_id: sourceId }, ...options });
+  }
+
+  /** A document's chunks (`items`, current version first); `status`: active, superseded, retired, quarantined. */
+  chunks(
+    documentId: string,
+    query: QueryParams<"list_chunks"> = {},
+    options: RequestOptions = {},
+  ): Promise<Answer<"list_chunks">> {
+    return this.call("list_chunks", { path: { document_id: documentId }, query, ...options });
+  }
+
+  /** Crawl now; rejects with `CrawlInProgress` while one runs, `SourcePaused` when paused. */
+  crawl(sourceId: string, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+    return this.call("crawl_source", { path: { source_id: sourceId }, ...options });
+  }
+
+  pause(sourceId: string, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+    return this.call("pause_source", { path: { source_id: sourceId }, ...options });
+  }
+
+  /** Resume a paused source, and crawl it now. */
+  resume(sourceId: string, options: RequestOptions = {}): Promise<KnowledgeSourceDetail> {
+    return this.call("resume_source", { path: { source_id: sourceId }, ...options });
+  }
+
+  /** Delete a source: its chunks are retired (kept as history, never served); `chunks_retired` counts them. */
+  async delete(sourceId: string, options: RequestOptions = {}): Promise<SourceDeleted> {
+    return (await this.call("delete_source", { path: { source_id: sourceId }, ...options })) as SourceDeleted;
+  }
+
+  /** Whether ingestion is switched on for the tenant. */
+  settings(options: RequestOptions = {}): Promise<Answer<"get_knowledge_settings">> {
+    return this.call("get_knowledge_settings", options);
+  }
+
+  /** The tenant's kill switch (admin keys): off stops running crawls at their next step. */
+  updateSettings(
+    changes: Schemas["KnowledgeSettingsIn"],
+    options: RequestOptions = {},
+  ): Promise<Answer<"put_knowledge_settings">> {
+    return this.call("put_knowledge_settings", { body: changes, ...options });
   }
 }

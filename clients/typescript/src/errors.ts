@@ -31,6 +31,15 @@ export class Unauthorized extends MemoryAdminError {}
 /** 403 `forbidden` (and `read_only_scope`): the key sees the object but may not do this. */
 export class Forbidden extends MemoryAdminError {}
 
+/** 403 `key_paused`: an admin paused this key; nothing it asks is answered until it is resumed. */
+export class KeyPaused extends Forbidden {}
+
+/** 403 `read_only_key`: the key may search and read, not write. */
+export class ReadOnlyKey extends Forbidden {}
+
+/** 401 `key_expired`: the key's expiry has passed; ask an admin for a new one. */
+export class KeyExpired extends Unauthorized {}
+
 /** 403 `read_only_scope`: a shared (org or global) fact, entity or relation is read-only to this key. */
 export class ReadOnlyScope extends Forbidden {}
 
@@ -60,6 +69,18 @@ export class EntityMerged extends Conflict {}
 /** 409 `already_superseded`: the fact was corrected already; correct its successor. */
 export class AlreadySuperseded extends Conflict {}
 
+/** 409 `key_revoked`: a revoked key cannot be paused or resumed; create a new one. */
+export class KeyRevoked extends Conflict {}
+
+/** 409 `ingestion_disabled`: trained knowledge is switched off for the tenant (an admin switches it on). */
+export class IngestionDisabled extends Conflict {}
+
+/** 409 `crawl_in_progress`: a crawl of this source is already running; `knowledge.get` shows its progress. */
+export class CrawlInProgress extends Conflict {}
+
+/** 409 `source_paused`: the source is paused; `knowledge.resume` it first. */
+export class SourcePaused extends Conflict {}
+
 /** 413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`). */
 export class TooLarge extends MemoryAdminError {
   get limit(): number | undefined {
@@ -79,6 +100,35 @@ export class Invalid extends MemoryAdminError {
     return Array.isArray(this.body.errors) ? (this.body.errors as FieldError[]) : [];
   }
 }
+
+/**
+ * 422: a knowledge source that cannot be taken as given (its subclasses name why); nothing was stored. Also
+ * `invalid_source`, `file_missing`, `host_unresolvable`, `fetch_failed`, `fetch_timeout`,
+ * `too_many_redirects` and `unreadable_document`.
+ */
+export class KnowledgeRefused extends Invalid {
+  get limit(): number | undefined {
+    return numberOr(this.body.limit);
+  }
+}
+
+/** 422 `invalid_url`: not an http(s) URL with a host (and no user name or password). */
+export class InvalidUrl extends KnowledgeRefused {}
+
+/** 422 `address_not_allowed`: a private, loopback or link-local address the operator did not allow. */
+export class AddressNotAllowed extends KnowledgeRefused {}
+
+/** 422 `unsupported_file_type`: upload Markdown, plain text, HTML or PDF. */
+export class UnsupportedFileType extends KnowledgeRefused {}
+
+/** 422 `folder_not_allowed`: folders are read only under the roots an operator configured. */
+export class FolderNotAllowed extends KnowledgeRefused {}
+
+/** 422 `folder_not_found`: no folder at that path. */
+export class FolderNotFound extends KnowledgeRefused {}
+
+/** 422 `limit_too_high`: `max_depth`, `max_pages` or `max_bytes` (`field`) is over the server's `limit`. */
+export class LimitTooHigh extends KnowledgeRefused {}
 
 /** 422: a merge, split or rename the graph cannot take (its subclasses name which); nothing changed. */
 export class EntityCurationRefused extends Invalid {}
@@ -178,6 +228,31 @@ export const BY_CODE: Readonly<Record<string, ErrorClass>> = {
   already_resolved: AlreadyResolved,
   not_active: Conflict,
   not_failed: Conflict,
+  not_forgotten: Conflict,
+  key_taken: Conflict,
+  key_paused: KeyPaused,
+  key_expired: KeyExpired,
+  read_only_key: ReadOnlyKey,
+  key_revoked: KeyRevoked,
+  unknown_memory_user: Invalid,
+  expiry_in_past: Invalid,
+  invalid_expiry: Invalid,
+  invalid_source: KnowledgeRefused,
+  invalid_url: InvalidUrl,
+  address_not_allowed: AddressNotAllowed,
+  host_unresolvable: KnowledgeRefused,
+  unsupported_file_type: UnsupportedFileType,
+  file_missing: KnowledgeRefused,
+  folder_not_allowed: FolderNotAllowed,
+  folder_not_found: FolderNotFound,
+  limit_too_high: LimitTooHigh,
+  fetch_failed: KnowledgeRefused,
+  fetch_timeout: KnowledgeRefused,
+  too_many_redirects: KnowledgeRefused,
+  unreadable_document: KnowledgeRefused,
+  ingestion_disabled: IngestionDisabled,
+  crawl_in_progress: CrawlInProgress,
+  source_paused: SourcePaused,
   content_too_large: TooLarge,
   too_large: TooLarge,
   batch_too_large: TooLarge,

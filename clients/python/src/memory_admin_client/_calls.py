@@ -8,10 +8,13 @@ schema so the two cannot drift apart.
 
 from __future__ import annotations
 
+import mimetypes
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from pathlib import Path
+from typing import Any, BinaryIO, Generic, TypeVar
 from urllib.parse import quote
 
 from memory_admin_client import models
@@ -65,6 +68,18 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "accept_entity_review": ("POST", "/entity-reviews/{review_id}/accept"),
     "reject_entity_review": ("POST", "/entity-reviews/{review_id}/reject"),
     "reopen_entity_review": ("POST", "/entity-reviews/{review_id}/reopen"),
+    # Trained knowledge: sources (pages, sites, folders, uploaded files), their documents' chunks, the switch.
+    "create_source": ("POST", "/knowledge/sources"),
+    "upload_source": ("POST", "/knowledge/sources/upload"),
+    "list_sources": ("GET", "/knowledge/sources"),
+    "get_source": ("GET", "/knowledge/sources/{source_id}"),
+    "list_chunks": ("GET", "/knowledge/documents/{document_id}/chunks"),
+    "crawl_source": ("POST", "/knowledge/sources/{source_id}/crawl"),
+    "pause_source": ("POST", "/knowledge/sources/{source_id}/pause"),
+    "resume_source": ("POST", "/knowledge/sources/{source_id}/resume"),
+    "delete_source": ("DELETE", "/knowledge/sources/{source_id}"),
+    "get_knowledge_settings": ("GET", "/knowledge/settings"),
+    "put_knowledge_settings": ("PUT", "/knowledge/settings"),
     # The LangGraph store and checkpointer (memory_admin_client.langgraph, memory_admin_client.checkpoint).
     "store_put_items": ("POST", "/store/put"),
     "store_get_items": ("POST", "/store/get"),
@@ -86,6 +101,8 @@ IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if metho
 # Reads sent as POST (a batch in the body), and checkpoint writes (keyed by their ids: a second is the first).
 IDEMPOTENT |= {"store_get_items", "store_search_items", "store_list_namespaces", "put_checkpoint"}
 IDEMPOTENT |= {"put_checkpoint_writes", "query_checkpoints", "delete_checkpoints"}
+# Setting a source's pause, or the knowledge switch, to a value.
+IDEMPOTENT |= {"pause_source", "put_knowledge_settings"}
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,9 @@ class Call(Generic[T]):
     parse: Callable[[Any], T]
     query: dict[str, Any] | None = None
     body: Any = None
+    # A multipart upload instead of a JSON body: httpx's `files` ({"file": (name, bytes, type)}) and `data`.
+    files: dict[str, tuple[str, bytes, str]] | None = None
+    form: dict[str, str] | None = None
 
     @property
     def method(self) -> str:
@@ -111,6 +131,12 @@ class Call(Generic[T]):
     @property
     def idempotent(self) -> bool:
         return self.operation in IDEMPOTENT
+
+    def content(self) -> dict[str, Any]:
+        """The request's body as httpx's keyword arguments: JSON, multipart, or none."""
+        if self.files is not None:
+            return {"files": self.files, "data": self.form or {}}
+        return {"json": self.body} if self.body is not None else {}
 
     def params(self) -> dict[str, Any] | None:
         if not self.query:
@@ -458,6 +484,119 @@ class EntityReviewCalls(_Resource):
     def reopen(self, review_id: str):
         """Undo a decision (an accepted item's merge is undone)."""
         return self._run(Call("reopen_entity_review", {"review_id": review_id}, _of(models.EntityReview)))
+
+
+class KnowledgeCalls(_Resource):
+    """`client.knowledge`: trained knowledge, the sources the agent's memory learns from. Adding one answers
+    at once; the crawl runs on the server's worker and `get` shows its progress (`state`, `pages_done` of
+    `pages_total`, each document's chunks and errors). `user_id` makes a source one memory user's own;
+    without it the tenant shares it."""
+
+    def add(
+        self,
+        kind: str,
+        location: str,
+        *,
+        name: str | None = None,
+        user_id: str | None = None,
+        refresh_minutes: int | None = None,
+        max_depth: int | None = None,
+        max_pages: int | None = None,
+        max_bytes: int | None = None,
+    ):
+        """A page (`kind="url"`), a same-host crawl (`"site"`, bounded by `max_depth`, `max_pages`,
+        `max_bytes`) or a folder on the server (`"folder"`, admin keys, under the operator's roots); the new
+        `KnowledgeSourceDetail`. Refusals: `InvalidUrl`, `AddressNotAllowed`, `FolderNotAllowed`,
+        `FolderNotFound`, `LimitTooHigh`, `IngestionDisabled`."""
+        fields = {
+            "kind": kind,
+            "location": location,
+            "name": name,
+            "user_id": user_id,
+            "refresh_minutes": refresh_minutes,
+            "max_depth": max_depth,
+            "max_pages": max_pages,
+            "max_bytes": max_bytes,
+        }
+        body = {k: v for k, v in fields.items() if v is not None}
+        return self._run(Call("create_source", {}, _of(models.KnowledgeSourceDetail), body=body))
+
+    def upload(
+        self,
+        file: str | os.PathLike[str] | bytes | BinaryIO,
+        *,
+        filename: str | None = None,
+        content_type: str | None = None,
+        name: str | None = None,
+        user_id: str | None = None,
+    ):
+        """Upload a file (a path, an open binary file, or bytes with `filename`): Markdown, plain text, HTML
+        or PDF, told by its name's ending or `content_type`. The new `KnowledgeSourceDetail`; refusals:
+        `UnsupportedFileType`, `TooLarge` (413, `limit` in bytes), `IngestionDisabled`."""
+        data, filename = _file_content(file, filename)
+        kind = content_type or mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        form = {k: v for k, v in {"name": name, "user_id": user_id}.items() if v is not None}
+        files = {"file": (filename, data, kind)}
+        return self._run(Call("upload_source", {}, _of(models.KnowledgeSourceDetail), files=files, form=form))
+
+    def list(self, *, user_id: str | None = None, include_deleted: bool | None = None):
+        """The sources this key sees, newest first (a `KnowledgeSourcePage`); `user_id` narrows to one user's."""
+        query = {"user_id": user_id, "include_deleted": include_deleted}
+        return self._run(Call("list_sources", {}, _of(models.KnowledgeSourcePage), query=query))
+
+    def get(self, source_id: str):
+        """A `KnowledgeSourceDetail`: the crawl's progress and every document (`document_list`)."""
+        return self._run(Call("get_source", {"source_id": str(source_id)}, _of(models.KnowledgeSourceDetail)))
+
+    def chunks(self, document_id: str, *, status: str | None = None):
+        """A document's chunks (a `KnowledgeChunkPage`), current version first; `status`: active,
+        superseded, retired or quarantined."""
+        return self._run(
+            Call(
+                "list_chunks",
+                {"document_id": str(document_id)},
+                _of(models.KnowledgeChunkPage),
+                query={"status": status},
+            )
+        )
+
+    def crawl(self, source_id: str):
+        """Crawl now; raises `CrawlInProgress` while one runs, `SourcePaused` when paused."""
+        return self._run(Call("crawl_source", {"source_id": str(source_id)}, _of(models.KnowledgeSourceDetail)))
+
+    def pause(self, source_id: str):
+        return self._run(Call("pause_source", {"source_id": str(source_id)}, _of(models.KnowledgeSourceDetail)))
+
+    def resume(self, source_id: str):
+        """Resume a paused source, and crawl it now."""
+        return self._run(Call("resume_source", {"source_id": str(source_id)}, _of(models.KnowledgeSourceDetail)))
+
+    def delete(self, source_id: str):
+        """Delete a source: its chunks are retired (kept as history, never served); `chunks_retired` counts them."""
+        return self._run(Call("delete_source", {"source_id": str(source_id)}, _of(models.KnowledgeSourceDeleted)))
+
+    def settings(self):
+        """`KnowledgeSettings`: whether ingestion is switched on for the tenant."""
+        return self._run(Call("get_knowledge_settings", {}, _of(models.KnowledgeSettings)))
+
+    def update_settings(self, *, ingestion_enabled: bool):
+        """The tenant's kill switch (admin keys): off stops running crawls at their next step."""
+        body = {"ingestion_enabled": ingestion_enabled}
+        return self._run(Call("put_knowledge_settings", {}, _of(models.KnowledgeSettings), body=body))
+
+
+def _file_content(file: str | os.PathLike[str] | bytes | BinaryIO, filename: str | None) -> tuple[bytes, str]:
+    """The bytes to send and the name to send them under. Read whole here, so that the sync and the async
+    client send the same thing (the server takes files up to its upload limit only)."""
+    if isinstance(file, bytes | bytearray):
+        if not filename:
+            raise ValueError("filename: the server tells a file's type by its name; pass filename= with bytes")
+        return bytes(file), filename
+    if isinstance(file, str | os.PathLike):
+        path = Path(file)
+        return path.read_bytes(), filename or path.name
+    data = file.read()
+    return data, filename or Path(str(getattr(file, "name", "") or "upload")).name
 
 
 def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:

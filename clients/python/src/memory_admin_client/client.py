@@ -78,6 +78,7 @@ class _ClientBase:
         self.episodes = self._episodes_class(run)  # type: ignore[attr-defined]
         self.batches = _calls.BatchCalls(run)
         self.settings = _calls.SettingsCalls(run)
+        self.knowledge = _calls.KnowledgeCalls(run)
 
     def search(self, user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None):
         """Ranked facts with their score components (`SearchResult.hits`)."""
@@ -211,9 +212,7 @@ class MemoryAdmin(_ClientBase):
         attempts = self._retry.attempts(call)
         for attempt in range(attempts):
             try:
-                response = self._http.request(
-                    call.method, call.path, params=call.params(), json=call.body if call.body is not None else None
-                )
+                response = self._http.request(call.method, call.path, params=call.params(), **call.content())
                 return _answer(call, response)
             except (httpx.TransportError, Unavailable) as exc:
                 if not self._retry.retryable(exc) or attempt == attempts - 1:
@@ -263,9 +262,7 @@ class AsyncMemoryAdmin(_ClientBase):
         attempts = self._retry.attempts(call)
         for attempt in range(attempts):
             try:
-                response = await self._http.request(
-                    call.method, call.path, params=call.params(), json=call.body if call.body is not None else None
-                )
+                response = await self._http.request(call.method, call.path, params=call.params(), **call.content())
                 return _answer(call, response)
             except (httpx.TransportError, Unavailable) as exc:
                 if not self._retry.retryable(exc) or attempt == attempts - 1:

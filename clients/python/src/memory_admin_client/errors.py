@@ -25,7 +25,20 @@ class Unauthorized(MemoryAdminError):
 
 
 class Forbidden(MemoryAdminError):
-    """403 `forbidden` (and `read_only_scope`): the key sees the object but may not do this."""
+    """403 `forbidden` (and `read_only_scope`, `read_only_key`, `key_paused`): the key sees the object but may
+    not do this."""
+
+
+class KeyPaused(Forbidden):
+    """403 `key_paused`: an admin paused this key; nothing it asks is answered until it is resumed."""
+
+
+class ReadOnlyKey(Forbidden):
+    """403 `read_only_key`: the key may search and read, not write."""
+
+
+class KeyExpired(Unauthorized):
+    """401 `key_expired`: the key's expiry has passed; ask an admin for a new one."""
 
 
 class ReadOnlyScope(Forbidden):
@@ -71,6 +84,23 @@ class AlreadySuperseded(Conflict):
     @property
     def current_id(self) -> str | None:
         return self.body.get("current_id") or None
+
+
+class KeyRevoked(Conflict):
+    """409 `key_revoked`: a revoked key cannot be paused or resumed; create a new one."""
+
+
+class IngestionDisabled(Conflict):
+    """409 `ingestion_disabled`: trained knowledge is switched off for the tenant (an admin switches it on
+    with `knowledge.update_settings(ingestion_enabled=True)`)."""
+
+
+class CrawlInProgress(Conflict):
+    """409 `crawl_in_progress`: a crawl of this source is already running; its progress is in `knowledge.get`."""
+
+
+class SourcePaused(Conflict):
+    """409 `source_paused`: the source is paused; `knowledge.resume` it first."""
 
 
 class TooLarge(MemoryAdminError):
@@ -138,6 +168,42 @@ class EntityNameRefused(EntityCurationRefused):
 
 class RelationCorrected(EntityCurationRefused):
     """422 `relation_corrected`: a correction (or its fact's end) closed the relation; change the fact."""
+
+
+class KnowledgeRefused(Invalid):
+    """422: a knowledge source that cannot be taken as given (its subclasses name why); nothing was stored.
+    Also `invalid_source`, `file_missing`, `host_unresolvable`, `fetch_failed`, `fetch_timeout`,
+    `too_many_redirects` and `unreadable_document` (the last four are mostly a document's `error`)."""
+
+    @property
+    def limit(self) -> int | None:
+        return self.body.get("limit")
+
+
+class InvalidUrl(KnowledgeRefused):
+    """422 `invalid_url`: not an http(s) URL with a host (and no user name or password)."""
+
+
+class AddressNotAllowed(KnowledgeRefused):
+    """422 `address_not_allowed`: the URL reaches a private, loopback or link-local address the operator did
+    not allow (or robots.txt refuses it)."""
+
+
+class UnsupportedFileType(KnowledgeRefused):
+    """422 `unsupported_file_type`: upload Markdown, plain text, HTML or PDF (by name ending or media type)."""
+
+
+class FolderNotAllowed(KnowledgeRefused):
+    """422 `folder_not_allowed`: folders are read only under the roots an operator configured."""
+
+
+class FolderNotFound(KnowledgeRefused):
+    """422 `folder_not_found`: no folder at that path (under an allowed root)."""
+
+
+class LimitTooHigh(KnowledgeRefused):
+    """422 `limit_too_high`: `max_depth`, `max_pages` or `max_bytes` (in `field`) is over the server's
+    limit (`limit`)."""
 
 
 class Blocked(MemoryAdminError):
@@ -254,6 +320,33 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "already_resolved": AlreadyResolved,
     "not_active": Conflict,
     "not_failed": Conflict,
+    "not_forgotten": Conflict,
+    "key_taken": Conflict,
+    # API keys: paused, expired, read-only; and the key management's own refusals.
+    "key_paused": KeyPaused,
+    "key_expired": KeyExpired,
+    "read_only_key": ReadOnlyKey,
+    "key_revoked": KeyRevoked,
+    "unknown_memory_user": Invalid,
+    "expiry_in_past": Invalid,
+    "invalid_expiry": Invalid,
+    # Trained knowledge (client.knowledge).
+    "invalid_source": KnowledgeRefused,
+    "invalid_url": InvalidUrl,
+    "address_not_allowed": AddressNotAllowed,
+    "host_unresolvable": KnowledgeRefused,
+    "unsupported_file_type": UnsupportedFileType,
+    "file_missing": KnowledgeRefused,
+    "folder_not_allowed": FolderNotAllowed,
+    "folder_not_found": FolderNotFound,
+    "limit_too_high": LimitTooHigh,
+    "fetch_failed": KnowledgeRefused,
+    "fetch_timeout": KnowledgeRefused,
+    "too_many_redirects": KnowledgeRefused,
+    "unreadable_document": KnowledgeRefused,
+    "ingestion_disabled": IngestionDisabled,
+    "crawl_in_progress": CrawlInProgress,
+    "source_paused": SourcePaused,
     "content_too_large": TooLarge,
     "too_large": TooLarge,
     "batch_too_large": TooLarge,

@@ -499,3 +499,92 @@ class EntityReview:
 @dataclass(frozen=True)
 class EntityReviewPage:
     items: list[EntityReview]
+
+
+@dataclass(frozen=True)
+class KnowledgeDocument:
+    """One page or file of a knowledge source: its current `version`, and its chunks by status."""
+
+    id: str
+    locator: str
+    title: str = ""
+    status: str = ""
+    version: int = 1
+    fetched_at: datetime | None = None
+    changed_at: datetime | None = None
+    error: str = ""
+    chunks: dict[str, int] = field(default_factory=dict)
+    chunks_blocked: int = 0
+    chunks_redacted: int = 0
+    chunks_quarantined: int = 0
+
+
+@dataclass(frozen=True)
+class KnowledgeSource:
+    """A file, page, site or folder the agent's memory learns from. `state` is how its crawl stands
+    (`pages_done` of `pages_total`); `user_id` is None for a source the tenant shares."""
+
+    id: str
+    kind: str
+    name: str
+    location: str
+    status: str
+    state: str
+    user_id: str | None = None
+    refresh_minutes: int | None = None
+    max_depth: int = 0
+    max_pages: int = 0
+    max_bytes: int = 0
+    pages_done: int = 0
+    pages_total: int = 0
+    documents: int = 0
+    chunks: dict[str, int] = field(default_factory=dict)
+    last_error: str = ""
+    crawl_started_at: datetime | None = None
+    last_crawled_at: datetime | None = None
+    next_crawl_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KnowledgeSourceDetail(KnowledgeSource):
+    document_list: list[KnowledgeDocument] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class KnowledgeSourcePage:
+    items: list[KnowledgeSource]
+
+
+@dataclass(frozen=True)
+class KnowledgeChunk:
+    """A piece of a document as memory serves it; a quarantined one says why in `status_reason`."""
+
+    id: str
+    ordinal: int
+    content: str
+    status: str
+    heading_path: list[str] = field(default_factory=list)
+    tokens: int = 0
+    status_reason: str = ""
+    document_version: int = 1
+    redacted_kinds: list[str] = field(default_factory=list)
+    fetched_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class KnowledgeChunkPage:
+    document: KnowledgeDocument
+    items: list[KnowledgeChunk]
+
+
+@dataclass(frozen=True)
+class KnowledgeSourceDeleted:
+    id: str
+    status: str
+    chunks_retired: int = 0
+
+
+@dataclass(frozen=True)
+class KnowledgeSettings:
+    ingestion_enabled: bool
