@@ -134,3 +134,24 @@ def test_side_by_side_pairs_changed_lines_and_keeps_the_rest():
     ]
     assert add_their_lines(theirs, mine) == "# Alice\n- Lives in Lyon\n- Lives in Berlin\n- Likes tea\n- Plays chess\n"
     assert add_their_lines(theirs, theirs) == theirs
+
+
+def test_the_demo_s_review_cards_quote_the_message_each_side_came_from(make_staff):
+    """On a fresh `up`, the review queue is the first thing an operator opens: its cards quote what the
+    person said, with the thread linked, not only the door the facts came in by."""
+    from django.core.management import call_command
+
+    from memory_admin.models import Message, Tenant
+
+    call_command("seed_demo", tenant="reviewdemo", users=6, seed=1)
+    tenant = Tenant.objects.get(slug="reviewdemo")
+    queued = Contradiction.objects.filter(tenant=tenant, status=Contradiction.Status.OPEN)
+    sides = Fact.objects.filter(
+        pk__in=[*queued.values_list("fact_a", flat=True), *queued.values_list("fact_b", flat=True)]
+    )
+    said = Message.objects.filter(facts__in=sides)
+    assert queued.exists() and said.count() == sides.count()  # every side of every card was said
+    body = make_staff(tenant, "operator").get(reverse("review", args=[tenant.slug])).content.decode()
+    for message in said:
+        assert message.content.replace("'", "&#x27;") in body, message.content
+    assert "morning-routine" in body  # the thread each quote is linked to

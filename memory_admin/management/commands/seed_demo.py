@@ -217,10 +217,20 @@ class Command(BaseCommand):
                 reason="the user said the project shipped",
             )
         # Contested beliefs for the review queue (close confidences, nothing in the notebook about it).
+        # Each side was said in a conversation, so the review card quotes the message it came from.
         if index % 3 == 1:
             a, b = rng.sample(["tea", "coffee", "matcha", "hot chocolate"], 2)
-            write(f"{first} prefers {a} in the morning", category="preference", confidence=0.8)
-            write(f"{first} prefers {b} in the morning", category="preference", confidence=0.85)
+            said = self._conversation(
+                user,
+                "morning-routine",
+                [
+                    ("user", f"I usually start the day with {a}."),
+                    ("assistant", "Noted. Anything else about your mornings?"),
+                    ("user", f"Actually, these days I prefer {b} in the morning."),
+                ],
+            )
+            write(f"{first} prefers {a} in the morning", category="preference", confidence=0.8, message_id=said[0].pk)
+            write(f"{first} prefers {b} in the morning", category="preference", confidence=0.85, message_id=said[2].pk)
         # Refused writes: secrets and contact PII (blocked by default policy), and poisoning attempts.
         if index % 5 == 0:
             write(f"{first}'s deploy token is ghp_{rng.getrandbits(160):040x}"[:60])
@@ -237,6 +247,30 @@ class Command(BaseCommand):
             )
         self._age_facts(rng, user)
         self._episodes(rng, user, first)
+
+    @staticmethod
+    def _conversation(user: MemoryUser, slug: str, lines: list[tuple[str, str]]) -> list[Message]:
+        """A closed thread of `lines` (role, text), a few days old, its messages marked extracted."""
+        start = timezone.now() - timedelta(days=3)
+        thread = Thread.objects.create(
+            tenant_id=user.tenant_id,
+            memory_user=user,
+            external_id=slug,
+            last_message_at=start + timedelta(minutes=len(lines)),
+            closed_at=start + timedelta(minutes=len(lines) + 5),
+        )
+        return Message.objects.bulk_create(
+            Message(
+                tenant_id=user.tenant_id,
+                memory_user=user,
+                thread=thread,
+                role=role,
+                content=text,
+                created_at=start + timedelta(minutes=i),
+                status=Message.Status.EXTRACTED,
+            )
+            for i, (role, text) in enumerate(lines)
+        )
 
     @staticmethod
     def _age_facts(rng: random.Random, user: MemoryUser) -> None:
