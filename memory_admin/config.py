@@ -680,9 +680,7 @@ Int("KNOWLEDGE_PAGES_PER_TASK", 5, "documents one crawl task reads before it han
 Int("KNOWLEDGE_LIMIT_PAGES", 1000, "the most pages a source may ask for", minimum=1)
 Int("KNOWLEDGE_LIMIT_DEPTH", 5, "the deepest link depth a site source may ask for", minimum=0, maximum=50)
 Int("KNOWLEDGE_LIMIT_BYTES", 200 * MB, "the most bytes a source may ask for", minimum=1024)
-Float(
-    "KNOWLEDGE_STUCK_SECONDS", 600, "a crawl step silent this long is taken up again by the refresh sweep", minimum=10
-)
+Float("KNOWLEDGE_STUCK_SECONDS", 600, "a crawl step silent this long is taken up again by the refresh sweep", minimum=1)
 Str("KNOWLEDGE_USER_AGENT", "memory-admin-knowledge/1", "the fetcher's User-Agent (robots.txt rules are read for it)")
 List(
     "KNOWLEDGE_ALLOWED_HOSTS",
