@@ -432,6 +432,7 @@ def test_operation_ids_are_the_handler_names(api):
         entities,
         entity_curation,
         facts,
+        knowledge,
         memory,
         messages,
         retrieval,
@@ -442,7 +443,7 @@ def test_operation_ids_are_the_handler_names(api):
     _, operations = _operations(api)
     ids = [op["operationId"] for _, _, op in operations]
     assert len(ids) == len(set(ids))
-    modules = (facts, memory, messages, retrieval, system, entities, entity_curation, store, checkpoints)
+    modules = (facts, memory, messages, retrieval, system, entities, entity_curation, store, checkpoints, knowledge)
     assert all(any(callable(getattr(m, name, None)) for m in modules) for name in ids), ids
     assert {"write_fact", "search", "context", "put_notebook", "close_thread", "patch_settings"} <= set(ids)
 

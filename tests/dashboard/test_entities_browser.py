@@ -42,7 +42,9 @@ def test_merge_from_the_entity_page_then_undo(browser, demo, graph):  # noqa: F8
     assert page.locator("#entity-list >> text=Robert Dana").count() == 1
     page.click("#entity-list >> text=/^Dana$/")
     assert page.inner_text("h1").startswith("Dana")
-    page.select_option("#merge-form select", label="Robert Dana (person)")
+    option = page.locator("#merge-form select option", has_text="Robert Dana (person)")
+    assert "alike" in option.inner_text()  # the candidates say how alike they are
+    page.select_option("#merge-form select", value=option.get_attribute("value"))
     page.click("#merge-form button")
     assert "Merge “Robert Dana” into “Dana”?" in page.inner_text("h1")
     shot(page, "entity-merge-confirm")

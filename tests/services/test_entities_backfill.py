@@ -67,6 +67,7 @@ def test_it_draws_every_facts_entities_with_a_progress_bar(tenant):
     assert all(FactEntity.objects.filter(fact=f).exists() for f in facts)
     assert set(Relation.objects.values_list("subject__name", "type", "object__name")) == {
         ("Sam", "works_at", "Acme Robotics"),
+        ("Dana Scully", "moved_to", "Lisbon"),  # a named person's sentence draws a relation too
         ("the user", "manages", "Project Falcon"),
     }
     assert EntityBackfill.objects.get(scope="*").finished_at is not None
