@@ -122,6 +122,7 @@ def _after_action(request: HttpRequest, fact_id, *, error: DomainError | None = 
     if request.htmx and request.is_member:
         fact = sel.fact_last_change(request.principal, sel.fact_with_scores(request.principal, fact_id))
         context = {"fact": fact, "row_error": error.detail if error else "", "row_note": note}
+        context["link_off"] = request.POST.get("link_off") == "1"  # the fact's own page: its title is the text
         return render(request, "dashboard/_member_fact_row.html", context)
     if request.htmx:
         fact = sel.fact_with_scores(request.principal, fact_id)

@@ -113,6 +113,19 @@ def test_a_member_sees_only_what_they_forgot_under_forgotten_by_you(tenant, memb
     assert "Restored: assistants use it again." in back and "Forget</button>" in back
 
 
+def test_forgetting_on_the_fact_s_own_page_does_not_repeat_its_text_under_the_title(
+    tenant, member, memory_user, make_fact
+):
+    fact = make_fact(memory_user, "Alice likes jazz")
+    page = member.get(reverse("fact_detail", args=[tenant.slug, fact.pk])).content.decode()
+    form = re.search(r"<form[^>]*/forget/[^>]*>(.*?)</form>", page, re.S).group(1)
+    assert 'name="link_off" value="1"' in form
+    row = member.post(reverse("fact_forget", args=[tenant.slug, fact.pk]), {"link_off": "1"}, **HTMX).content.decode()
+    assert "Forgotten by you" in row and "Alice likes jazz" not in row
+    in_list = member.post(reverse("fact_restore", args=[tenant.slug, fact.pk]), **HTMX).content.decode()
+    assert "Alice likes jazz" in in_list  # in the list, the row still names its fact
+
+
 def test_facts_across_users_weighs_under_60_kb_for_50_rows(operator, tenant, memory_user, make_fact):
     for i in range(60):
         make_fact(memory_user, f"Alice mentioned a fairly ordinary preference number {i} about her tools and habits")
