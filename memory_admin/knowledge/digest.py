@@ -2,10 +2,11 @@
 the chunks that changed.
 
 Each new chunk goes through what every fact goes through first (SPEC §4 steps 1-2):
-1. the secret/PII scan under the tenant's policy (services/pii.py `scan`): a chunk holding a secret, or
-   contact PII the policy blocks, is not stored; a PII block records kinds, a redacted preview and a keyed
-   fingerprint, as for a refused fact. PII the policy redacts is replaced by `[REDACTED:<kind>]`;
-2. the poisoning guard (services/guard.py `verdict`): a chunk that reads as instructions to a model is
+1. the secret/PII scan under the tenant's policy (services/screening.py `screen_text`, as on the write
+   doors): a chunk holding a secret, or contact PII the policy blocks, is not stored; a PII block records
+   kinds, a redacted preview and a keyed fingerprint, as for a refused fact. PII the policy redacts is
+   replaced by `[REDACTED:<kind>]`;
+2. the poisoning guard (services/guard `verdict`): a chunk that reads as instructions to a model is
    stored `quarantined` with the guard's reason, held for review and never served.
 Then the chunks are embedded in batches with the facts' embedder (memory_admin/embedding `embed`), the
 heading path leading the text so a section's title counts toward what it is about.
@@ -25,13 +26,14 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from memory_admin import embedding, metrics
+from memory_admin import embedding
+from memory_admin.errors import Blocked
 from memory_admin.knowledge import conf
 from memory_admin.knowledge.chunking import Chunk, chunk_text
-from memory_admin.models import KnowledgeChunk, KnowledgeDocument, PiiBlock
+from memory_admin.models import KnowledgeChunk, KnowledgeDocument
 from memory_admin.selectors.access import Principal
-from memory_admin.services import guard, pii
-from memory_admin.services.audit import audit
+from memory_admin.services import guard
+from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
 
 ROUTE = "knowledge"
@@ -69,31 +71,19 @@ def screen_chunk(
     principal: Principal, chunk: Chunk, *, policy: dict[str, str], memory_user_id: int | None
 ) -> Screened | None:
     """Step 1 and 2 for one chunk: None when it is refused (a PII block is recorded), else what to store."""
-    result = pii.scan(chunk.text, policy)
-    if result.findings:
-        action = "blocked" if result.blocked else "redacted" if result.redacted else "flagged"
-        block = PiiBlock.objects.create(
-            tenant_id=principal.tenant_id,
-            memory_user_id=memory_user_id,
-            actor=principal.actor,
-            route=ROUTE,
-            action=action,
-            kinds=result.kinds,
-            redacted_preview=result.preview,
-            fingerprint=result.fingerprint,
-        )
-        audit(
+    try:
+        result = screen_text(
             principal,
-            f"{ROUTE}.chunk",
-            outcome=action,
-            target=block,
+            chunk.text,
+            route=ROUTE,
             memory_user_id=memory_user_id,
-            after={"kinds": result.kinds, "preview": result.preview, "section": " > ".join(chunk.heading_path)},
-            reason=f"{', '.join(result.kinds)} found in a document chunk by the secret/PII scan",
+            what="document chunk",
+            policy=policy,
+            action="chunk",
+            detail={"section": " > ".join(chunk.heading_path)},
         )
-        metrics.pii_found(ROUTE, action, result.kinds)
-        if result.blocked:
-            return None
+    except Blocked:
+        return None  # recorded and audited: the chunk is not stored
     content = result.content
     verdict = guard.verdict(embedding_text(chunk.heading_path, content), tenant_id=principal.tenant_id)
     if verdict.flagged:

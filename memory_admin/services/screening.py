@@ -17,7 +17,7 @@ Every string an agent or a person can make us store goes through here (SPEC §11
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import transaction
 
@@ -40,15 +40,18 @@ def screen_text(
     memory_user_id: int | None,
     what: str = "text",
     policy: dict[str, str] | None = None,
+    action: str = "write",
+    detail: dict[str, Any] | None = None,
 ) -> ScanResult:
     """Scan `text` under the tenant's PII policy; raise Blocked (after recording it) or return
-    the result whose `content` is safe to store (redacted where the policy says so)."""
+    the result whose `content` is safe to store (redacted where the policy says so). The audit event is
+    `{route}.{action}`, with `detail` beside the kinds and the preview."""
     if not text:
         return ScanResult(content=text)
     result = scan(text, tenant_settings(principal.tenant_id).pii_policy if policy is None else policy)
     if not result.findings:
         return result
-    action = "blocked" if result.blocked else "redacted" if result.redacted else "flagged"
+    outcome = "blocked" if result.blocked else "redacted" if result.redacted else "flagged"
     with transaction.atomic():
         block = PiiBlock.objects.create(
             tenant_id=principal.tenant_id,
@@ -56,22 +59,22 @@ def screen_text(
             agent_id=principal.agent_id,
             actor=principal.actor,
             route=route,
-            action=action,
+            action=outcome,
             kinds=result.kinds,
             redacted_preview=result.preview,
             fingerprint=result.fingerprint,
         )
         audit(
             principal,
-            f"{route}.write",
-            outcome=action,
+            f"{route}.{action}",
+            outcome=outcome,
             target=block,
             memory_user_id=memory_user_id,
-            after={"kinds": result.kinds, "preview": result.preview},
+            after={"kinds": result.kinds, "preview": result.preview, **(detail or {})},
             reason=f"{', '.join(result.kinds)} found in the {what} by the secret/PII scan",
         )
     result.block_id = str(block.pk)  # type: ignore[attr-defined]
-    metrics.pii_found(route, action, result.kinds)
+    metrics.pii_found(route, outcome, result.kinds)
     if result.blocked:
         raise Blocked(
             f"Refused: the {what} contains {', '.join(result.kinds)}. Nothing was stored; "
