@@ -15,7 +15,8 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +186,31 @@ def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
         text=True,
         timeout=timeout,
     ).stdout.strip()
+
+
+@contextmanager
+def up_for_soak(name: str, **extra: Any) -> Iterator[Any]:
+    """A real `up` (bench/soak.py's UpStack) in a directory of its own, with a tenant `name`: health and
+    heartbeats on short windows, and a worker taken for wedged after 20 s, so that a liveness mistake
+    (a busy or waiting worker killed) shows within a test. Skipped without the LoCoMo dev data."""
+    import pytest
+
+    from bench.soak import LOCOMO, UpStack
+
+    if not (LOCOMO / "locomo_dev_turns.jsonl").exists():
+        pytest.skip(f"the LoCoMo dev data is not at {LOCOMO}")
+    workdir = Path(tempfile.mkdtemp(prefix=f"ma-{name}-"))
+    env = {
+        "EMBEDDER_CACHE_DIR": embedder_cache(),
+        "HEALTH_STALE_SECONDS": "10",
+        "HEALTH_STARTUP_GRACE_SECONDS": "5",
+        "WORKER_HEARTBEAT_SECONDS": "2",
+    }
+    up = UpStack(workdir, env=env, wedged_after=20, **extra)
+    try:
+        up.wait_ready()
+        up.create_tenant(name)
+        yield up
+    finally:
+        up.kill_everything()
+        shutil.rmtree(workdir, ignore_errors=True)

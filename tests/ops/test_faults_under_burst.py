@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import signal
-import tempfile
 import time
-from pathlib import Path
 
 import psutil
 import pytest
 
-from bench.soak import LOCOMO, UpStack, http, soak
-from tests.ops.cluster import embedder_cache, wait_until
+from bench.soak import UpStack, http, soak
+from tests.ops.cluster import up_for_soak, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,28 +39,8 @@ RECONNECT_SECONDS = 5
 
 @pytest.fixture(scope="module")
 def stack():
-    if not (LOCOMO / "locomo_dev_turns.jsonl").exists():
-        pytest.skip(f"the LoCoMo dev data is not at {LOCOMO}")
-    workdir = Path(tempfile.mkdtemp(prefix="ma-fault-burst-"))
-    up = UpStack(
-        workdir,
-        env={
-            "EMBEDDER_CACHE_DIR": embedder_cache(),
-            "HEALTH_STALE_SECONDS": "10",
-            "HEALTH_STARTUP_GRACE_SECONDS": "5",
-            "WORKER_HEARTBEAT_SECONDS": "2",
-        },
-        # Short, so that a worker that liveness wrongly took for wedged (busy on the backlog, or waiting
-        # out the outage) would be killed within the test.
-        wedged_after=20,
-    )
-    try:
-        up.wait_ready()
-        up.create_tenant("faults")
+    with up_for_soak("faults") as up:
         yield up
-    finally:
-        up.kill_everything()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def running(stack: UpStack) -> dict[tuple[str, int], float]:

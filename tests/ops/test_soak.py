@@ -15,14 +15,11 @@ Bounded: about 3 minutes (SOAK_SECONDS shortens or lengthens the burst).
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from bench.soak import LOCOMO, UpStack, gone, soak
-from tests.ops.cluster import embedder_cache
+from bench.soak import gone, soak
+from tests.ops.cluster import up_for_soak
 
 pytestmark = pytest.mark.slow
 
@@ -31,26 +28,8 @@ BURST_SECONDS = float(os.environ.get("SOAK_SECONDS", "60"))
 
 @pytest.fixture
 def stack():
-    if not (LOCOMO / "locomo_dev_turns.jsonl").exists():
-        pytest.skip(f"the LoCoMo dev data is not at {LOCOMO}")
-    workdir = Path(tempfile.mkdtemp(prefix="ma-soak-test-"))
-    up = UpStack(
-        workdir,
-        env={
-            "EMBEDDER_CACHE_DIR": embedder_cache(),
-            "HEALTH_STALE_SECONDS": "10",
-            "HEALTH_STARTUP_GRACE_SECONDS": "5",
-            "WORKER_HEARTBEAT_SECONDS": "2",
-        },
-        wedged_after=20,
-    )
-    try:
-        up.wait_ready()
-        up.create_tenant("soak")
+    with up_for_soak("soak") as up:
         yield up
-    finally:
-        up.kill_everything()
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def test_a_sustained_burst_drains_with_no_kill_no_5xx_and_nothing_lost(stack, capsys):
