@@ -845,7 +845,7 @@ def user_import(*, principal: Principal, memory_user: MemoryUser, data: dict[str
     check_import(data, max_items=max_items)
     with transaction.atomic():
         # One import of a user at a time: the second waits, then finds the first's items done.
-        MemoryUser.objects.select_for_update().filter(pk=memory_user.pk).first()
+        MemoryUser.objects.select_for_update(no_key=True).filter(pk=memory_user.pk).first()
         replay = _Replay(principal, memory_user, data)
         _embed_facts(replay)
         _replay_timeline(replay)

@@ -37,11 +37,9 @@ def rig(tmp_path_factory):
         rig.close()
 
 
-# Found at the merge of 27 Nov 2026: with two web processes writing at once, Postgres reports "deadlock
-# detected" (bench/multihost.py prints them) and the losing write answers 503 database_unavailable before
-# any kill; the client's retry succeeds, so nothing is lost, but the test's "no failure before the kills"
-# does not hold. Marked until the lock order is fixed (issue 32, left open); every assertion still runs.
-@pytest.mark.xfail(reason="concurrent writes from two webs deadlock in Postgres (503, retried)", strict=False)
+# Two web processes writing at once, while a drawing or an access-log flush held fact rows, once deadlocked
+# in Postgres (the user's write lock blocked their foreign-key checks) and a write answered 503 before any
+# kill: "no failure before the kills" holds that fixed (services/facts/versions.py, FOR NO KEY UPDATE).
 def test_killing_a_web_and_a_worker_mid_load_loses_no_acknowledged_write_and_throughput_recovers(rig, capsys):
     figures = rehearse(rig, clients=4, before=12, after=15)
     with capsys.disabled():

@@ -72,14 +72,19 @@ def insert_fact(fact: Fact) -> None:
     fact._state.adding, fact._state.db = False, connection.alias
 
 
-_LOCK_USER_SQL = "SELECT {pk} FROM {table} WHERE {pk} = %s FOR UPDATE".format(
+# FOR NO KEY UPDATE: writers of one user wait for each other, but a transaction that only references the
+# user (an entity drawing's rows, an access-log flush's rows: their foreign-key checks take KEY SHARE at
+# commit) is not blocked. FOR UPDATE blocked those checks, and two web processes writing while a flush or a
+# drawing held fact rows deadlocked (bench/multihost.py: "deadlock detected", writes answered 503).
+_LOCK_USER_SQL = "SELECT {pk} FROM {table} WHERE {pk} = %s FOR NO KEY UPDATE".format(
     pk=connection.ops.quote_name(MemoryUser._meta.pk.column), table=connection.ops.quote_name(MemoryUser._meta.db_table)
 )
 
 
 def lock_memory_user(memory_user_id: int) -> None:
     """Writes for one memory user are serialised: races on a key or a hash cannot double-insert. Fixed
-    SQL (the row lock `select_for_update()` takes, without the ORM compiling it for every write), prepared."""
+    SQL (the row lock `select_for_update(no_key=True)` takes, without the ORM compiling it for every
+    write), prepared."""
     with prepared_cursor() as cursor:
         cursor.execute(_LOCK_USER_SQL, [memory_user_id])
 
