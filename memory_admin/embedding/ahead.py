@@ -1,16 +1,13 @@
 """Embedding beside other work: a batch write's texts embedded on helper threads while the caller screens
-and stores (`EmbedAhead`), a search's query embedded while its key is checked (`search_ahead_submit`), a
-second query text beside the first (`cache.embed_query_aside`). Each kind has this process's own pool,
-made after a fork, never inherited."""
+and stores (`EmbedAhead`), a second query text beside the first (`cache.embed_query_aside`). Each kind has
+this process's own pool, made after a fork, never inherited."""
 
 from __future__ import annotations
 
 import os
 import sys
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import lru_cache, partial
 
 from django.conf import settings
 
@@ -40,44 +37,6 @@ def _ahead_executor() -> ThreadPoolExecutor:
     """The batch writes' helper threads: EMBED_AHEAD_THREADS (2: the two cores this runs on; each run of
     the model is one thread)."""
     return _pool("embed-ahead", config.get("EMBED_AHEAD_THREADS"))
-
-
-def search_ahead_executor() -> ThreadPoolExecutor:
-    """The threads that embed a search's query while its API key is checked (selectors.search.
-    VectorsAhead): one per core, each run of the model being one thread. A request whose embedding has
-    not started by the time it needs it runs the embedding itself, so none waits in this queue."""
-    return _pool("embed-search", _search_helpers())
-
-
-@lru_cache(maxsize=1)
-def _search_helpers() -> int:
-    return max(1, os.cpu_count() or 1)  # os.cpu_count reads sysfs: ~10 µs a call
-
-
-# Runs submitted to search_ahead_executor and not yet done (or cancelled), by process: a forked child starts
-# from none, as its pool does.
-_search_busy: dict[int, int] = {}
-_search_busy_lock = threading.Lock()
-
-
-def search_ahead_submit(fn: Callable[[], object]) -> tuple[Future, bool]:
-    """`fn` submitted to search_ahead_executor, and whether a helper thread was idle to take it at once."""
-    pid = os.getpid()
-    with _search_busy_lock:
-        busy = _search_busy.get(pid, 0)
-        _search_busy[pid] = busy + 1
-    try:
-        future = search_ahead_executor().submit(fn)
-    except RuntimeError:  # the pool is shutting down (interpreter exit): not counted as busy forever
-        _search_done(pid, None)
-        raise
-    future.add_done_callback(partial(_search_done, pid))
-    return future, busy < _search_helpers()
-
-
-def _search_done(pid: int, _future: Future | None) -> None:
-    with _search_busy_lock:
-        _search_busy[pid] -= 1
 
 
 class EmbedAhead:
