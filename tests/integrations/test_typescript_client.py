@@ -60,6 +60,17 @@ def test_the_package_is_an_esm_package_with_types_and_no_runtime_dependency():
     assert imports and all(spec.startswith("./") for spec in imports), imports
 
 
+def test_both_clients_raise_the_same_named_error_for_every_stable_code():
+    """A code the server answers is one error class in Python and the same-named class in TypeScript, so an
+    agent moving between the clients catches the same thing (the write outcomes are WriteRefused's in TS)."""
+    from memory_admin_client.errors import BY_CODE, BY_OUTCOME
+
+    block = re.search(r"export const BY_CODE[^{]*\{(.*?)\n\};", (PACKAGE / "src" / "errors.ts").read_text(), re.S)
+    typescript = dict(re.findall(r"^\s*([a-z_]+):\s*([A-Za-z]+),", block.group(1), re.M))
+    python = {code: cls.__name__ for code, cls in BY_CODE.items() if code not in {*BY_OUTCOME, "write_refused"}}
+    assert typescript == python
+
+
 def test_the_types_are_what_openapi_typescript_makes_of_the_served_document(gunicorn_server, tmp_path):
     with urllib.request.urlopen(f"{gunicorn_server}/api/v1/openapi.json") as answer:
         (tmp_path / "openapi.json").write_bytes(answer.read())

@@ -91,6 +91,12 @@ export class TooLarge extends MemoryAdminError {
 export type FieldError = { field: string; reason: string };
 
 /** 422 `invalid`: `field` names what was wrong; `errors` lists every field with its reason. */
+/**
+ * 413 `screening_budget_exceeded`: screening the text ran past its time budget; nothing was stored.
+ * A shorter text (or one split in parts) goes through.
+ */
+export class ScreeningBudgetExceeded extends TooLarge {}
+
 export class Invalid extends MemoryAdminError {
   get field(): string | undefined {
     return stringOr(this.body.field);
@@ -100,6 +106,12 @@ export class Invalid extends MemoryAdminError {
     return Array.isArray(this.body.errors) ? (this.body.errors as FieldError[]) : [];
   }
 }
+
+/**
+ * 422 on an import whose history the write path could never make: `supersession_cycle`,
+ * `no_current_version` (a superseded fact nothing replaced) or `two_current_versions`. Nothing was written.
+ */
+export class ImpossibleHistory extends Invalid {}
 
 /**
  * 422: a knowledge source that cannot be taken as given (its subclasses name why); nothing was stored. Also
@@ -197,6 +209,9 @@ export class BackgroundStale extends Unavailable {}
 /** The request never got an answer (refused, reset, timed out) after the retries allowed. */
 export class ConnectionFailed extends Unavailable {}
 
+/** `timeout` (the MCP door's time limit per call): the call was stopped and nothing of it was kept. */
+export class TimedOut extends Unavailable {}
+
 /** Any other 5xx. */
 export class ServerError extends MemoryAdminError {}
 
@@ -260,6 +275,10 @@ export const BY_CODE: Readonly<Record<string, ErrorClass>> = {
   too_many_messages: TooLarge,
   too_many_items: TooLarge,
   invalid: Invalid,
+  screening_budget_exceeded: ScreeningBudgetExceeded,
+  supersession_cycle: ImpossibleHistory,
+  no_current_version: ImpossibleHistory,
+  two_current_versions: ImpossibleHistory,
   entity_merged: EntityMerged,
   entity_merge_same: EntityMergeSame,
   entity_scope_mismatch: EntityScopeMismatch,
@@ -276,6 +295,7 @@ export const BY_CODE: Readonly<Record<string, ErrorClass>> = {
   rate_limited: RateLimited,
   database_unavailable: Unavailable,
   bad_request: BadRequest,
+  timeout: TimedOut,
 };
 
 export const BY_STATUS: Readonly<Record<number, ErrorClass>> = {
