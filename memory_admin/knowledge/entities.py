@@ -22,11 +22,12 @@ from __future__ import annotations
 import logging
 
 from django.db import DatabaseError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from memory_admin.errors import DomainError
 from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk
-from memory_admin.selectors.access import Principal
+from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok
 from memory_admin.services.entities import entity_create, entity_find
 from memory_admin.services.entity_draw import draw
@@ -100,3 +101,18 @@ def chunk_entities(chunk_ids) -> dict:
         entity = row.entity.merged_into or row.entity
         found.setdefault(row.chunk_id, []).append((entity.pk, entity.name, entity.type, row.role))
     return found
+
+
+DOCUMENT_MENTIONS_SHOWN = 50
+
+
+def entity_document_mentions(principal: Principal, entity: Entity) -> list[ChunkEntity]:
+    """The active chunks (with their document and source) that name the entity or one merged into it,
+    newest first, as far as the principal reads them: the entity page's provenance from documents."""
+    chunks = visible(principal, KnowledgeChunk.objects.filter(status=KnowledgeChunk.Status.ACTIVE))
+    return list(
+        ChunkEntity.objects.filter(Q(entity=entity) | Q(entity__merged_into=entity), chunk__in=chunks.values("pk"))
+        .select_related("chunk__document", "chunk__source")
+        .defer(*(f"chunk__{name}" for name in KnowledgeChunk.VECTORS))
+        .order_by("-chunk__fetched_at", "chunk_id")[:DOCUMENT_MENTIONS_SHOWN]
+    )

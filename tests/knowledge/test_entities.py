@@ -117,3 +117,24 @@ def test_the_document_page_lists_each_chunks_names_with_links(tenant):
     quarantined = KnowledgeChunk.objects.get(source=source, status="quarantined")
     card = html[html.index(f'id="chunk-{quarantined.pk}"') :]
     assert "Names:" not in card[: card.index("</article>")]
+
+
+def test_the_entity_page_lists_the_documents_that_name_it_and_hides_retired_ones(tenant):
+    from django.test import Client
+
+    from memory_admin.knowledge.services import source_delete
+    from memory_admin.services.staff import staff_create
+
+    source = _upload(tenant, HANDBOOK)
+    _draw_all(source)
+    acme = Entity.objects.get(name="Acme Robotics")
+    document = source.documents.get()
+    membership, _ = staff_create(tenant_slug=tenant.slug, username="aude", role="auditor", password="x" * 20)
+    client = Client()
+    client.force_login(membership.user)
+    html = client.get(f"/t/{tenant.slug}/entities/{acme.pk}/").content.decode()
+    assert "Documents that name it" in html
+    assert f'href="/t/{tenant.slug}/knowledge/documents/{document.pk}/"' in html and "› Who we are" in html
+    source_delete(Principal.system(tenant.pk), source.pk)
+    html = client.get(f"/t/{tenant.slug}/entities/{acme.pk}/").content.decode()
+    assert "Documents that name it" not in html  # its chunks are retired: no longer a live source
