@@ -143,6 +143,7 @@ app.conf.task_routes = {
             "extraction.lifecycle_gc_all",
             "extraction.contradiction_scan_all",
             "knowledge.crawl",
+            "knowledge.entities",
         )
     },
 }

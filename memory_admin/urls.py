@@ -11,6 +11,7 @@ from memory_admin.views import (
     explore,
     facts,
     keys,
+    knowledge,
     lifecycle,
     notebooks,
     oversight,
@@ -82,6 +83,14 @@ tenant_patterns = [
     path("keys/<int:key_id>/<str:action>/", keys.key_pause_view, name="key_pause"),
     path("access/", access_log.access_log, name="access_log"),
     path("settings/", admin.settings_page, name="settings"),
+    path("knowledge/", knowledge.sources, name="knowledge_sources"),
+    path("knowledge/add/", knowledge.source_add, name="knowledge_source_add"),
+    path("knowledge/switch/", knowledge.ingestion_switch, name="knowledge_switch"),
+    path("knowledge/<uuid:source_id>/", knowledge.source, name="knowledge_source"),
+    path("knowledge/<uuid:source_id>/crawl/", knowledge.source_crawl, name="knowledge_source_crawl"),
+    path("knowledge/<uuid:source_id>/delete/", knowledge.source_delete, name="knowledge_source_delete"),
+    path("knowledge/<uuid:source_id>/<str:action>/", knowledge.source_pause_view, name="knowledge_source_pause"),
+    path("knowledge/documents/<uuid:document_id>/", knowledge.document, name="knowledge_document"),
 ]
 
 # Under /api/ a request Django refuses before any view (too many query parameters, a bad Host) gets JSON.

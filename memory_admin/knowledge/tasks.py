@@ -6,17 +6,28 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from memory_admin.knowledge import entities as knowledge_entities
 from memory_admin.knowledge import services
 from memory_admin.knowledge.crawl import crawl_step
 
 
 @shared_task(name="knowledge.crawl", ignore_result=True)
 def crawl(source_id: str) -> bool:
+    from memory_admin import celery
+
     more = crawl_step(source_id)
+    # The next step, or, the walk done, the drawing of the new chunks' entities (bulk queue too).
+    celery.dispatch(services.CRAWL_TASK if more else knowledge_entities.TASK, source_id)
+    return more
+
+
+@shared_task(name="knowledge.entities", ignore_result=True)
+def entities(source_id: str) -> bool:
+    _drawn, more = knowledge_entities.chunks_draw(source_id)
     if more:
         from memory_admin import celery
 
-        celery.dispatch(services.CRAWL_TASK, source_id)
+        celery.dispatch(knowledge_entities.TASK, source_id)
     return more
 
 

@@ -3,7 +3,13 @@ from memory_admin.models.checkpoints import Checkpoint, CheckpointWrite, StoreIt
 from memory_admin.models.entities import Entity, EntityBackfill, EntityDrawing, FactEntity, Relation, RelationEnd
 from memory_admin.models.entity_curation import EntityMerge, EntityMergeReview
 from memory_admin.models.imports import ImportedItem
-from memory_admin.models.knowledge import KnowledgeChunk, KnowledgeDocument, KnowledgeSettings, KnowledgeSource
+from memory_admin.models.knowledge import (
+    ChunkEntity,
+    KnowledgeChunk,
+    KnowledgeDocument,
+    KnowledgeSettings,
+    KnowledgeSource,
+)
 from memory_admin.models.memory import (
     EMBEDDING_DIM,
     Edge,
@@ -41,6 +47,7 @@ __all__ = [
     "ApiKey",
     "AuditEvent",
     "Checkpoint",
+    "ChunkEntity",
     "CheckpointWrite",
     "Contradiction",
     "Edge",

@@ -176,12 +176,19 @@ class KnowledgeChunk(models.Model):
         db_persist=True,
     )
     fetched_at = models.DateTimeField()
+    # When its entities were drawn into the graph (knowledge/entities.py); NULL: due, once it is active.
+    entities_drawn_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         indexes = [
             models.Index(fields=["document", "status", "ordinal"], name="kchunk_document_status"),
+            models.Index(
+                fields=["source", "created_at"],
+                name="kchunk_entities_due",
+                condition=Q(status="active", entities_drawn_at__isnull=True),
+            ),
             models.Index(fields=["tenant", "memory_user", "status"], name="kchunk_owner_status"),
             models.Index(fields=["tenant", "created_at"], name="kchunk_quarantined", condition=Q(status="quarantined")),
             GinIndex(fields=["search_vector"], name="kchunk_search_gin", condition=Q(status="active")),
@@ -215,3 +222,25 @@ class KnowledgeSettings(models.Model):
 
     def __str__(self) -> str:
         return f"knowledge settings of {self.tenant_id}"
+
+
+class ChunkEntity(models.Model):
+    """A document chunk names an entity of the graph, in a role: the drawing's provenance (the chunk, and
+    through it the document, its URL or file, section and version)."""
+
+    chunk = models.ForeignKey(KnowledgeChunk, on_delete=models.CASCADE, related_name="mentions")
+    entity = models.ForeignKey("memory_admin.Entity", on_delete=models.CASCADE, related_name="chunk_mentions")
+    role = models.CharField(max_length=16, default="mentioned")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["entity", "chunk"], name="chunk_entity_by_entity")]
+        constraints = [
+            models.UniqueConstraint(fields=["chunk", "entity"], name="chunk_entity_unique"),
+            models.CheckConstraint(
+                condition=Q(role__in=["subject", "object", "mentioned"]), name="chunk_entity_role_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.chunk_id} {self.role} {self.entity_id}"

@@ -204,28 +204,37 @@ def entity_resolve(
     )
     if found is not None:
         return _absorb(found, mention, fact.valid_from, by_user=fact.memory_user_id is not None)
-    from memory_admin.services.entity_curation import entity_embed
     from memory_admin.services.entity_neighbour import neighbour_step
+
+    entity = entity_create(
+        tenant_id=fact.tenant_id, memory_user_id=fact.memory_user_id, mention=mention, seen_at=fact.valid_from
+    )
+    return neighbour_step(principal, fact=fact, mention=mention, entity=entity, claims=claims) or entity
+
+
+def entity_create(*, tenant_id: int, memory_user_id: int | None, mention: EntityMention, seen_at: datetime) -> Entity:
+    """A new entity for a mention that resolved to none, in its owner's scope, embedded and stored."""
+    from memory_admin.services.entity_curation import entity_embed
 
     # A place, tool, organisation or event is one tenant entity however many users name it (one "Zed",
     # not one per user): it holds the name only; the facts and relations that name it stay their owners'.
-    shared = fact.memory_user_id is None or (_share_kinds() and mention.type in SHARED_KINDS)
+    shared = memory_user_id is None or (_share_kinds() and mention.type in SHARED_KINDS)
     names = [mention.name[:_NAME_MAX]] if shared else []
     names = names or list(dict.fromkeys(n[:_NAME_MAX] for n in (mention.name, *mention.aliases) if fold_name(n)))
     entity = Entity(
-        tenant_id=fact.tenant_id,
-        memory_user_id=None if shared else fact.memory_user_id,
+        tenant_id=tenant_id,
+        memory_user_id=None if shared else memory_user_id,
         scope=Entity.Scope.ORG if shared else Entity.Scope.USER,
         name=mention.name[:_NAME_MAX],
         type=mention.type,
         aliases=names,
         alias_keys=list(dict.fromkeys(fold_name(n) for n in names)),
-        first_seen=fact.valid_from,
-        last_seen=fact.valid_from,
+        first_seen=seen_at,
+        last_seen=seen_at,
     )
     entity_embed(entity)
     entity.save(force_insert=True)
-    return neighbour_step(principal, fact=fact, mention=mention, entity=entity, claims=claims) or entity
+    return entity
 
 
 def _share_kinds() -> bool:

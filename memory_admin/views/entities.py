@@ -14,6 +14,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from memory_admin.errors import DomainError, NotFound
+from memory_admin.knowledge.entities import entity_document_mentions
 from memory_admin.models import Entity, EntityMergeReview
 from memory_admin.selectors.access import CURATE, get_visible
 from memory_admin.selectors.dashboard import review_tab_counts
@@ -112,6 +113,7 @@ def entity(request: HttpRequest, entity_id) -> HttpResponse:
             "candidates": merge_candidates(request.principal, item) if can_curate else [],
             "split_from": split_from,
             "aliases": [a for a in item.aliases if a != item.name],
+            "documents": entity_document_mentions(request.principal, item),
         },
     )
 

@@ -62,7 +62,7 @@ def test_fill_keeps_search_on_the_old_vectors_then_swap_switches(api, torch_engi
     late = write(api, "Alice's dog is called Pixel")
     assert fill(torch_engine, progress=False) == 1
 
-    facts, chunks, _ = swap()
+    facts, chunks, *_ = swap()
     assert (facts, chunks) == (len(before) + 1, len(chunks_before))
     rows = Fact.objects.filter(content__gt="")
     expected = torch_engine.embed([row.content for row in rows])
@@ -174,13 +174,13 @@ def test_entities_are_reembedded_through_a_shadow_column_and_keep_their_vector_i
     assert fill(torch_engine, progress=False) == 1
     # Renamed again after the last pass: its shadow vector is stale and is never swapped in.
     entity_rename(principal=operator, entity_id=dana.pk, name="Dana Katherine Scully")
-    assert swap() == (0, 0, 2)
+    assert swap()[:3] == (0, 0, 2)
     dana.refresh_from_db()
     assert dana.embedding_next is not None
     assert float(np.dot(np.array(dana.embedding), torch_engine.embed([entity_text(dana)])[0])) < 1 - 1e-6
     # Running it again finishes the job.
     assert fill(torch_engine, progress=False) == 3
-    assert swap() == (0, 0, 3)
+    assert swap()[:3] == (0, 0, 3)
 
     for entity in Entity.objects.all():
         np.testing.assert_allclose(np.array(entity.embedding), torch_engine.embed([entity_text(entity)])[0], atol=1e-6)
@@ -213,5 +213,42 @@ def test_the_command_reports_entities_with_their_progress_bar(tenant):
     _entity(tenant, "Acme Robotics", "company")
     out, err = StringIO(), StringIO()
     call_command("reembed", engine="onnx", stdout=out, stderr=err)
-    assert "and 1 entities" in out.getvalue()
+    assert "1 entities" in out.getvalue()
     assert "entities: 100%" in err.getvalue() and "1/1" in err.getvalue()
+
+
+# --- document chunks: the same shadow column and swap, every status, the heading path in the text ----
+
+
+def test_document_chunks_are_reembedded_from_their_heading_path_and_text(tenant):
+    from memory_admin.knowledge.digest import embedding_text
+    from memory_admin.knowledge.services import source_create
+    from memory_admin.models import KnowledgeChunk
+    from tests.knowledge.conftest import crawl_all
+
+    guide = (
+        b"# Guide\n\n## Backups\n\nBackups run nightly at 02:00 UTC.\n\n## Pager\n\nThe rotation changes on Mondays.\n"
+    )
+    source = source_create(
+        Principal.system(tenant.pk), kind="file", name="guide.md", location="guide.md", upload=guide, dispatch=False
+    )
+    crawl_all(source)
+    chunks = KnowledgeChunk.objects.filter(source=source)
+    assert chunks.count() == 2
+    old = [1.0] + [0.0] * (len(chunks[0].embedding) - 1)  # a vector no engine gives these texts
+    chunks.update(embedding=old)
+    KnowledgeChunk.objects.filter(pk=chunks.order_by("ordinal")[0].pk).update(status="superseded")
+
+    assert fill(make_embedder("onnx"), progress=False) == 2
+    for row in KnowledgeChunk.objects.all():  # readers still see the old vectors until the swap
+        np.testing.assert_array_equal(np.array(row.embedding), old)
+        assert row.embedding_next is not None
+    out = StringIO()
+    call_command("reembed", engine="onnx", stdout=out, stderr=StringIO())
+    assert "and 2 document chunks" in out.getvalue()
+    onnx = make_embedder("onnx")
+    for row in KnowledgeChunk.objects.all():
+        expected = onnx.embed([embedding_text(row.heading_path, row.content)])[0]
+        np.testing.assert_allclose(np.array(row.embedding), expected, atol=1e-6)
+        assert row.embedding_next is None
+    assert swap().document_chunks == 0  # nothing left in the shadow column

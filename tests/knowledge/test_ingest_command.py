@@ -8,7 +8,7 @@ import json
 import pytest
 from django.core.management import CommandError, call_command
 
-from memory_admin.models import KnowledgeChunk, KnowledgeSource
+from memory_admin.models import ChunkEntity, KnowledgeChunk, KnowledgeSource
 
 pytestmark = pytest.mark.django_db
 
@@ -41,9 +41,11 @@ def test_ingest_a_site_and_a_file(tenant, site, tmp_path):
     assert summary["pages_done"] == 2 and summary["errors"] == {}
     assert KnowledgeChunk.objects.filter(content__contains="five working days", status="active").exists()
     handbook = tmp_path / "handbook.md"
-    handbook.write_text("# Handbook\n\nDesks are booked through the front office.\n")
+    handbook.write_text("# Handbook\n\nDesks are booked through the front office in Lisbon.\n")
     summary, _ = _run(tenant.slug, "--file", str(handbook), "--no-progress")
     assert summary["kind"] == "file" and summary["chunks"] == {"active": 1}
+    assert summary["chunks_drawn"] == 1  # its entities drawn in-process, as the worker would
+    assert ChunkEntity.objects.filter(chunk__source_id=summary["id"], entity__name="Lisbon").exists()
 
 
 def test_ingest_refusals_name_their_code(tenant):

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from memory_admin.errors import DomainError
 from memory_admin.knowledge.crawl import crawl_step
+from memory_admin.knowledge.entities import chunks_draw
 from memory_admin.knowledge.parsing import doc_type
 from memory_admin.knowledge.selectors import source_detail
 from memory_admin.knowledge.services import source_crawl_now, source_create
@@ -65,8 +66,13 @@ class Command(BaseCommand):
             source.refresh_from_db()
             bar.total = bar.n = max(1, source.pages_done)
             bar.refresh()
+        drawn, more = chunks_draw(source.pk)  # the new chunks' entities, here too (the worker's task does it)
+        while more:
+            done, more = chunks_draw(source.pk)
+            drawn += done
         detail = source_detail(principal, source.pk)
         summary = {k: detail[k] for k in ("id", "kind", "name", "state", "pages_done", "documents", "chunks")}
+        summary["chunks_drawn"] = drawn
         summary["errors"] = {d["locator"]: d["error"] for d in detail["document_list"] if d["error"]}
         if detail["last_error"]:
             summary["last_error"] = detail["last_error"]

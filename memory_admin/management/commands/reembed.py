@@ -1,10 +1,12 @@
-"""Re-embed every fact, notebook statement and entity with another engine, without stopping search.
+"""Re-embed every fact, notebook statement, entity and document chunk with another engine, without
+stopping search.
 
     manage.py reembed --engine onnx          # fill the shadow column, catch up, swap
     manage.py reembed --engine onnx --no-swap   # fill only (run again later to finish)
 
 1. fill: each row's vector from the target engine goes into `embedding_next` (for facts together with
-   the content_hash it was computed from, for entities with the hash of the name and type), in batches
+   the content_hash it was computed from, for entities with the hash of the name and type; a document
+   chunk's text never changes in place, a changed document makes new chunks), in batches
    of --batch rows, one short transaction each, with a progress bar per kind of row. `embedding` is
    untouched, so search, context, resolution and the write path go on as before.
 2. catch up: rows written (or whose content changed, or entities renamed) during the fill are filled,
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, models, transaction
@@ -34,7 +37,8 @@ from django.db.models import F, Q
 from tqdm import tqdm
 
 from memory_admin.embedding import make_embedder
-from memory_admin.models import Entity, Fact, NotebookChunk
+from memory_admin.knowledge.digest import embedding_text
+from memory_admin.models import Entity, Fact, KnowledgeChunk, NotebookChunk
 from memory_admin.services.entity_curation import ENTITY_TEXT_HASH_SQL, entity_text, entity_text_hash
 
 BATCH = 256
@@ -56,7 +60,23 @@ _TABLES = (
     _Table(NotebookChunk, ("text",), lambda r: r.text, None, "notebook__tenant__slug"),
     # An entity's vector is of its name and type (resolution's step 3 and entity-anchored search).
     _Table(Entity, ("name", "type"), entity_text, entity_text_hash, "tenant__slug"),
+    # A document chunk's vector is of its heading path and text, as digestion embedded it; every status
+    # (a quarantined chunk released, a superseded one read as history, keep a vector of the live engine).
+    _Table(
+        KnowledgeChunk,
+        ("heading_path", "content"),
+        lambda r: embedding_text(r.heading_path, r.content),
+        None,
+        "tenant__slug",
+    ),
 )
+
+
+class Swapped(NamedTuple):
+    facts: int
+    chunks: int  # notebook statements
+    entities: int
+    document_chunks: int
 
 
 def _pending(table: _Table, tenant: str):
@@ -67,6 +87,8 @@ def _pending(table: _Table, tenant: str):
         )
     elif table.model is Entity:
         qs = Entity.objects.filter(Q(embedding_next__isnull=True) | ~Q(embedding_next_hash=ENTITY_TEXT_HASH_SQL))
+    elif table.model is KnowledgeChunk:
+        qs = KnowledgeChunk.objects.filter(embedding_next__isnull=True)
     else:
         qs = NotebookChunk.objects.exclude(text="").filter(embedding_next__isnull=True)
     return qs.filter(**{table.tenant_path: tenant}) if tenant else qs
@@ -102,11 +124,11 @@ def fill(embedder, *, tenant: str = "", batch: int = BATCH, progress: bool = Tru
     return filled
 
 
-def swap(*, tenant: str = "") -> tuple[int, int, int]:
-    """Move the shadow vectors into `embedding` in one transaction; returns (facts, chunks, entities)
+def swap(*, tenant: str = "") -> Swapped:
+    """Move the shadow vectors into `embedding` in one transaction; returns how many of each kind were
     swapped. Plain UPDATEs: the vector indexes on `embedding` (facts' and entities' HNSW) are kept and
     take the new vectors as the rows change, so search goes on using them throughout."""
-    fact, chunk = Fact._meta.db_table, NotebookChunk._meta.db_table
+    fact, chunk, document_chunk = Fact._meta.db_table, NotebookChunk._meta.db_table, KnowledgeChunk._meta.db_table
     fact_filter, chunk_filter, params = "", "", []
     if tenant:
         fact_filter = " AND tenant_id = (SELECT id FROM memory_admin_tenant WHERE slug = %s)"
@@ -132,12 +154,18 @@ def swap(*, tenant: str = "") -> tuple[int, int, int]:
         )
         chunks = cursor.rowcount
         swapped = entities.update(embedding=F("embedding_next"), embedding_next=None, embedding_next_hash="")
-        return facts, chunks, swapped
+        cursor.execute(
+            f"UPDATE {document_chunk} SET embedding = embedding_next, embedding_next = NULL"
+            f" WHERE embedding_next IS NOT NULL{fact_filter}",
+            params,
+        )
+        return Swapped(facts, chunks, swapped, cursor.rowcount)
 
 
 class Command(BaseCommand):
     help = (
-        "Recompute the embeddings of all facts, notebook statements and entities with an engine (default: "
+        "Recompute the embeddings of all facts, notebook statements, entities and document chunks with an "
+        "engine (default: "
         "the configured EMBEDDER) into a shadow column, in batches with a progress bar, then swap them in."
     )
 
@@ -159,9 +187,10 @@ class Command(BaseCommand):
         self.stdout.write(f"filled {filled} rows")
         if no_swap:
             return
-        facts, chunks, entities = swap(tenant=tenant)
+        done = swap(tenant=tenant)
         self.stdout.write(
-            f"swapped {facts} facts, {chunks} notebook statements and {entities} entities to {embedder.name}"
+            f"swapped {done.facts} facts, {done.chunks} notebook statements, {done.entities} entities and "
+            f"{done.document_chunks} document chunks to {embedder.name}"
         )
         if (engine or settings.EMBEDDER) != settings.EMBEDDER:
             self.stdout.write(f"now restart the web and worker processes with EMBEDDER={engine}")

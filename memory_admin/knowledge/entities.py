@@ -1,0 +1,118 @@
+"""Entities drawn from document chunks into the same graph as the conversation memory's (SPEC §12).
+
+A chunk's names are read by the facts' offline drawing (services/entity_draw.py `draw`) and resolved by
+the same steps 1-2 (services/entities.py `entity_find`: alias, then normalised name) among the entities
+its owner reads: a shared source's chunks among the tenant's, a user's source's among that user's and the
+tenant's. A name that resolves to none becomes a new entity (`entity_create`, the one constructor), so
+"Acme Robotics" in the handbook and in a conversation is one node. Each link is a ChunkEntity row: the
+provenance (chunk → document → URL or file, section, version). A name not fit to reach an agent (a
+secret, instructions: services/agent_text) is dropped, as for facts.
+
+Only active chunks are drawn: a quarantined chunk's names never enter the graph. Resolution's step 3
+(embedding neighbour + judge) and the relations a chunk states are not drawn here: both are recorded
+against a fact (`EntityMerge.pending_fact_ids`, `Relation.source_fact`), which a chunk is not.
+
+Drawing runs on the bulk queue after a crawl (`knowledge.entities`), DRAW_CHUNKS chunks a task under the
+owner's write lock (the facts' drawing takes the same one), and is idempotent: a chunk is drawn once
+(`entities_drawn_at`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import DatabaseError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from memory_admin.errors import DomainError
+from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk
+from memory_admin.selectors.access import Principal, visible
+from memory_admin.services.agent_text import agent_text_ok
+from memory_admin.services.entities import entity_create, entity_find
+from memory_admin.services.entity_draw import draw
+
+log = logging.getLogger(__name__)
+
+ACTOR = "knowledge:entities"
+TASK = "knowledge.entities"
+DRAW_CHUNKS = 50  # chunks per transaction (and per task): the owner's writes wait that long at most
+
+
+def chunk_entities_link(principal: Principal, chunk: KnowledgeChunk) -> list[Entity]:
+    """Resolve (or create) the entities the chunk's text names and link them to it; returns them."""
+    mentions, _relations = draw(chunk.content)
+    linked: dict = {}
+    for mention in mentions:
+        if not agent_text_ok(mention.name):
+            continue
+        entity = entity_find(
+            principal, memory_user_id=chunk.memory_user_id, name=mention.name, type=mention.type
+        ) or entity_create(
+            tenant_id=chunk.tenant_id, memory_user_id=chunk.memory_user_id, mention=mention, seen_at=chunk.fetched_at
+        )
+        ChunkEntity.objects.get_or_create(chunk=chunk, entity=entity, defaults={"role": mention.role})
+        linked[entity.pk] = entity
+    return list(linked.values())
+
+
+def _due(source_id):
+    return KnowledgeChunk.objects.filter(
+        source_id=source_id, status=KnowledgeChunk.Status.ACTIVE, entities_drawn_at__isnull=True
+    )
+
+
+def chunks_draw(source_id, *, limit: int = DRAW_CHUNKS) -> tuple[int, bool]:
+    """Draw the entities of up to `limit` due chunks of the source: (chunks drawn, whether more are due)."""
+    from memory_admin.services.facts import lock_memory_user
+
+    with transaction.atomic():
+        chunks = list(
+            _due(source_id)
+            .select_for_update(skip_locked=True)
+            .defer(*KnowledgeChunk.VECTORS)
+            .order_by("created_at")[:limit]
+        )
+        if not chunks:
+            return 0, False
+        if chunks[0].memory_user_id is not None:
+            lock_memory_user(chunks[0].memory_user_id)
+        principal = Principal.system(chunks[0].tenant_id, actor=ACTOR)
+        for chunk in chunks:
+            try:
+                with transaction.atomic():
+                    chunk_entities_link(principal, chunk)
+            except (DatabaseError, DomainError):
+                log.warning("the entities of chunk %s were not drawn", chunk.pk, exc_info=True)
+        KnowledgeChunk.objects.filter(pk__in=[c.pk for c in chunks]).update(entities_drawn_at=timezone.now())
+    return len(chunks), _due(source_id).exists()
+
+
+def chunk_entities(chunk_ids) -> dict:
+    """{chunk id: [(entity id, name, type, role)...]} for these chunks (a page's), the survivor of a merge
+    in place of the merged-away entity."""
+    found: dict = {}
+    rows = (
+        ChunkEntity.objects.filter(chunk_id__in=list(chunk_ids))
+        .select_related("entity", "entity__merged_into")
+        .order_by("chunk_id", "entity__name")
+    )
+    for row in rows:
+        entity = row.entity.merged_into or row.entity
+        found.setdefault(row.chunk_id, []).append((entity.pk, entity.name, entity.type, row.role))
+    return found
+
+
+DOCUMENT_MENTIONS_SHOWN = 50
+
+
+def entity_document_mentions(principal: Principal, entity: Entity) -> list[ChunkEntity]:
+    """The active chunks (with their document and source) that name the entity or one merged into it,
+    newest first, as far as the principal reads them: the entity page's provenance from documents."""
+    chunks = visible(principal, KnowledgeChunk.objects.filter(status=KnowledgeChunk.Status.ACTIVE))
+    return list(
+        ChunkEntity.objects.filter(Q(entity=entity) | Q(entity__merged_into=entity), chunk__in=chunks.values("pk"))
+        .select_related("chunk__document", "chunk__source")
+        .defer(*(f"chunk__{name}" for name in KnowledgeChunk.VECTORS))
+        .order_by("-chunk__fetched_at", "chunk_id")[:DOCUMENT_MENTIONS_SHOWN]
+    )
