@@ -372,7 +372,7 @@ _KIN = (
 )
 _KIN_NORMAL = re.compile(r"\b(my|our)\s+(" + "|".join(_KIN_WORDS) + r")\b", re.I)
 _KIN_NAMED = re.compile(
-    r"\bmy\s+((?:best|old|close|little|big|younger|older|twin|new)\s+)?(" + _KIN + r")\s*,?\s+"
+    r"\b[Mm]y\s+((?:best|old|close|little|big|younger|older|twin|new)\s+)?(" + _KIN + r")\s*,?\s+"
     r"(?:named\s+|called\s+)?([A-Z][a-z][\w'-]*)\b(?!'s\s+(?:" + _KIN + "))"
 )
 _KIN_PAIR = re.compile(r"^my\s+((?:best\s+)?(?:" + _KIN + r"))\s+and\s+i\b", re.I)
@@ -821,7 +821,7 @@ def extract(messages: list[tuple[int, str, str]], *, times: dict[int, datetime] 
 
 def _as_fact(said: _Said, speaker: str | None, index: int) -> RuleFact:
     """The statement with its speaker named: "the user", or the speaker of a named line."""
-    subject, possessive = (speaker, f"{speaker}'s") if speaker else ("The user", "The user's")
+    subject, possessive = (speaker, f"{speaker}'s") if speaker else ("the user", "the user's")
     content = said.content.replace("{S}", subject).replace("{P}", possessive)
     content = content[:1].upper() + content[1:]
     content = re.sub(r"\s+([.,!])", r"\1", re.sub(r"\s+", " ", content)).strip()
