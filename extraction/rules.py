@@ -638,6 +638,13 @@ _USED_TO_LIVE = re.compile(r"^[Ii]\s+used\s+to\s+live\s+in\s+" + _PLACE_NAME + r
 _TITLE_STOP = frozenset({"a", "an", "the", "and", "for", "at", "in", "now", "there", "here", "lot", "bit"})
 
 
+def _name_of(captured: str | None) -> str | None:
+    """A captured name without the sentence's full stop ("Acme Robotics." → "Acme Robotics"; "St." stays)."""
+    if not captured:
+        return captured
+    return captured if re.search(r"\b(?:St|Dr|Mr|Mrs|Ms|Jr|Sr|Inc|Co|Ltd)\.$", captured) else captured.rstrip(".")
+
+
 def _mention(name: str, kind: str) -> EntityMention:
     return EntityMention(name, kind, "object")
 
@@ -668,7 +675,7 @@ def _structured(clause: str) -> list[_Said]:
     out: list[_Said] = []
     m = _MOVE.match(clause)
     if m and _not_a_tool([m.group(2)]):
-        old, new, rest = m.group(1), m.group(2), m.group(3).rstrip(" .!")
+        old, new, rest = _name_of(m.group(1)), _name_of(m.group(2)), m.group(3).rstrip(" .!")
         out.append(
             _Said(
                 "{S} lives in " + new + ".",
@@ -689,7 +696,7 @@ def _structured(clause: str) -> list[_Said]:
         return out
     m = _USED_TO_LIVE.match(clause)
     if m:
-        place = m.group(1)
+        place = _name_of(m.group(1))
         return [
             _Said(
                 "{S} used to live in " + place + _third(m.group(2).rstrip(" .!"), "{P}") + ".",
@@ -710,7 +717,7 @@ def _structured(clause: str) -> list[_Said]:
         m = pattern.match(clause)
         if not m:
             continue
-        org, title = m.group(org_at), m.group(title_at)
+        org, title = _name_of(m.group(org_at)), m.group(title_at)
         if org and org.split()[0].lower() not in _NOT_NAMES:
             out.append(_employer(org))
         role = _role(title)
