@@ -234,7 +234,7 @@ _DISCOURSE = re.compile(
 # "my gf and I": a subject of two, not two clauses (the split above cut it; glued back).
 # A full stop after a title is not a sentence's end ("St. Mary's Hospital", "Dr. Lee").
 _STATEMENT_END = re.compile(
-    r"(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bJr\.)(?<!\bSr\.)(?<=[.!?;])\s+|\n+"
+    r"(?<!\bSt\.)(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bJr\.)(?<!\bSr\.)(?<=[.!?;])\s+|(?<=[.!?][\x22\x27\u201d\u2019])\s+|\n+"
 )
 _PAIR_HEAD = re.compile(r"^(?:my|our)(?:\s+[\w'-]+){1,2}$", re.I)
 _CAPTION = re.compile(r"\s*\[(?:shares?|shared|sends?|sent) [^\]]*\]", re.I)
@@ -411,14 +411,14 @@ _PAST_VERBS = frozenset(
 )
 _NOT_FACT_VERBS = frozenset(
     """wondered guessed figured supposed meant assumed noticed realized realised agreed appreciated needed hoped
-    wished imagined expected believed thought felt knew forgot remembered loved liked enjoyed missed heard""".split()
+    wished imagined expected believed thought felt knew forgot remembered loved liked enjoyed missed heard wanted""".split()
 )
 # "I'm ..." states something lasting only with these words after it (not "I'm so happy for you").
 _BEING = re.compile(
     r"^(?:a|an|allergic|vegetarian|vegan|married|engaged|pregnant|retired|single|divorced|from|originally|"
     r"based|located|keen|into|interested|passionate|part|member|learning|training|working|planning|going to|"
     r"gonna|studying|taking|volunteering|saving|starting|writing|reading|building|hosting|organi[sz]ing|teaching|"
-    r"running|playing|painting|preparing|applying|looking forward|excited to|getting|moving|attending|joining|"
+    r"running|playing|painting|preparing|applying|looking forward|getting|moving|attending|joining|"
     r"practi[cs]ing|trying to|doing|raising|expecting|dating|\d+ years old|\w+ years old)\b",
     re.I,
 )
@@ -591,7 +591,7 @@ def _generic(clause: str) -> _Said | None:
         adverbs.append(rest.pop(0))
     if not rest or not _substantial(verb, rest) or (verb in ("is", "are") and not _BEING.match(" ".join(rest))):
         return None
-    subject = "{S} and their family" if plural else "{S}"
+    subject = "{S} and others" if plural else "{S}"
     text = " ".join([subject, *adverbs, verb, _third(" ".join(rest), "{P}")])
     return _Said(text + ".", "preference" if _LIKING.match(verb) else "personal", "fact", None, confidence=0.8)
 
@@ -766,7 +766,10 @@ def _normal(clause: str) -> str:
 def _unfront(clause: str) -> str:
     """ "Last Saturday I ran a 10k" → "I ran a 10k last Saturday": the clause opens with its subject."""
     m = _FRONT_TIME.match(clause)
-    return f"{clause[m.end() :].rstrip(' .!')} {m.group(1)}" if m else clause
+    if m is None:
+        return clause
+    when = re.sub(r"^just\s+", "", m.group(1), flags=re.I)
+    return f"{clause[m.end() :].rstrip(' .!')} {when[:1].lower()}{when[1:]}"
 
 
 def _said(clause: str) -> list[_Said]:
@@ -793,7 +796,7 @@ def _said(clause: str) -> list[_Said]:
     if generic is not None:
         if pair:
             generic = _Said(
-                generic.content.replace("{S} and their family", "{S} and their " + pair.group(1).lower()),
+                generic.content.replace("{S} and others", "{S} and their " + pair.group(1).lower()),
                 generic.category,
                 generic.kind,
                 None,
