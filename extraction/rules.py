@@ -411,7 +411,8 @@ _PAST_VERBS = frozenset(
 )
 _NOT_FACT_VERBS = frozenset(
     """wondered guessed figured supposed meant assumed noticed realized realised agreed appreciated needed hoped
-    wished imagined expected believed thought felt knew forgot remembered loved liked enjoyed missed heard wanted""".split()
+    wished imagined expected believed thought felt knew forgot remembered loved liked enjoyed missed heard
+    wanted""".split()
 )
 # "I'm ..." states something lasting only with these words after it (not "I'm so happy for you").
 _BEING = re.compile(
