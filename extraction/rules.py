@@ -692,6 +692,10 @@ def _structured(clause: str) -> list[_Said]:
         if old:
             mentions.append(_mention(old, "place"))
             relations.append(RelationDraft(SELF_NAME, "moved_from", old))
+            # Said as its own statement, so that the write path's judge meets an old "lives in <old>" stored
+            # without the location key (an agent's save) and flags or supersedes it; a keyed one the new
+            # value of the slot has replaced already.
+            out.append(_Said("{S} no longer lives in " + old + ".", "personal", "fact", None, (_USER,)))
         moved = "{S} moved " + (f"from {old} " if old else "") + f"to {new}{_third(rest, '{P}')}."
         out.append(_Said(moved, "personal", "fact", None, tuple(mentions), tuple(relations)))
         return out

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from extraction import pipeline, rules
-from memory_admin.models import Fact, FactEntity, Thread
+from memory_admin.models import Contradiction, Fact, FactEntity, Thread
 
 MOVE = "I moved from Berlin to Lisbon last month and I now work at Globex as a product manager."
 LABELLED = Path(__file__).parent / "data" / "labelled_sentences.json"
@@ -52,6 +52,18 @@ def test_a_move_and_a_new_job_give_the_employer_the_role_and_the_new_city_and_re
     # The relations reach the entity graph: the user works at Globex, lives in Lisbon.
     employer = FactEntity.objects.filter(fact=facts["The user works at Globex."], entity__name="Globex").get()
     assert employer.entity.type == "company"
+
+
+def test_a_move_flags_an_old_city_an_agent_stored_without_the_location_key(api, tenant, offline, dispatched):
+    r = api.post("users/alice/facts", {"content": "The user lives in Berlin."})
+    assert r.status_code in (200, 201), r.content
+    post(api, "t1", MOVE)
+    berlin = Fact.objects.get(content="The user lives in Berlin.")
+    # Superseded by the surer statement of the user, or the pair sent to review: never quietly both active.
+    assert berlin.status == Fact.Status.SUPERSEDED or berlin.contested
+    no_longer = Fact.objects.get(content="The user no longer lives in Berlin.")
+    assert Contradiction.objects.filter(fact_a=berlin, fact_b=no_longer).exists()
+    assert Fact.objects.get(content="The user lives in Lisbon.").status == Fact.Status.ACTIVE
 
 
 def test_questions_greetings_small_talk_and_the_assistants_suggestions_give_no_fact(api, tenant, offline, dispatched):
