@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from extraction import pipeline, rules
-from memory_admin.models import Contradiction, Fact, FactEntity, Thread
+from memory_admin.models import Contradiction, Fact, FactEntity, Relation, Thread
 
 MOVE = "I moved from Berlin to Lisbon last month and I now work at Globex as a product manager."
 LABELLED = Path(__file__).parent / "data" / "labelled_sentences.json"
@@ -157,3 +157,14 @@ def test_an_8_kb_message_is_extracted_quickly(shape):
     started = time.process_time()
     rules.extract([(0, "user", text)], times={0: timezone.now()})
     assert time.process_time() - started < 2.0  # ~50x headroom on this machine
+
+
+def test_the_relations_found_are_typed_in_the_users_graph(api, tenant, offline, dispatched):
+    post(api, "t1", "My sister Ana lives in Porto, and I work at Initech as a data engineer.")
+    graph = {
+        (r.subject.name, r.type, r.object.name, r.subject.type, r.object.type)
+        for r in Relation.objects.select_related("subject", "object")
+    }
+    assert ("Ana", "sister_of", "the user", "person", "person") in graph
+    assert ("the user", "works_at", "Initech", "person", "company") in graph
+    assert "The user works as a data engineer." in active()
