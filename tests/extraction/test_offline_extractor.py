@@ -168,3 +168,10 @@ def test_the_relations_found_are_typed_in_the_users_graph(api, tenant, offline, 
     assert ("Ana", "sister_of", "the user", "person", "person") in graph
     assert ("the user", "works_at", "Initech", "person", "company") in graph
     assert "The user works as a data engineer." in active()
+
+
+def test_screening_still_applies_to_what_the_extractor_states(api, tenant, offline, dispatched):
+    post(api, "t1", "I work at Globex and my email is dana.scully@example.com, and I love hiking in the Alps.")
+    facts = active()
+    assert "The user works at Globex." in facts and "The user loves hiking in the Alps." in facts
+    assert not any("example.com" in f or "REDACTED" in f for f in facts)
