@@ -373,7 +373,7 @@ _KIN = (
 _KIN_NORMAL = re.compile(r"\b(my|our)\s+(" + "|".join(_KIN_WORDS) + r")\b", re.I)
 _KIN_NAMED = re.compile(
     r"\b[Mm]y\s+((?:best|old|close|little|big|younger|older|twin|new)\s+)?(" + _KIN + r")\s*,?\s+"
-    r"(?:named\s+|called\s+)?([A-Z][a-z][\w'-]*)\b(?!'s\s+(?:" + _KIN + "))"
+    r"(?:named\s+|called\s+)?([A-Z][a-z][\w-]*)\b(?!['’]s\s+(?:" + _KIN + "))"
 )
 _KIN_PAIR = re.compile(r"^my\s+((?:best\s+)?(?:" + _KIN + r"))\s+and\s+i\b", re.I)
 _NOT_NAMES = frozenset({"and", "i", "is", "was", "the", "but", "so", "who", "that", "has", "had", "just"})
@@ -763,6 +763,24 @@ def _kinship(clause: str) -> list[_Said]:
     return out
 
 
+_FAN = re.compile(r"\bfan\b", re.I)
+_NOT_A_TITLE = re.compile(
+    r"\b(?:fan|mix|bit|lot|little|big|huge|total|real|great|good|bad|person|kind|type|sort)\b", re.I
+)
+
+
+def _role_fact(old: tuple) -> tuple | None:
+    """ "I'm a nurse" fills the role slot; "I'm a huge fan of jazz" is a liking, not a job title (no slot),
+    and "I'm a huge fan" without what of says nothing."""
+    content, category, kind, slot, graph = old
+    value = content.removeprefix("The user is a ").removeprefix("The user is an ").rstrip(".")
+    if _FAN.search(value) and " of " not in value:
+        return None
+    if _NOT_A_TITLE.search(value) or len(value.split()) > 4:
+        return content, "preference" if _FAN.search(value) else category, kind, None, graph
+    return old
+
+
 def _normal(clause: str) -> str:
     """Chat words as the product writes them ("my gf" → "my girlfriend")."""
     return _KIN_NORMAL.sub(lambda m: f"{m.group(1)} {_KIN_WORDS[m.group(2).lower()]}", clause)
@@ -775,6 +793,22 @@ def _unfront(clause: str) -> str:
         return clause
     when = re.sub(r"^just\s+", "", m.group(1), flags=re.I)
     return f"{clause[m.end() :].rstrip(' .!')} {when[:1].lower()}{when[1:]}"
+
+
+def _templated(clause: str) -> _Said | None:
+    """The statement of the first rules-v1 template that fits (name, timezone, tools, preferences...)."""
+    old = _clause_fact(clause)
+    if old is None or _YOU.search(clause):
+        return None  # "I love your turtles": about the other person
+    if not [w for w in _content_words(clause) if w not in _RULE_VERBS and w not in _FILLER]:
+        return None  # "I really enjoy it": a reaction, no object
+    if old[3] == "work.role":
+        old = _role_fact(old)
+    if old is None or old[0].startswith("The user visited"):
+        return None  # a visit is said with its details (and date) by the generic rule
+    content, category, kind, slot, (entities, relations) = old
+    content = content.replace("The user's ", "{P} ", 1).replace("The user ", "{S} ", 1)
+    return _Said(content, category, kind, slot, entities, relations)
 
 
 def _said(clause: str) -> list[_Said]:
@@ -790,13 +824,9 @@ def _said(clause: str) -> list[_Said]:
     structured = _structured(clause)
     if structured:
         return found + structured
-    old = _clause_fact(clause)
-    if old is not None and not [w for w in _content_words(clause) if w not in _RULE_VERBS and w not in _FILLER]:
-        old = None  # "I really enjoy it": a reaction, no object
-    if old is not None and not old[0].startswith("The user visited"):
-        content, category, kind, slot, (entities, relations) = old
-        content = content.replace("The user's ", "{P} ", 1).replace("The user ", "{S} ", 1)
-        return [*found, _Said(content, category, kind, slot, entities, relations)]
+    templated = _templated(clause)
+    if templated is not None:
+        return [*found, templated]
     generic = _generic(clause)
     if generic is not None:
         if pair:

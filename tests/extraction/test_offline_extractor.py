@@ -175,3 +175,10 @@ def test_screening_still_applies_to_what_the_extractor_states(api, tenant, offli
     facts = active()
     assert "The user works at Globex." in facts and "The user loves hiking in the Alps." in facts
     assert not any("example.com" in f or "REDACTED" in f for f in facts)
+
+
+def test_a_liking_never_takes_the_job_title_slot():
+    found = {
+        f.content: f.key for f in rules.extract([(0, "user", "I'm a nurse. I'm a huge fan of jazz. I'm a big fan.")])
+    }
+    assert found == {"The user is a nurse.": "work.role", "The user is a huge fan of jazz.": None}
