@@ -442,7 +442,7 @@ _MAX_CLAUSE = 300
 _FILLER = frozenset(
     """get got started start going keep make happen check try trying stay push pushing go do see look wait hang
     figure know think excited happy glad ready able gonna want like love reach dreams dream hard best positive
-    impact everything something anything nothing more forward lots plenty""".split()
+    impact everything something anything nothing more forward lots plenty fan big huge total""".split()
 )
 # After "I've" / "I have": what was done or owned, not "I've heard" or "I've got to".
 _PARTICIPLES = frozenset(
