@@ -275,10 +275,11 @@ def speaker_of(text: str) -> tuple[str | None, str]:
 # --- Dates ----------------------------------------------------------------------------------------
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_SHORT_DAYS = {"mon": 0, "tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4, "sat": 5, "sun": 6}
 _NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a couple of": 2}
 _RELATIVE = re.compile(
     r"\b(?:(yesterday|today|tonight|this morning|this afternoon|this evening|last night|earlier today)"
-    r"|(last|this|next) (week|weekend|month|year|" + "|".join(_WEEKDAYS) + r")"
+    r"|(last|this|next) (week|weekend|month|year|" + "|".join(_WEEKDAYS) + "|" + "|".join(_SHORT_DAYS) + r")\.?"
     r"|(a|an|one|two|three|four|five|six|a couple of|a few|several|\d{1,2}) (day|week|month|year)s? ago)\b",
     re.I,
 )
@@ -307,6 +308,8 @@ def _resolve(m: re.Match, today: date) -> str:
     if which:
         which, unit = which.lower(), unit.lower()
         step = {"last": -1, "this": 0, "next": 1}[which]
+        if unit in _SHORT_DAYS:
+            unit = _WEEKDAYS[_SHORT_DAYS[unit]]
         if unit in _WEEKDAYS:
             target = _WEEKDAYS.index(unit)
             delta = (today.weekday() - target) % 7 or 7
@@ -519,6 +522,8 @@ _HEADS = {
     "i": (None, False),
     "we": (None, True),
 }
+_VAGUE = frozenset("it that this them these those something one".split())
+_VAGUE_OBJECT = re.compile(r"^[Ii]\s+(?:(?:really|just|also|totally|absolutely)\s+)?\w+\s+(\w+)")
 _COUNTED = re.compile(r"(?:an?|two|three|four|five|\d+|some|many|several|a few)\b")
 _ERRAND = re.compile(r"(?:got|have|has|had)\s+to\b|need", re.I)
 _LIKING = re.compile(r"(?:loves?|likes?|enjoys?|prefers?|hates?|dislikes?|adores?)\b")
@@ -566,6 +571,8 @@ def _substantial(verb: str, rest: list[str]) -> bool:
         return False  # "I've heard", "I have to": not something done or owned
     if verb == "will" and first not in _WILL:
         return False
+    if first in _VAGUE and len([w for w in _content_words(tail) if w not in _FILLER]) < 3:
+        return False  # "I love it and ...", "I got them a new friend": about something said before
     return not _ERRAND.match(f"{verb} {tail}")
 
 
@@ -800,8 +807,12 @@ def _templated(clause: str) -> _Said | None:
     old = _clause_fact(clause)
     if old is None or _YOU.search(clause):
         return None  # "I love your turtles": about the other person
-    if not [w for w in _content_words(clause) if w not in _RULE_VERBS and w not in _FILLER]:
+    said = [w for w in _content_words(clause) if w not in _RULE_VERBS and w not in _FILLER]
+    if not said:
         return None  # "I really enjoy it": a reaction, no object
+    vague = _VAGUE_OBJECT.match(clause)
+    if vague and vague.group(1).lower() in _VAGUE and len(said) < 3:
+        return None  # "I love it and ...": about something said before
     if old[3] == "work.role":
         old = _role_fact(old)
     if old is None or old[0].startswith("The user visited"):
