@@ -10,7 +10,7 @@ conversations, and how right it is (issue 33).
    It prints facts per turn and the share of turns with at least one fact, and a few facts drawn.
 2. The labelled sentences of tests/extraction/data/labelled_sentences.json (written before tuning; the
    file says how): precision (extracted facts that match an expected fact) and recall (expected facts
-   matched by an extracted one).
+   matched by an extracted one); the same for labelled_heldout.json (written after tuning, never tuned on).
 
 The extraction function is called directly (no HTTP, no database): what it returns is what the
 pipeline hands to the write path, fact by fact.
@@ -46,6 +46,7 @@ from extraction import rules  # noqa: E402
 
 LOCOMO = Path(os.environ.get("LOCOMO_DEV", "/work/shared/eval/locomo-dev"))
 LABELLED = ROOT / "tests" / "extraction" / "data" / "labelled_sentences.json"
+HELD_OUT = ROOT / "tests" / "extraction" / "data" / "labelled_heldout.json"
 
 
 def _extract(messages: list[tuple[int, str, str]], times: dict[int, datetime]) -> list:
@@ -97,8 +98,10 @@ def _matches(fact: str, expected: list[str]) -> bool:
     return all(any(alt in low for alt in group.split("|")) for group in expected)
 
 
-def labelled(show: int) -> tuple[float, float, int, int, int, int]:
-    data = json.loads(LABELLED.read_text())["sentences"]
+def labelled(show: int, path: Path = LABELLED) -> tuple[float, float, int, int, int, int]:
+    if not path.exists():
+        return 1.0, 1.0, 0, 0, 0, 0
+    data = json.loads(path.read_text())["sentences"]
     produced = right = expected = found = 0
     misses: list[str] = []
     for row in data:
@@ -135,11 +138,12 @@ def main() -> None:
         )
         for text in random.Random(33).sample(texts, min(args.sample, len(texts))) if mode == "named" else []:
             print(f"    {text}")
-    precision, recall, produced, right, expected, found = labelled(args.show)
-    print(
-        f"labelled ({LABELLED.name}): precision {precision:.3f} ({right}/{produced} facts), "
-        f"recall {recall:.3f} ({found}/{expected} expected facts)"
-    )
+    for path in (LABELLED, HELD_OUT):
+        precision, recall, produced, right, expected, found = labelled(args.show, path)
+        print(
+            f"labelled ({path.name}): precision {precision:.3f} ({right}/{produced} facts), "
+            f"recall {recall:.3f} ({found}/{expected} expected facts)"
+        )
 
 
 if __name__ == "__main__":
