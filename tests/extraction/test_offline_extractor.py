@@ -182,3 +182,18 @@ def test_a_liking_never_takes_the_job_title_slot():
         f.content: f.key for f in rules.extract([(0, "user", "I'm a nurse. I'm a huge fan of jazz. I'm a big fan.")])
     }
     assert found == {"The user is a nurse.": "work.role", "The user is a huge fan of jazz.": None}
+
+
+def test_a_relayed_two_person_chat_is_remembered_per_speaker_with_dates(api, tenant, offline, dispatched):
+    post(api, "t1", "Caroline: I went to a LGBTQ support group yesterday.", created_at="2023-05-08T13:56:00Z")
+    post(
+        api,
+        "t2",
+        "Melanie: I signed up for a pottery class last week.",
+        role="assistant",
+        created_at="2023-05-08T14:00:00Z",
+    )
+    facts = active()
+    assert "Caroline went to a LGBTQ support group on 7 May 2023." in facts
+    assert "Melanie signed up for a pottery class in the week before 8 May 2023." in facts
+    assert not any(f.startswith("The user") for f in facts)
