@@ -239,7 +239,15 @@ _STATEMENT_END = re.compile(
 _PAIR_HEAD = re.compile(r"^(?:my|our)(?:\s+[\w'-]+){1,2}$", re.I)
 _CAPTION = re.compile(r"\s*\[(?:shares?|shared|sends?|sent) [^\]]*\]", re.I)
 _SPEAKER_LINE = re.compile(r"^\s*([A-Z][\w'’-]*(?:\s+[A-Z][\w'’-]*){0,2}):\s+(?=\S)")
-_NOT_SPEAKERS = frozenset({"note", "ps", "p.s", "update", "edit", "todo", "fyi", "re", "warning", "error", "hint"})
+# Labels that are not a person's name: the line is read as unlabelled ("Note: I moved to Porto").
+_NOT_SPEAKERS = frozenset(
+    """note ps update edit todo fyi re warning error hint question answer summary context reminder important
+    example fact facts info background also btw""".split()
+)
+# Labels that name the user of a transcript ("User: I live in Berlin"): the user's own words.
+_USER_LABELS = frozenset({"user", "me", "human", "customer", "client"})
+# Labels that name the agent: its words are not the user's life.
+_AGENT_LABELS = frozenset({"assistant", "ai", "bot", "agent", "system", "model", "gpt", "claude"})
 
 
 def statements(text: str) -> list[str]:
@@ -265,10 +273,16 @@ def statements(text: str) -> list[str]:
 
 def speaker_of(text: str) -> tuple[str | None, str]:
     """(speaker, words) of a transcript line ("Ana: I moved to Porto"): a two-person chat relayed by an
-    agent names who speaks; (None, text) for a line without such a label."""
+    agent names who speaks; (None, text) for a line without such a label, (None, words) for a label that
+    names no one ("Note:"); "user" / "assistant" (lower case) for the labels that name the two sides."""
     m = _SPEAKER_LINE.match(text)
-    if m is None or m.group(1).casefold() in _NOT_SPEAKERS:
+    label = m.group(1).casefold() if m else ""
+    if m is None:
         return None, text
+    if label in _NOT_SPEAKERS:
+        return None, text[m.end() :]
+    if label in _USER_LABELS or label in _AGENT_LABELS:
+        return label, text[m.end() :]
     return m.group(1), text[m.end() :]
 
 
@@ -861,6 +875,10 @@ def extract(messages: list[tuple[int, str, str]], *, times: dict[int, datetime] 
     seen: set[str] = set()
     for index, role, text in messages:
         speaker, words = speaker_of(text)
+        if speaker in _AGENT_LABELS:
+            continue
+        if speaker in _USER_LABELS:
+            speaker, role = None, "user"
         if role not in ("user", "assistant") or (speaker is None and role != "user"):
             continue
         when = (times or {}).get(index)

@@ -197,3 +197,12 @@ def test_a_relayed_two_person_chat_is_remembered_per_speaker_with_dates(api, ten
     assert "Caroline went to a LGBTQ support group on 7 May 2023." in facts
     assert "Melanie signed up for a pottery class in the week before 8 May 2023." in facts
     assert not any(f.startswith("The user") for f in facts)
+
+
+def test_transcript_labels_for_the_user_the_agent_or_no_one_are_not_people():
+    said = [
+        (0, "user", "User: I live in Berlin."),
+        (1, "user", "Assistant: I live in the cloud and I love helping."),
+        (2, "user", "Note: I work at Acme."),
+    ]
+    assert contents(said) == ["The user lives in Berlin.", "The user works at Acme."]
