@@ -1,10 +1,16 @@
 """The offline extractor: no model, no network, so the product works out of the box.
 
-It reads the user's own first-person statements (identity, work, preferences, tools, plans) and
-rewrites them in the third person. It is deliberately conservative: questions, hedges ("I think",
-"maybe") and hypotheticals are skipped, because a wrong memory costs more than a missing one.
-Facts it writes are labelled `extractor="rules-v1"` so nobody mistakes them for a model's output.
-It also writes the extractive episode summary used when no model is configured.
+It reads first-person statements clause by clause ("I moved from Berlin to Lisbon last month and I now work
+at Globex as a product manager": four facts) and rewrites them in the third person: slots the write path
+keys (where the speaker lives, works, and as what), relatives ("my sister Ana"), likes, hobbies, pets,
+plans and events, with relative dates written out from the message's time. A line that names its speaker
+("Ana: ...", a two-person chat relayed by an agent) is about that speaker; otherwise only the user's own
+words count. It is deliberately conservative: questions, hedges ("I think", "maybe"), hypotheticals,
+reactions ("I'm so happy for you") and what the other person is told ("your ...") are skipped, because a
+wrong memory costs more than a missing one. Facts it writes are labelled `extractor="rules-v2"` so nobody
+mistakes them for a model's output. The entities and relations it finds (`clause_graph`) are also what the
+offline entity drawing (services.entity_draw) reads from every stored fact. It also writes the extractive
+episode summary used when no model is configured.
 """
 
 from __future__ import annotations
@@ -472,10 +478,9 @@ _WILL = frozenset("be start visit travel go move attend join take run host begin
 _RULE_VERBS = frozenset("prefer like love enjoy hate dislike avoid use using".split())
 
 
-def _third(words: str, possessive: str) -> str:
+def _third(words: str) -> str:
     """The rest of a first-person clause in the third person ("my kids" → "their kids")."""
-    words = _PRONOUN_REST.sub(lambda m: _PRONOUN_MAP[m.group(0).lower()], words)
-    return words.replace("their own", "their own") if possessive else words
+    return _PRONOUN_REST.sub(lambda m: _PRONOUN_MAP[m.group(0).lower()], words)
 
 
 _PRONOUN_MAP = {
@@ -548,7 +553,7 @@ def _possessive(words: list[str], clause: str) -> _Said | None:
     if not _MY_VERB.match(clause) or len(_content_words(" ".join(words[1:]))) < 2:
         return None
     kind = "preference" if re.search(r"\bfavou?rite\b", clause, re.I) else "fact"
-    return _Said("{P} " + _third(" ".join(words[1:]), "{P}") + ".", "personal", kind, None, confidence=0.8)
+    return _Said("{P} " + _third(" ".join(words[1:])) + ".", "personal", kind, None, confidence=0.8)
 
 
 def _verb(verb: str | None, rest: list[str], plural: bool) -> tuple[str, list[str]] | None:
@@ -614,7 +619,7 @@ def _generic(clause: str) -> _Said | None:
     if not rest or not _substantial(verb, rest) or (verb in ("is", "are") and not _BEING.match(" ".join(rest))):
         return None
     subject = "{S} and others" if plural else "{S}"
-    text = " ".join([subject, *adverbs, verb, _third(" ".join(rest), "{P}")])
+    text = " ".join([subject, *adverbs, verb, _third(" ".join(rest))])
     return _Said(text + ".", "preference" if _LIKING.match(verb) else "personal", "fact", None, confidence=0.8)
 
 
@@ -717,7 +722,7 @@ def _structured(clause: str) -> list[_Said]:
             # without the location key (an agent's save) and flags or supersedes it; a keyed one the new
             # value of the slot has replaced already.
             out.append(_Said("{S} no longer lives in " + old + ".", "personal", "fact", None, (_USER,)))
-        moved = "{S} moved " + (f"from {old} " if old else "") + f"to {new}{_third(rest, '{P}')}."
+        moved = "{S} moved " + (f"from {old} " if old else "") + f"to {new}{_third(rest)}."
         out.append(_Said(moved, "personal", "fact", None, tuple(mentions), tuple(relations)))
         return out
     m = _USED_TO_LIVE.match(clause)
@@ -725,7 +730,7 @@ def _structured(clause: str) -> list[_Said]:
         place = _name_of(m.group(1))
         return [
             _Said(
-                "{S} used to live in " + place + _third(m.group(2).rstrip(" .!"), "{P}") + ".",
+                "{S} used to live in " + place + _third(m.group(2).rstrip(" .!")) + ".",
                 "personal",
                 "fact",
                 None,
@@ -1006,6 +1011,11 @@ def clause_graph(clause: str) -> tuple[tuple[EntityMention, ...], tuple[Relation
     the user works_at Acme); nothing for a question, a hedge or a clause no rule matches."""
     if clause.endswith("?") or _HEDGE.search(clause) or "[REDACTED:" in clause:
         return (), ()
+    structured = _structured(clause)  # a move, an employer and a role: what extraction links, drawn alike
+    if structured:
+        mentions = {(m.name, m.type, m.role): m for s in structured for m in s.entities}
+        relations = {r: None for s in structured for r in s.relations}
+        return tuple(mentions.values()), tuple(relations)
     fact = _clause_fact(clause)
     return fact[4] if fact is not None else ((), ())
 
