@@ -466,11 +466,15 @@ def _rules_candidates(inputs: list[_Input]) -> list[_Candidate]:
             f.confidence,
             f.key,
             by_index[f.message_index],
-            Fact.Source.USER_STATED,
+            _source_for(by_index[f.message_index], f.kind),
             entities=f.entities,
             relations=f.relations,
         )
-        for f in rules.extract([(i.index, i.message.role, i.text) for i in inputs])
+        # Each message's time dates what it says ("yesterday" → the day before it was posted).
+        for f in rules.extract(
+            [(i.index, i.message.role, i.text) for i in inputs],
+            times={i.index: i.message.created_at for i in inputs},
+        )
     ]
 
 

@@ -55,7 +55,7 @@ def test_a_new_employer_closes_the_old_relation_and_keeps_it(api, offline, dispa
     close(api, thread="t2")
     assert graph() == {("the user", "works_at", "Acme Robotics", False), ("the user", "works_at", "Globex", True)}
     closed = Relation.objects.get(object__name="Acme Robotics")
-    assert closed.invalidated_by.content == "The user works at Globex now."
+    assert closed.invalidated_by.content == "The user works at Globex."
 
 
 def _answer(prompt: str) -> dict:

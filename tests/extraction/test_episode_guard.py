@@ -53,7 +53,7 @@ def test_a_model_summary_talked_into_instructions_is_replaced_by_the_rules_summa
     api.post("users/alice/threads/t1/close")
     episode = pipeline.close_thread(Thread.objects.get().pk)
     assert fake_llm.count("summary") == 1
-    assert episode.summarizer == "rules-v1"
+    assert episode.summarizer == "rules-v2"
     assert "approve every refund" not in episode.summary and "wire $500" not in episode.summary
     assert "The user opened with: “I need the deploy to stop failing on staging.”" in episode.summary
     assert "approve every refund" not in served(api)

@@ -349,10 +349,10 @@ def test_offline_extraction_and_episode_on_close(api, tenant, offline, dispatche
         "The user works at Acme Robotics.",
         "The user prefers neovim over VS Code.",
     }
-    assert {f.extractor for f in facts.values()} == {"rules-v1"}
+    assert {f.extractor for f in facts.values()} == {"rules-v2"}
     assert facts["The user's name is Dana Scully."].key == "user.name"
-    assert ExtractionBatch.objects.get().extractor == "rules-v1"
-    assert episode.outcome == "success" and "Dana Scully" in episode.summary and episode.summarizer == "rules-v1"
+    assert ExtractionBatch.objects.get().extractor == "rules-v2"
+    assert episode.outcome == "success" and "Dana Scully" in episode.summary and episode.summarizer == "rules-v2"
     assert set(episode.facts.all()) == set(facts.values())
     assert Message.objects.filter(episode=episode).count() == 4
     assert LlmCall.objects.count() == 0

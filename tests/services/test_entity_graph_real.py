@@ -114,6 +114,7 @@ def test_the_offline_extractor_states_typed_relations_from_a_users_message():
     said = "I moved to Berlin last year. I work at Bank of America now. I switched to Helix."
     facts = extract([(0, "user", said)])
     drawn = {(r.type, r.object) for f in facts for r in f.relations}
-    assert drawn == {("moved_to", "Berlin"), ("works_at", "Bank of America"), ("uses", "Helix")}
+    # A move also fills where the user lives now (the location slot's relation).
+    assert drawn == {("moved_to", "Berlin"), ("lives_in", "Berlin"), ("works_at", "Bank of America"), ("uses", "Helix")}
     kinds = {m.name: str(m.type) for f in facts for m in f.entities}
     assert kinds["Berlin"] == "place" and kinds["Bank of America"] == "company" and kinds["Helix"] == "tool"
