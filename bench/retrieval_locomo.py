@@ -122,10 +122,7 @@ def report(per_cat: dict[int, list[dict]]) -> None:
         rows = per_cat[cat]
         name = f"{cat} {CATEGORIES[cat]}" if cat in CATEGORIES else f"{cat} (split)"
         pooled += rows if cat in CATEGORIES else []
-        print(
-            f"{name:<16}{len(rows):>5}"
-            + "".join(f"{sum(r[c] for r in rows) / len(rows):>9.3f}" for c in columns)
-        )
+        print(f"{name:<16}{len(rows):>5}" + "".join(f"{sum(r[c] for r in rows) / len(rows):>9.3f}" for c in columns))
     print(
         f"{'pooled':<16}{len(pooled):>5}" + "".join(f"{sum(r[c] for r in pooled) / len(pooled):>9.3f}" for c in columns)
     )
