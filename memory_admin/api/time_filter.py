@@ -16,6 +16,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
+from ninja import Schema
 from pydantic import AfterValidator, Field
 
 from memory_admin.api.schemas import Timestamp, text
@@ -61,3 +62,10 @@ Between = Annotated[
     Field(description="Only facts observed within FROM/UNTIL (ISO 8601 dates or date-times with a timezone)."),
     AfterValidator(period),
 ]
+
+
+class TimeFilterIn(Schema):
+    """The time filter as one value (the MCP search tool's arguments, validated as the query's are)."""
+
+    as_of: AsOf | None = None
+    between: Between | None = None
