@@ -34,8 +34,8 @@ test("search filters by time: what was observed within a period, what was true a
     ["Fay went to a folk concert"],
   );
   const named = await mem.search(fay, "which concert did Fay go to in September 2023?");
-  assert.equal(named.hits[0].fact.content, "Fay went to a jazz concert");
-  assert.equal(named.hits[0].score.time, 1);
+  const times = Object.fromEntries(named.hits.map((hit) => [hit.fact.content, hit.score.time]));
+  assert.deepEqual(times, { "Fay went to a jazz concert": 1, "Fay went to a folk concert": 0 });
   await assert.rejects(mem.search(fay, "which concert?", { between: "2023-06-01/2023-05-01" }), (error) => {
     assert.equal(error.status, 422);
     assert.equal(error.code, "invalid");
