@@ -27,7 +27,7 @@ from dateutil.relativedelta import relativedelta
 from memory_admin.retrieval.timeq import EventWindow, Period, QueryTime
 
 # Tuned on the LoCoMo dev split (bench/README.md, "Questions that name a time").
-TIME_WEIGHT = 1.0
+TIME_WEIGHT = 0.5
 AFTER_DAYS = 4.0
 BEFORE_DAYS = 1.0
 EVENT_ANCHORS = 5

@@ -35,6 +35,8 @@ FIRST_YEAR, LAST_YEAR = 1900, 2199
 MAX_CHARS = 2000
 # At most this many times are read from one query (a hostile query can repeat dates).
 MAX_TIMES = 8
+# ... and at most this many spans of it read (each new one is checked against those read before).
+MAX_SPANS = 32
 
 MONTHS = {
     name: number
@@ -237,14 +239,15 @@ def _season(match: re.Match, now: datetime) -> list[Period | Yearless]:
     if year:
         first_year = int(year)
     else:
-        # The season's latest start before now (last), the one under way or next (this, next).
-        first_year = now.year if (now.month, 1) >= (months[0], 1) else now.year - 1
+        # The latest season of that name to have begun by now, and whether it is over.
+        latest = now.year if now.month >= months[0] else now.year - 1
+        over = now >= datetime(latest, months[0], 1, tzinfo=UTC) + relativedelta(months=3)
         if rel in ("last", "past"):
-            first_year -= 1 if now.month >= months[0] or months[0] == 12 else 0
-            if months[0] == 12 and now.month == 12:
-                first_year = now.year - 1
+            first_year = latest if over else latest - 1
         elif rel == "next":
-            first_year += 1
+            first_year = latest + 1
+        else:  # "this": the one under way, or the one of this calendar year, else the coming one
+            first_year = latest if not over or latest == now.year else latest + 1
     start = datetime(first_year, months[0], 1, tzinfo=UTC)
     return [Period(start, start + relativedelta(months=3))]
 
@@ -353,6 +356,8 @@ def _query_time(text: str, now: datetime) -> QueryTime:
     taken: list[tuple[int, int]] = []
     for pattern, read, span_of in _READERS:
         for match in pattern.finditer(text):
+            if len(taken) >= MAX_SPANS:
+                break
             span = span_of(match) if span_of else match.span()
             if any(a < span[1] and span[0] < b for a, b in taken):
                 continue
