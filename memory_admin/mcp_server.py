@@ -65,6 +65,7 @@ from memory_admin.api.schemas import (
     SkillSummary,
     Source,
 )
+from memory_admin.api.time_filter import TimeFilterIn
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
@@ -186,6 +187,10 @@ def _fact_detail(principal: Principal, fact_id: UUID | str) -> dict[str, Any]:
 
 UserId = Annotated[str | None, Field(description="The user's id; omit it when the key is bound to one user.")]
 FactId = Annotated[str, Field(description="A memory's id (as returned by add_memory or search_memories).")]
+AsOfArg = Annotated[str | None, Field(description="Only memories valid at this ISO 8601 time (with a zone).")]
+BetweenArg = Annotated[
+    str | None, Field(description="Only memories observed within FROM/UNTIL, e.g. 2023-05-01/2023-05-31.")
+]
 Full = Annotated[
     bool,
     Field(description="false (default): each memory as id, content, score and dates; true: every field and score."),
@@ -566,15 +571,22 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         user_id: UserId = None,
         k: Annotated[int, Field(ge=1, le=MAX_K)] = 10,
         full: Full = False,
+        as_of: AsOfArg = None,
+        between: BetweenArg = None,
     ) -> dict[str, Any]:
-        """Search the user's memories: the best first, ranked by meaning, words, recency and importance,
-        scaled by confidence. Each hit is id, content, score and dates (with key, status, contested when
-        set); full=true gives every field of each memory and the score's components."""
+        """Search the user's memories: the best first, ranked by meaning, words, recency, importance and
+        the time the query names ("in May 2023", "last week"), scaled by confidence. Each hit is id,
+        content, score and dates (with key, status, contested when set); full=true gives every field of
+        each memory and the score's components. as_of: only what was true then; between: only what was
+        observed within FROM/UNTIL."""
         with _door() as principal:
             if not query.strip():
                 raise Invalid("query: give some text to search for.", field="query")
+            window = TimeFilterIn(as_of=as_of, between=between)
             user = memory_user_for(principal, _user_id(principal, user_id))
-            result = fact_search(principal=principal, memory_user=user, query=query, k=k)
+            result = fact_search(
+                principal=principal, memory_user=user, query=query, k=k, as_of=window.as_of, between=window.between
+            )
             if not full:
                 return _json({"hits": [_brief(h.fact, h.components()["final"]) for h in result.hits]})
             return _json(

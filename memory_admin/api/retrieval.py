@@ -8,6 +8,7 @@ from django.http import HttpResponse
 from ninja import Router
 
 from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, QueryText, SearchOut, Text, UserId
+from memory_admin.api.time_filter import AsOf, Between
 from memory_admin.errors import Invalid
 from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
 from memory_admin.retrieval.context import context_block
@@ -22,7 +23,16 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
 
 
 @router.get("/users/{user_id}/search", response=SearchOut)
-def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K = 10, include: Text = ""):
+def search(
+    request,
+    response: HttpResponse,
+    user_id: UserId,
+    q: QueryText,
+    k: K = 10,
+    include: Text = "",
+    as_of: AsOf | None = None,
+    between: Between | None = None,
+):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
     wanted = parse_include(include)
@@ -30,7 +40,9 @@ def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K 
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
+    result = fact_search(
+        principal=request.principal, memory_user=user, query=q, k=k, include=wanted, as_of=as_of, between=between
+    )
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered by the API's renderer
     # without a second pass of validation over every hit and fact (about a third of the Python time of a

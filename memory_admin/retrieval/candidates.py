@@ -17,13 +17,14 @@ import itertools
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NamedTuple
 from weakref import WeakKeyDictionary
 
 import numpy as np
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
@@ -171,6 +172,8 @@ class _Shape:
     own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
     entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
     carry: tuple[str, ...] = ()  # more fact columns at the end of each row (the context block's lines)
+    as_of: bool = False  # only the facts valid at a time (`_in_time`)
+    between: bool = False  # only the facts observed within a period (`_in_time`)
 
 
 def _more(shape: _Shape) -> tuple[str, ...]:
@@ -178,9 +181,30 @@ def _more(shape: _Shape) -> tuple[str, ...]:
     return tuple(name for name in shape.carry if name not in _CARRIED)
 
 
+_AS_OF_SENTINEL = "\x00search-as-of\x00"
+_FROM_SENTINEL = "\x00search-from\x00"
+_UNTIL_SENTINEL = "\x00search-until\x00"
+
+
+def _in_time(facts: QuerySet, shape: _Shape) -> QuerySet:
+    """The time filter of a search: `as_of`, the facts valid at that time (observed at or before it, not
+    ended by their valid_to or by a successor observed at or before it); `between`, the facts observed
+    within [from, until)."""
+    if shape.as_of:
+        at = RawSQL("%s::timestamptz", (_AS_OF_SENTINEL,))  # noqa: S611 - a bound parameter
+        facts = facts.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=at), valid_from__lte=at).exclude(
+            superseded_by__valid_from__lte=at
+        )
+    if shape.between:
+        since = RawSQL("%s::timestamptz", (_FROM_SENTINEL,))  # noqa: S611 - a bound parameter
+        until = RawSQL("%s::timestamptz", (_UNTIL_SENTINEL,))  # noqa: S611 - a bound parameter
+        facts = facts.filter(valid_from__gte=since, valid_from__lt=until)
+    return facts
+
+
 def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
     """One user's own facts (the user a sentinel), nearest first when there is a vector."""
-    own = visible(principal, Fact.objects.for_user(sentinel).filter(status__in=shape.statuses))
+    own = _in_time(visible(principal, Fact.objects.for_user(sentinel).filter(status__in=shape.statuses)), shape)
     if shape.own_by_keyword:
         # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
         own = own.filter(search_vector=SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english"))
@@ -198,7 +222,7 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
     n_shared = shape.n_shared
     if not n_shared or shape.own_by_keyword:
         return branches
-    shared = visible(principal, Fact.objects.filter(memory_user__isnull=True))
+    shared = _in_time(visible(principal, Fact.objects.filter(memory_user__isnull=True)), shape)
     if shape.has_vector:
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
         nearest = (
@@ -322,11 +346,19 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
 
 
 def _bind(
-    params: tuple, user_ids: list[int], tsq: str, keys: list[str] | None = None, entity_vector: Vector | None = None
+    params: tuple,
+    user_ids: list[int],
+    tsq: str,
+    keys: list[str] | None = None,
+    entity_vector: Vector | None = None,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
 ) -> list[Any]:
-    """The cached parameters with the request's users, tsquery, name keys and the vector entities are
-    recognised by in place of the sentinels."""
+    """The cached parameters with the request's users, tsquery, name keys, the vector entities are
+    recognised by and the time filter in place of the sentinels."""
     values: dict[Any, Any] = {_USER_SENTINEL - i: user_id for i, user_id in enumerate(user_ids)}
+    values[_AS_OF_SENTINEL] = as_of.isoformat() if as_of else None
+    values[_FROM_SENTINEL], values[_UNTIL_SENTINEL] = (t.isoformat() for t in between) if between else (None, None)
     values[_TSQ_SENTINEL] = tsq
     values[_KEYS_SENTINEL] = keys or []
     values[_EVEC_SENTINEL] = entity_vector
@@ -344,17 +376,28 @@ def candidates(
     own_by_keyword: bool = False,
     carry: tuple[str, ...] = (),
     entity_vector: list[float] | None = None,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
 ) -> tuple[str | None, list[Candidate]]:
     """(tenant search weights as JSON text, None without candidates; the candidates) in one statement.
     Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches come after
     them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
-    given)."""
+    given). `as_of` and `between` filter them by time (`_in_time`)."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
     entities = bool(keys) or (vector is not None and len(memory_users) == 1 and not own_by_keyword)
     shape = _Shape(
-        statuses, len(memory_users), vector is not None, bool(tsq), n_shared, own_by_keyword, entities, carry
+        statuses,
+        len(memory_users),
+        vector is not None,
+        bool(tsq),
+        n_shared,
+        own_by_keyword,
+        entities,
+        carry,
+        as_of is not None,
+        between is not None,
     )
     statement, cached = _statement(principal, shape)
     bound = _as_vector(vector)
@@ -364,7 +407,7 @@ def candidates(
         bound,
         query[:2000],
         principal.tenant_id,
-        *_bind(cached, [u.pk for u in memory_users], tsq, keys, entity_bound),
+        *_bind(cached, [u.pk for u in memory_users], tsq, keys, entity_bound, as_of, between),
     ]
     # ef_search bounds the candidate list of the graph walk: it must exceed n, with headroom for the rows
     # of other tenants the access filter removes after the index scan. SET LOCAL (so a transaction) only

@@ -1,8 +1,8 @@
 """Ranking (SPEC §6): vector, keyword, recency and importance fused into one list.
 
     relevance = w_vector·vector + w_keyword·keyword + w_recency·recency + w_importance·importance
-    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × (1 + ENTITY_WEIGHT·entity) × length × specificity
-            × effective confidence × (0.5 if stale)
+    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × (1 + ENTITY_WEIGHT·entity) × (1 + TIME_WEIGHT·time)
+            × length × specificity × effective confidence × (0.5 if stale)
 
 Weights come from TenantSettings.search_weights; effective confidence and staleness are the ones of
 `memory_admin.scoring` (the same numbers FactOut shows). Components, all in 0..1:
@@ -27,6 +27,8 @@ Weights come from TenantSettings.search_weights; effective confidence and stalen
   a fact that mentions only an entity one open relation away from them scores HOP_SHARE. A fact whose
   entities are not drawn yet (`entities_due`) is counted from its text as its drawing will link it
   (`undrawn_entities`), so the ranking does not depend on how far drawing has caught up.
+- time: how well the fact's observed time matches the time the query names (`timematch`): 1 inside,
+  decaying outside; 0 for every fact when the query names no time, so the factor is then exactly 1.
 - length: (distinct lexemes / their mean over the candidates) ** LENGTH_PRIOR, a mild document-length
   prior: a longer statement says more, so it more often holds what a question asks about ("thanks!"
   rarely does); BM25's weak length normalisation alone does not favour it.
@@ -57,6 +59,7 @@ from memory_admin import scoring
 from memory_admin.models import Fact
 from memory_admin.models.tenancy import default_search_weights
 from memory_admin.retrieval.candidates import NO_ENTITY, Candidate
+from memory_admin.retrieval.timematch import TIME_WEIGHT
 
 RECENCY_DAYS = 30.0
 # BM25 constants (the usual ones); tf is 1 per lexeme, so k1 only shapes the length normalisation.
@@ -119,9 +122,10 @@ def _idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def score(rows: list[Candidate], weights: dict[str, float]) -> list[Scored]:
+def score(rows: list[Candidate], weights: dict[str, float], time: list[float] | None = None) -> list[Scored]:
     """Fuse the components of every candidate; best first. `matched` is a bitmask over the query's
-    lexemes (bit i: the fact contains lexeme i)."""
+    lexemes (bit i: the fact contains lexeme i). `time`: each candidate's time component
+    (`timematch.time_scores`), 0 for all when the query names no time."""
     if not rows:
         return []
     n = len(rows)
@@ -156,7 +160,8 @@ def score(rows: list[Candidate], weights: dict[str, float]) -> list[Scored]:
         weights.get(name, 0.0) for name in ("vector", "keyword", "recency", "importance")
     )
     stale_status, stale_threshold = Fact.Status.STALE, scoring.STALE_THRESHOLD
-    for row, kw, cosine, ent, spec in zip(rows, bm25, cosines, entity, specific, strict=True):
+    times = time if time is not None else [0.0] * n
+    for row, kw, cosine, ent, spec, when in zip(rows, bm25, cosines, entity, specific, times, strict=True):
         stale_score = float(row.stale_score)
         vector = (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0)
         keyword = kw / best_keyword
@@ -170,6 +175,7 @@ def score(rows: list[Candidate], weights: dict[str, float]) -> list[Scored]:
             "importance": importance,
             "entity": ent,
             "specificity": spec,
+            "time": when,
             "spread": 1.0,  # _spread sets the factor of each of the best it re-ranks
             "effective_confidence": float(row.eff_conf),
             "staleness": stale_score,
@@ -284,6 +290,7 @@ def _support(out: list[tuple[Candidate, dict]], n: int) -> None:
         parts["final"] = (
             supported
             * (1.0 + ENTITY_WEIGHT * parts["entity"])
+            * (1.0 + TIME_WEIGHT * parts["time"])
             * parts["length"]
             * parts["specificity"]
             * parts["effective_confidence"]

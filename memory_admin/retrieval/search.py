@@ -7,10 +7,12 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.db.models.expressions import RawSQL
+from django.utils import timezone
 
 from memory_admin import metrics
 from memory_admin.db.compiled import bind, compiled
@@ -19,6 +21,8 @@ from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
+from memory_admin.retrieval.timematch import time_scores, windows
+from memory_admin.retrieval.timeq import query_time
 from memory_admin.selectors.access import CURATE, Principal, visible
 from memory_admin.services.settings import tenant_settings
 
@@ -39,6 +43,7 @@ class Hit:
     entity: float
     length: float
     specificity: float
+    time: float
     spread: float
     effective_confidence: float
     staleness: float
@@ -63,6 +68,7 @@ class Hit:
             "entity": round(self.entity, 4),
             "length": round(self.length, 4),
             "specificity": round(self.specificity, 4),
+            "time": round(self.time, 4),
             "spread": round(self.spread, 4),
             "effective_confidence": round(self.effective_confidence, 4),
             "staleness": round(self.staleness, 4),
@@ -159,18 +165,24 @@ def fact_ranking(
     exclude_ids: set | None = None,
     carry: tuple[str, ...] = (),
     whole_vector: list[float] | None = None,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
     block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
     row (after the scored ones), so that a caller can use the candidates without reading them again.
-    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
+    A caller that embedded the query itself gives both of `search_vectors`' vectors. `as_of` keeps the facts
+    valid at that time (superseded ones included), `between` those observed within [from, until); the
+    times the query names are matched against when facts were observed (`time_of`). Timings in ms, not
     rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
         principal.require(CURATE)
     statuses = (*DEFAULT_STATUSES, *[s for s in include if s in INCLUDABLE])
+    if as_of is not None and "superseded" not in statuses:
+        statuses += ("superseded",)  # what was true then may have been corrected since
     query = (query or "").strip()
     whole = whole_vector or query_vector
     if query and query_vector is None:
@@ -188,6 +200,8 @@ def fact_ranking(
         n_shared=n_shared,
         carry=carry,
         entity_vector=whole,
+        as_of=as_of,
+        between=between,
     )
     if query and sum(1 for r in rows if r.src == 0) == OWN_EXACT_LIMIT:
         seen = {r.id for r in rows}
@@ -200,6 +214,8 @@ def fact_ranking(
             n_shared=0,
             own_by_keyword=True,
             carry=carry,
+            as_of=as_of,
+            between=between,
         )
         rows += [r for r in more if r.id not in seen]
     weights = _weights(weights_json, principal.tenant_id)
@@ -207,7 +223,25 @@ def fact_ranking(
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
-    return Ranking(scored=score(rows, weights), candidates=len(rows), weights=weights, timings=timings)
+    matched = time_of(query, rows, as_of) if query else None
+    return Ranking(scored=score(rows, weights, matched), candidates=len(rows), weights=weights, timings=timings)
+
+
+def time_of(query: str, rows: list[Candidate], as_of: datetime | None = None) -> list[float] | None:
+    """Each candidate's time component for the times `query` names (`timeq`, `timematch`), relative
+    phrases counted from `as_of` or now; None when it names none."""
+    now = timezone.now()
+    when = query_time(query, as_of or now)
+    if not when or not rows:
+        return None
+    events = {}
+    if when.events:
+        with connection.cursor() as cursor:
+            for event in when.events:
+                cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [event.event])
+                events[event.event] = cursor.fetchone()[0]
+    ages = [float(row.age_days) for row in rows]
+    return time_scores(ages, windows(when, now, ages, [row.lexemes for row in rows], events))
 
 
 @metrics.observe_search
@@ -223,11 +257,14 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
-    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
+    `as_of` and `between` filter by time (`fact_ranking`)."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -239,6 +276,8 @@ def fact_search(
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
         carry=() if with_notebook else _SHOWN,
+        as_of=as_of,
+        between=between,
     )
     timings = ranking.timings
     top = ranking.scored[:k]

@@ -178,6 +178,15 @@ async def scenario(open_session, keys) -> None:
         assert hits[0]["content"] == "Dana prefers neovim over VS Code" and hits[0]["valid_from"]
         full = (await ok(mem, "search_memories", user_id="dana", query="which editor?", full=True))["hits"]
         assert full[0]["fact"]["id"] == fact_id and full[0]["score"]["final"] > 0
+        # The time filter, validated as /search's: a period that ends before it starts is invalid.
+        backwards, error = await call(
+            mem, "search_memories", user_id="dana", query="which editor?", between="2024-05-01/2024-04-01"
+        )
+        assert error and backwards["code"] == "invalid" and backwards["field"] == "between"
+        before_it = await ok(
+            mem, "search_memories", user_id="dana", query="which editor?", as_of="2001-01-01T00:00:00Z"
+        )
+        assert before_it["hits"] == []  # nothing was known to be true then
 
         context = await ok(mem, "get_context", user_id="dana", task="set up my editor", budget_tokens=400)
         assert "Dana prefers neovim over VS Code" in context["text"] and context["tokens"] <= 400

@@ -121,6 +121,31 @@ def test_facts_through_the_write_path(mem):
     assert corrected.id in {f.id for f in mem.facts.list("dana", status="evicted").items}
 
 
+def test_search_filters_by_time(mem):
+    from datetime import UTC, datetime
+
+    mem.facts.add(
+        "fay", "Fay went to a folk concert", source="user_stated", observed_at=datetime(2023, 5, 13, tzinfo=UTC)
+    )
+    mem.facts.add(
+        "fay", "Fay went to a jazz concert", source="user_stated", observed_at=datetime(2023, 9, 16, tzinfo=UTC)
+    )
+    may = mem.search(
+        "fay", "which concert?", between=(datetime(2023, 5, 1, tzinfo=UTC), datetime(2023, 6, 1, tzinfo=UTC))
+    )
+    assert [h.fact.content for h in may.hits] == ["Fay went to a folk concert"]
+    then = mem.search("fay", "which concert?", as_of=datetime(2023, 6, 1, tzinfo=UTC))
+    assert [h.fact.content for h in then.hits] == ["Fay went to a folk concert"]
+    named = mem.search("fay", "which concert did Fay go to in September 2023?")
+    times = {h.fact.content: h.score.time for h in named.hits}  # the time component, typed
+    assert times == {"Fay went to a jazz concert": 1.0, "Fay went to a folk concert": pytest.approx(0.0, abs=1e-6)}
+    with pytest.raises(Invalid) as backwards:
+        mem.search(
+            "fay", "which concert?", between=(datetime(2023, 6, 1, tzinfo=UTC), datetime(2023, 5, 1, tzinfo=UTC))
+        )
+    assert backwards.value.body["field"] == "between"
+
+
 def test_search_context_messages_threads(mem):
     mem.facts.add("erin", "Erin lives in Lisbon", source="user_stated")
     mem.facts.add("erin", "Erin is allergic to peanuts", source="user_stated")

@@ -2076,6 +2076,8 @@ export interface components {
             length: number;
             /** Specificity */
             specificity: number;
+            /** Time */
+            time: number;
             /** Spread */
             spread: number;
             /** Effective Confidence */
@@ -5535,6 +5537,8 @@ export interface operations {
                 q: string;
                 k?: number;
                 include?: string;
+                as_of?: string | null;
+                between?: string | null;
             };
             header?: never;
             path: {

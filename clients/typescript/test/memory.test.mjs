@@ -19,6 +19,30 @@ test("search ranks the fact that answers, and the context block holds what the t
   assert.ok(context.text.includes("Erin is allergic to peanuts"));
 });
 
+test("search filters by time: what was observed within a period, what was true at a time", async () => {
+  const fay = user("fay");
+  await mem.facts.add(fay, "Fay went to a folk concert", { source: "user_stated", observed_at: "2023-05-13T20:00:00Z" });
+  await mem.facts.add(fay, "Fay went to a jazz concert", { source: "user_stated", observed_at: "2023-09-16T20:00:00Z" });
+  const may = await mem.search(fay, "which concert?", { between: "2023-05-01/2023-05-31" });
+  assert.deepEqual(
+    may.hits.map((hit) => hit.fact.content),
+    ["Fay went to a folk concert"],
+  );
+  const then = await mem.search(fay, "which concert?", { as_of: "2023-06-01T00:00:00Z" });
+  assert.deepEqual(
+    then.hits.map((hit) => hit.fact.content),
+    ["Fay went to a folk concert"],
+  );
+  const named = await mem.search(fay, "which concert did Fay go to in September 2023?");
+  const times = Object.fromEntries(named.hits.map((hit) => [hit.fact.content, hit.score.time]));
+  assert.deepEqual(times, { "Fay went to a jazz concert": 1, "Fay went to a folk concert": 0 });
+  await assert.rejects(mem.search(fay, "which concert?", { between: "2023-06-01/2023-05-01" }), (error) => {
+    assert.equal(error.status, 422);
+    assert.equal(error.code, "invalid");
+    return true;
+  });
+});
+
 test("messages go to a thread, closing it schedules its episode, episodes are listed", async () => {
   const jo = user("jo");
   const accepted = await mem.messages.add(jo, "t1", [

@@ -599,10 +599,19 @@ def _file_content(file: str | os.PathLike[str] | bytes | BinaryIO, filename: str
     return data, filename or Path(str(getattr(file, "name", "") or "upload")).name
 
 
-def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:
-    return Call(
-        "search", {"user_id": user_id}, _of(models.SearchResult), query={"q": q, "k": k, "include": include or None}
-    )
+def search_call(
+    user_id: str,
+    q: str,
+    *,
+    k: int | None = None,
+    include: list[str] | None = None,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
+) -> Call:
+    # `between` travels as ISO 8601's interval, FROM/UNTIL.
+    period = f"{between[0].isoformat()}/{between[1].isoformat()}" if between else None
+    query = {"q": q, "k": k, "include": include or None, "as_of": as_of, "between": period}
+    return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
 
 
 def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | None = None) -> Call:

@@ -7,6 +7,7 @@ import os
 import random
 import time
 from collections.abc import AsyncIterator, Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -80,9 +81,20 @@ class _ClientBase:
         self.settings = _calls.SettingsCalls(run)
         self.knowledge = _calls.KnowledgeCalls(run)
 
-    def search(self, user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None):
-        """Ranked facts with their score components (`SearchResult.hits`)."""
-        return self._run(_calls.search_call(user_id, q, k=k, include=include))  # type: ignore[attr-defined]
+    def search(
+        self,
+        user_id: str,
+        q: str,
+        *,
+        k: int | None = None,
+        include: list[str] | None = None,
+        as_of: datetime | None = None,
+        between: tuple[datetime, datetime] | None = None,
+    ):
+        """Ranked facts with their score components (`SearchResult.hits`). `as_of`: only the facts valid at
+        that time (timezone-aware); `between`: only those observed within (from, until)."""
+        call = _calls.search_call(user_id, q, k=k, include=include, as_of=as_of, between=between)
+        return self._run(call)  # type: ignore[attr-defined]
 
     def context(self, user_id: str, *, task: str | None = None, budget_tokens: int | None = None):
         """The token-capped context block for a task (`Context.text` goes into the prompt)."""

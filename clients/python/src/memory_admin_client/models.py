@@ -177,6 +177,7 @@ class Score:
     importance: float = 0.0
     relevance: float = 0.0
     neighbour: float = 0.0
+    time: float = 0.0  # how well the fact's observed time matches the time the query names
     effective_confidence: float = 0.0
     staleness: float = 0.0
     stale: bool = False
