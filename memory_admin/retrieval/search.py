@@ -17,6 +17,14 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.messages import (
+    MessageShown,
+    dedupe,
+    is_message,
+    message_candidates,
+    message_id_of,
+    messages_shown,
+)
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
 from memory_admin.selectors.access import CURATE, Principal, visible
@@ -24,11 +32,14 @@ from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
 INCLUDABLE = ("superseded", "evicted", "quarantined")
+# The kinds of hits a search may return (KINDS.md); a hit shows the object of its kind, the others None.
+KINDS = ("fact", "message", "chunk")
+HIT_OBJECTS = ("fact", "message")
 
 
 @dataclass
 class Hit:
-    fact: Fact
+    fact: Fact | None
     vector: float
     cosine: float
     keyword: float
@@ -44,6 +55,11 @@ class Hit:
     staleness: float
     stale: bool
     final: float
+    message: MessageShown | None = None
+
+    @property
+    def kind(self) -> str:
+        return "message" if self.message is not None else "fact"
 
     def fact_scores(self) -> tuple[float, float, bool]:
         """(effective confidence, staleness, stale) of the fact as its ranking used them (scoring's formulas,
@@ -159,13 +175,14 @@ def fact_ranking(
     exclude_ids: set | None = None,
     carry: tuple[str, ...] = (),
     whole_vector: list[float] | None = None,
+    messages: bool = False,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
     block reads as many as its budget reaches). `carry` names fact columns appended to every candidate
     row (after the scored ones), so that a caller can use the candidates without reading them again.
-    A caller that embedded the query itself gives both of `search_vectors`' vectors. Timings in ms, not
-    rounded."""
+    A caller that embedded the query itself gives both of `search_vectors`' vectors. `messages` ranks the
+    user's indexed messages with the facts (retrieval/messages.py). Timings in ms, not rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -207,6 +224,10 @@ def fact_ranking(
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
+    if messages and query:
+        at = time.perf_counter()
+        rows += message_candidates(principal, memory_user, query=query, vector=vec)
+        timings["messages_ms"] = (time.perf_counter() - at) * 1000
     return Ranking(scored=score(rows, weights), candidates=len(rows), weights=weights, timings=timings)
 
 
@@ -223,11 +244,14 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
+    kinds: tuple[str, ...] = ("fact",),
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
-    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20)."""
+    `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
+    `kinds` (KINDS) are the kinds of hits returned: with "message", the user's messages are ranked with
+    the facts (the facts are ranked even when not shown, so a message scores as it would beside them)."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -239,23 +263,42 @@ def fact_search(
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
         carry=() if with_notebook else _SHOWN,
+        messages="message" in kinds,
     )
     timings = ranking.timings
-    top = ranking.scored[:k]
+    top = _top(ranking.scored, k, kinds)
+    fact_rows = [row for _, row, _ in top if not is_message(row)]
     if with_notebook:
-        facts = _facts_by_id(principal, [row.id for _, row, _ in top], with_notebook=True, memory_users=[memory_user])
+        facts = _facts_by_id(principal, [row.id for row in fact_rows], with_notebook=True, memory_users=[memory_user])
     else:
-        facts = _facts_carried([row for _, row, _ in top], memory_user)
-    hits = [Hit(fact=facts[row.id], **parts) for _, row, parts in top if row.id in facts]
+        facts = _facts_carried(fact_rows, memory_user)
+    shown = messages_shown(principal, [message_id_of(row) for _, row, _ in top if is_message(row)])
+    hits = [
+        Hit(fact=None, **parts, message=shown[message_id_of(row)])
+        if is_message(row)
+        else Hit(fact=facts[row.id], **parts)
+        for _, row, parts in top
+        if (row.id in facts or (is_message(row) and message_id_of(row) in shown))
+    ]
     if record:
         from memory_admin.services.access_counts import record_access, record_usage
 
-        record_access([h.fact.pk for h in hits], principal, "search")
+        record_access([h.fact.pk for h in hits if h.fact is not None], principal, "search")
         record_usage(principal.tenant_id, "search")
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
     return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
+
+
+def _top(scored: list[Scored], k: int, kinds: tuple[str, ...]) -> list[Scored]:
+    """The k best of the kinds asked for; facts and messages together deduplicated (messages.dedupe)."""
+    if "message" not in kinds:
+        return scored[:k] if "fact" in kinds else []
+    if "fact" not in kinds:
+        return [item for item in scored if is_message(item[1])][:k]
+    by_id = {row.id: item for item in scored for row in (item[1],)}
+    return [by_id[row.id] for row in dedupe([row for _, row, _ in scored], k)]
 
 
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:
