@@ -29,10 +29,11 @@ def search(
     q: QueryText,
     k: K = 10,
     include: Text = "",
-    kinds: Kinds = ",".join(KINDS),
+    kinds: Kinds | None = None,
 ):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
+    kinds = kinds or KINDS  # every kind unless the query names some
     wanted = parse_include(include)
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
