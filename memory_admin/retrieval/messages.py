@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import connection
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
@@ -43,6 +44,7 @@ MESSAGE_CONFIDENCE = 0.9
 MESSAGE_IMPORTANCE = 0.5
 # A message with more than this many lexemes that its facts among the hits lack says more: kept.
 SAYS_MORE = 3
+DEDUPE_WINDOW = 3
 
 _USER_SENTINEL = -7_340_041
 _QUERY_SENTINEL = "\x00message-query\x00"
@@ -92,6 +94,7 @@ def message_candidates(
     if not result:
         return []
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][0] or ())}
+    query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
     return [
         Candidate(
             id=message_candidate_id(pk),
@@ -102,7 +105,7 @@ def message_candidates(
             stale_score=0.0,
             age_days=age_days,
             distance=distance,
-            matched=sum(bits.get(lexeme, 0) for lexeme in lexemes or ()),
+            matched=sum(map(bits.__getitem__, query_lexemes & (lexemes or ()))),
             doc_len=doc_len,
             lexemes=lexemes,
             ent=None,
@@ -152,14 +155,19 @@ def messages_shown(principal: Principal, ids: list[int]) -> dict[int, MessageSho
     return {row[0]: MessageShown(*row) for row in rows}
 
 
+_FACTS_FROM = (
+    f"SELECT id, message_id FROM {Fact._meta.db_table} WHERE id = ANY(%s::uuid[]) AND message_id = ANY(%s::bigint[])"
+)
+
+
 def facts_from(fact_ids: list, message_ids: list[int]) -> dict:
-    """fact id -> the id of the message it was extracted from, for the facts among `fact_ids` extracted
-    from one of `message_ids`."""
+    """fact id -> the id of the message it was extracted from, for the facts among `fact_ids` (candidates
+    the principal can see) extracted from one of `message_ids`."""
     if not fact_ids or not message_ids:
         return {}
-    return dict(
-        Fact.objects.filter(pk__in=fact_ids, message_id__in=message_ids).values_list("id", "message_id").order_by()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_FACTS_FROM, [fact_ids, message_ids])
+        return dict(cursor.fetchall())
 
 
 def says_more(message: Candidate, facts: list[Candidate]) -> bool:
@@ -171,10 +179,12 @@ def says_more(message: Candidate, facts: list[Candidate]) -> bool:
 def dedupe(ranked: list[Candidate], k: int) -> list[Candidate]:
     """The k best of `ranked` (best first) without the messages whose facts among the k best say what
     they say (module docstring). A fact that enters as a dropped message leaves room can drop another."""
-    messages = [message_id_of(r) for r in ranked if is_message(r)]
+    # Within the first DEDUPE_WINDOW × k: far enough for every drop to be refilled in practice.
+    window = ranked[: DEDUPE_WINDOW * k]
+    messages = [message_id_of(r) for r in window if is_message(r)]
     if not messages:
         return ranked[:k]
-    source = facts_from([r.id for r in ranked if not is_message(r)], messages)
+    source = facts_from([r.id for r in window if not is_message(r)], messages)
     if not source:
         return ranked[:k]
     dropped: set = set()
