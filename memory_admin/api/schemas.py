@@ -623,9 +623,9 @@ class MessageHitOut(Schema):
 
 
 class HitOut(Schema):
-    kind: Literal["fact", "message", "chunk"] = "fact"
+    kind: Literal["fact", "message", "chunk"]
     fact: FactOut | None
-    message: MessageHitOut | None = None
+    message: MessageHitOut | None
     score: ScoreOut
 
 
