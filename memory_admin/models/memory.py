@@ -412,6 +412,13 @@ class MessageStatus(models.TextChoices):
     SKIPPED = "skipped"
 
 
+class MessageManager(models.Manager):
+    def get_queryset(self) -> models.QuerySet:
+        # The conversation log's reads (extraction, episodes, export) never need a message's vectors:
+        # parsing 384 floats per row is costly. Search reads them in its own statement (retrieval/messages.py).
+        return super().get_queryset().defer("embedding", "search_vector")
+
+
 class Message(models.Model):
     Role = MessageRole
     Status = MessageStatus
@@ -443,8 +450,7 @@ class Message(models.Model):
     )
     search_due = models.BooleanField(default=True, db_default=True)
 
-    # Columns a message's ordinary reads leave out (parsing 384 floats is costly).
-    VECTORS = ("embedding", "search_vector")
+    objects = MessageManager()
 
     class Meta:
         indexes = [

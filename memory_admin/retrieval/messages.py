@@ -66,7 +66,9 @@ def _statement(principal: Principal) -> tuple[str, tuple]:
         visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False))
         .annotate(distance=distance)
         .order_by("distance")
-        .values("id", "created_at", "search_vector", "distance")[:OWN_MESSAGES_LIMIT]
+        .values("id", "created_at", "search_vector", "distance", "thread__external_id", "role", "content")[
+            :OWN_MESSAGES_LIMIT
+        ]
     )
     sql, params = compiled(own)
     statement = (
@@ -74,7 +76,9 @@ def _statement(principal: Principal) -> tuple[str, tuple]:
         f" message_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:{MAX_LEXEMES}] AS q)"
         " SELECT (SELECT q FROM message_lx), m.id, m.distance,"
         " GREATEST(0, date_part('epoch', now() - m.created_at) / 86400.0)::float8,"
-        " COALESCE(length(m.search_vector), 0), tsvector_to_array(m.search_vector)"
+        " COALESCE(length(m.search_vector), 0), tsvector_to_array(m.search_vector),"
+        # What a hit shows of it, carried (as the fact candidates carry theirs): no second statement.
+        " m.thread__external_id, m.role, m.created_at, m.content"
         f" FROM ({sql}) AS m"
     )
     return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *params)
@@ -84,8 +88,8 @@ def message_candidates(
     principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float]
 ) -> list[Candidate]:
     """The user's indexed messages the principal can see, as candidates (their `src` MESSAGE_SRC, their
-    id `message_candidate_id`); `matched` over the query's lexemes in the order the fact candidates
-    number them (the same expression over the same text)."""
+    id `message_candidate_id`, carrying what `message_shown` shows); `matched` over the query's lexemes in
+    the order the fact candidates number them (the same expression over the same text)."""
     statement, params = _statement(principal)
     values = {_USER_SENTINEL: memory_user.pk, _QUERY_SENTINEL: query[:2000], _VECTOR_SENTINEL: Vector(vector)}
     with vector_cursor(binary_results=True, prepared=True) as cursor:
@@ -110,8 +114,9 @@ def message_candidates(
             lexemes=lexemes,
             ent=None,
             due=None,
+            carried=(pk, *shown),
         )
-        for _, pk, distance, age_days, doc_len, lexemes in result
+        for _, pk, distance, age_days, doc_len, lexemes, *shown in result
     ]
 
 
@@ -143,16 +148,9 @@ class MessageShown:
         }
 
 
-def messages_shown(principal: Principal, ids: list[int]) -> dict[int, MessageShown]:
-    """The visible messages among `ids`, by id, with their thread's external id."""
-    if not ids:
-        return {}
-    rows = (
-        visible(principal, Message.objects.filter(pk__in=ids, embedding__isnull=False))
-        .values_list("id", "thread__external_id", "role", "created_at", "content")
-        .order_by()
-    )
-    return {row[0]: MessageShown(*row) for row in rows}
+def message_shown(row: Candidate) -> MessageShown:
+    """A message candidate as its hit shows it (the columns it carries)."""
+    return MessageShown(*row.carried)
 
 
 _FACTS_FROM = (
@@ -176,15 +174,25 @@ def says_more(message: Candidate, facts: list[Candidate]) -> bool:
     return len(set(message.lexemes or ()) - told) > SAYS_MORE
 
 
-def dedupe(ranked: list[Candidate], k: int) -> list[Candidate]:
+def dedupe(ranked: list[Candidate], k: int, message_of: int | None = None) -> list[Candidate]:
     """The k best of `ranked` (best first) without the messages whose facts among the k best say what
-    they say (module docstring). A fact that enters as a dropped message leaves room can drop another."""
+    they say (module docstring). A fact that enters as a dropped message leaves room can drop another.
+    `message_of`: the position of a fact's `message_id` among the columns fact candidates carry, if they
+    do (else it is read)."""
     # Within the first DEDUPE_WINDOW × k: far enough for every drop to be refilled in practice.
     window = ranked[: DEDUPE_WINDOW * k]
     messages = [message_id_of(r) for r in window if is_message(r)]
     if not messages:
         return ranked[:k]
-    source = facts_from([r.id for r in window if not is_message(r)], messages)
+    if message_of is None:
+        source = facts_from([r.id for r in window if not is_message(r)], messages)
+    else:
+        wanted = set(messages)
+        source = {
+            r.id: r.carried[message_of]
+            for r in window
+            if not is_message(r) and r.carried and r.carried[message_of] in wanted
+        }
     if not source:
         return ranked[:k]
     dropped: set = set()

@@ -22,8 +22,7 @@ from memory_admin.retrieval.messages import (
     dedupe,
     is_message,
     message_candidates,
-    message_id_of,
-    messages_shown,
+    message_shown,
 )
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
@@ -266,19 +265,16 @@ def fact_search(
         messages="message" in kinds,
     )
     timings = ranking.timings
-    top = _top(ranking.scored, k, kinds)
+    top = _top(ranking.scored, k, kinds, carried=not with_notebook)
     fact_rows = [row for _, row, _ in top if not is_message(row)]
     if with_notebook:
         facts = _facts_by_id(principal, [row.id for row in fact_rows], with_notebook=True, memory_users=[memory_user])
     else:
         facts = _facts_carried(fact_rows, memory_user)
-    shown = messages_shown(principal, [message_id_of(row) for _, row, _ in top if is_message(row)])
     hits = [
-        Hit(fact=None, **parts, message=shown[message_id_of(row)])
-        if is_message(row)
-        else Hit(fact=facts[row.id], **parts)
+        Hit(fact=None, **parts, message=message_shown(row)) if is_message(row) else Hit(fact=facts[row.id], **parts)
         for _, row, parts in top
-        if (row.id in facts or (is_message(row) and message_id_of(row) in shown))
+        if row.id in facts or is_message(row)
     ]
     if record:
         from memory_admin.services.access_counts import record_access, record_usage
@@ -291,14 +287,16 @@ def fact_search(
     return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
 
 
-def _top(scored: list[Scored], k: int, kinds: tuple[str, ...]) -> list[Scored]:
-    """The k best of the kinds asked for; facts and messages together deduplicated (messages.dedupe)."""
+def _top(scored: list[Scored], k: int, kinds: tuple[str, ...], *, carried: bool) -> list[Scored]:
+    """The k best of the kinds asked for; facts and messages together deduplicated (messages.dedupe),
+    from the message ids the fact candidates carry (`carried`: they carry `_SHOWN`)."""
     if "message" not in kinds:
         return scored[:k] if "fact" in kinds else []
     if "fact" not in kinds:
         return [item for item in scored if is_message(item[1])][:k]
     by_id = {row.id: item for item in scored for row in (item[1],)}
-    return [by_id[row.id] for row in dedupe([row for _, row, _ in scored], k)]
+    message_of = _SHOWN.index("message_id") if carried else None
+    return [by_id[row.id] for row in dedupe([row for _, row, _ in scored], k, message_of)]
 
 
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:

@@ -14,6 +14,7 @@ from ninja.responses import NinjaJSONEncoder
 from memory_admin.api.retrieval import SearchOut
 from memory_admin.embedding import embed_one
 from memory_admin.models import Fact, MemoryUser
+from memory_admin.services.message_index import messages_index
 
 pytestmark = pytest.mark.django_db
 
@@ -80,11 +81,16 @@ def test_a_search_sends_one_statement_per_kind_of_candidate(api, tenant):
         "Sam keeps bees in the garden",
         "The office has a rooftop garden",
     }
-    # Every kind (the default): the user's messages are one more statement (none of them is a hit here).
+    # Every kind (the default): the user's messages are one more statement, carrying what a hit shows.
+    r = api.post(
+        "users/sam/messages", {"thread_id": "t", "messages": [{"role": "user", "content": "The garden grows"}]}
+    )
+    assert r.status_code == 202, r.content
+    messages_index()
     r, sent = _sent(api, "sam", "where does the garden grow", k=5)
     assert len(sent) == 3, sent
     assert sent[1].startswith("WITH search_qv") and sent[2].startswith("WITH message_qv")
-    assert {h["kind"] for h in r.json()["hits"]} == {"fact"}
+    assert {h["kind"] for h in r.json()["hits"]} == {"fact", "message"}
 
 
 def test_the_body_is_what_the_schema_would_render(api, admin_api):
