@@ -103,6 +103,14 @@ def entities_sweep() -> int:
     return sweep()
 
 
+@shared_task(name="extraction.index_messages", ignore_result=True)
+def index_messages() -> int:
+    """Embed the messages posted since the last run (services/message_index.py): search finds them then."""
+    from memory_admin.services.message_index import messages_index
+
+    return messages_index()
+
+
 @shared_task(name="extraction.close_thread", ignore_result=True)
 def close_thread(thread_id: int, outcome: str | None = None) -> str | None:
     episode = pipeline.close_thread(thread_id, outcome=outcome)

@@ -132,7 +132,12 @@ app.conf.task_routes = {
     },
     **{
         name: {"queue": INTERACTIVE}
-        for name in ("extraction.run_batch", "extraction.close_thread", "extraction.build_episode")
+        for name in (
+            "extraction.run_batch",
+            "extraction.close_thread",
+            "extraction.build_episode",
+            "extraction.index_messages",
+        )
     },
     **{
         name: {"queue": BULK}
@@ -166,6 +171,14 @@ app.conf.beat_schedule = {
         "task": "extraction.sweep",
         "schedule": timedelta(seconds=_seconds("EXTRACTION_SWEEP_SECONDS", 2)),
         # A sweep that waited longer than a few ticks is obsolete: the next one does the same work.
+        "options": {"expires": max(5.0, 4 * _seconds("EXTRACTION_SWEEP_SECONDS", 2))},
+    },
+    # Messages posted since the last tick become searchable (services/message_index.py), at the pace of
+    # the extraction sweep; a tick with nothing due is one probe of a partial index. Runs in parallel
+    # skip each other's rows.
+    "messages-index": {
+        "task": "extraction.index_messages",
+        "schedule": timedelta(seconds=_seconds("EXTRACTION_SWEEP_SECONDS", 2)),
         "options": {"expires": max(5.0, 4 * _seconds("EXTRACTION_SWEEP_SECONDS", 2))},
     },
     "episodes-idle": {

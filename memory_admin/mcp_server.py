@@ -58,6 +58,7 @@ from memory_admin.api.schemas import (
     FactOut,
     ForgetIn,
     Kind,
+    Kinds,
     MessagesIn,
     NotebookIn,
     NotebookOut,
@@ -69,7 +70,7 @@ from memory_admin.api.time_filter import TimeFilterIn
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
-from memory_admin.retrieval import fact_search
+from memory_admin.retrieval import KINDS, Hit, fact_search
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
@@ -257,6 +258,24 @@ def _brief(fact: Fact, score: float | None = None) -> dict[str, Any]:
         out["contested"] = True
     out["valid_from"], out["created_at"] = _when(fact.valid_from), _when(fact.created_at)
     return out
+
+
+def _brief_hit(hit: Hit) -> dict[str, Any]:
+    """A search hit as a model needs it: a memory's brief, or a past message (its kind, what was said, in
+    which thread and when)."""
+    score = hit.components()["final"]
+    if hit.message is None:
+        return _brief(hit.fact, score)
+    m = hit.message
+    return {
+        "kind": "message",
+        "id": m.id,
+        "text": m.text,
+        "score": round(score, 3),
+        "thread_id": m.thread_id,
+        "role": m.role,
+        "created_at": _when(m.created_at),
+    }
 
 
 def _written(result: WriteResult) -> dict[str, Any]:
@@ -571,32 +590,49 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         user_id: UserId = None,
         k: Annotated[int, Field(ge=1, le=MAX_K)] = 10,
         full: Full = False,
+        kinds: Kinds | None = None,
         as_of: AsOfArg = None,
         between: BetweenArg = None,
     ) -> dict[str, Any]:
         """Search the user's memories: the best first, ranked by meaning, words, recency, importance and
         the time the query names ("in May 2023", "last week"), scaled by confidence. Each hit is id,
         content, score and dates (with key, status, contested when set); full=true gives every field of
-        each memory and the score's components. as_of: only what was true then; between: only what was
-        observed within FROM/UNTIL."""
+        each memory and the score's components. Past messages of the user's conversations are searched
+        too: such a hit has kind "message", its text, thread and time. `kinds` (comma-separated fact,
+        message, chunk; default all) limits the hits to those kinds. as_of: only what was true then;
+        between: only what was observed within FROM/UNTIL."""
         with _door() as principal:
             if not query.strip():
                 raise Invalid("query: give some text to search for.", field="query")
             window = TimeFilterIn(as_of=as_of, between=between)
             user = memory_user_for(principal, _user_id(principal, user_id))
+            kinds = kinds or KINDS
             result = fact_search(
-                principal=principal, memory_user=user, query=query, k=k, as_of=window.as_of, between=window.between
+                principal=principal,
+                memory_user=user,
+                query=query,
+                k=k,
+                kinds=kinds,
+                as_of=window.as_of,
+                between=window.between,
             )
             if not full:
-                return _json({"hits": [_brief(h.fact, h.components()["final"]) for h in result.hits]})
+                return _json({"hits": [_brief_hit(h) for h in result.hits]})
             return _json(
                 {
                     "user_id": user.external_id,
                     "query": query,
                     "k": k,
                     "candidates": result.candidates,
+                    "kinds": list(kinds),
                     "hits": [
-                        {"fact": FactOut.of(h.fact, h.fact_scores()), "score": h.components()} for h in result.hits
+                        {
+                            "kind": h.kind,
+                            "fact": FactOut.of(h.fact, h.fact_scores()) if h.fact is not None else None,
+                            "message": h.message.out() if h.message is not None else None,
+                            "score": h.components(),
+                        }
+                        for h in result.hits
                     ],
                 }
             )

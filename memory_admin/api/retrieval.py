@@ -7,10 +7,10 @@ from typing import Any
 from django.http import HttpResponse
 from ninja import Router
 
-from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, QueryText, SearchOut, Text, UserId
+from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, Kinds, QueryText, SearchOut, Text, UserId
 from memory_admin.api.time_filter import AsOf, Between
 from memory_admin.errors import Invalid
-from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
+from memory_admin.retrieval import INCLUDABLE, KINDS, fact_search, parse_include
 from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import memory_user_for
 
@@ -32,16 +32,25 @@ def search(
     include: Text = "",
     as_of: AsOf | None = None,
     between: Between | None = None,
+    kinds: Kinds | None = None,
 ):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
+    kinds = kinds or KINDS  # every kind unless the query names some
     wanted = parse_include(include)
     unknown = [s for s in wanted if s not in INCLUDABLE]
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
     result = fact_search(
-        principal=request.principal, memory_user=user, query=q, k=k, include=wanted, as_of=as_of, between=between
+        principal=request.principal,
+        memory_user=user,
+        query=q,
+        k=k,
+        include=wanted,
+        kinds=kinds,
+        as_of=as_of,
+        between=between,
     )
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered by the API's renderer
@@ -52,13 +61,16 @@ def search(
         "query": q,
         "k": k,
         "include": list(wanted),
+        "kinds": list(kinds),
         "weights": {name: float(value) for name, value in result.weights.items()},
         "candidates": result.candidates,
         # A hit's fact shows the effective confidence, staleness and stale flag its ranking used (scoring's
         # formulas, evaluated by Postgres for the candidate), not a second evaluation a moment later.
         "hits": [
             {
-                "fact": FactOut.of(h.fact, h.fact_scores()),
+                "kind": h.kind,
+                "fact": FactOut.of(h.fact, h.fact_scores()) if h.fact is not None else None,
+                "message": h.message.out() if h.message is not None else None,
                 "score": h.components(),
             }
             for h in result.hits

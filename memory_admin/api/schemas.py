@@ -38,7 +38,7 @@ from memory_admin.models import (
     WriteOutcome,
 )
 from memory_admin.models.entities import RELATION_TYPE_PATTERN
-from memory_admin.retrieval import Hit
+from memory_admin.retrieval import HIT_OBJECTS, KINDS, Hit
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS
 from memory_admin.services.settings import LIMITS, SEARCH_WEIGHT_MAX, SEARCH_WEIGHT_NAMES
 from memory_admin.textnorm import unreadable_reason
@@ -594,12 +594,38 @@ QueryText = text(max_length=MAX_QUERY_CHARS)
 ScoreOut = create_model(
     "ScoreOut",
     __base__=Schema,
-    **{f.name: (get_type_hints(Hit)[f.name], ...) for f in dataclass_fields(Hit) if f.name != "fact"},
+    **{f.name: (get_type_hints(Hit)[f.name], ...) for f in dataclass_fields(Hit) if f.name not in HIT_OBJECTS},
 )
 
 
+def _kinds(value: str) -> tuple[str, ...]:
+    parts = [part.strip().lower() for part in value.split(",")]
+    unknown = [part or "(empty)" for part in parts if part not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown kind {', '.join(unknown)}; give a comma-separated list of {', '.join(KINDS)}")
+    return tuple(dict.fromkeys(parts))
+
+
+# The kinds of hits a search returns (KINDS.md): a comma-separated list of fact, message, chunk.
+Kinds = Annotated[
+    StrictStr, Field(max_length=100, json_schema_extra={"pattern": r"^[a-z, ]*$"}), AfterValidator(_kinds)
+]
+
+
+class MessageHitOut(Schema):
+    """A message hit: its text as stored, i.e. screened (secrets and blocked PII redacted) when posted."""
+
+    id: int
+    thread_id: str
+    role: str
+    created_at: datetime
+    text: str
+
+
 class HitOut(Schema):
-    fact: FactOut
+    kind: Literal["fact", "message", "chunk"]
+    fact: FactOut | None
+    message: MessageHitOut | None
     score: ScoreOut
 
 
@@ -608,6 +634,7 @@ class SearchOut(Schema):
     query: str
     k: int
     include: list[str]
+    kinds: list[str]
     weights: dict[str, float]
     candidates: int
     hits: list[HitOut]

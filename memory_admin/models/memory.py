@@ -412,6 +412,13 @@ class MessageStatus(models.TextChoices):
     SKIPPED = "skipped"
 
 
+class MessageManager(models.Manager):
+    def get_queryset(self) -> models.QuerySet:
+        # The conversation log's reads (extraction, episodes, export) never need a message's vectors:
+        # parsing 384 floats per row is costly. Search reads them in its own statement (retrieval/messages.py).
+        return super().get_queryset().defer("embedding", "search_vector")
+
+
 class Message(models.Model):
     Role = MessageRole
     Status = MessageStatus
@@ -432,9 +439,25 @@ class Message(models.Model):
     episode = models.ForeignKey(
         "memory_admin.Episode", on_delete=models.SET_NULL, null=True, blank=True, related_name="messages"
     )
+    # Episodic memory (retrieval/messages.py): the content as stored (screened) is searchable once the
+    # worker embedded it (extraction.index_messages). `search_due` marks what the worker has still to
+    # look at; a message it will never index (a placeholder, erased) is left without an embedding.
+    embedding = VectorField(dimensions=EMBEDDING_DIM, null=True, blank=True)
+    search_vector = models.GeneratedField(
+        expression=SearchVector("content", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    search_due = models.BooleanField(default=True, db_default=True)
+
+    objects = MessageManager()
 
     class Meta:
-        indexes = [models.Index(fields=["thread", "status", "id"], name="message_thread_status")]
+        indexes = [
+            models.Index(fields=["thread", "status", "id"], name="message_thread_status"),
+            # The worker's queue of messages to index: few rows, whatever the table's size.
+            models.Index(fields=["id"], name="message_search_due", condition=Q(search_due=True)),
+        ]
         constraints = [
             models.CheckConstraint(condition=Q(role__in=MessageRole.values), name="message_role_valid"),
             models.CheckConstraint(condition=Q(status__in=MessageStatus.values), name="message_status_valid"),

@@ -6,7 +6,9 @@ Read top to bottom, down only:
 - `query`: the query's vectors (the vector component's, and the whole query's);
 - `candidates`: the candidate statement and its typed row, `Candidate`;
 - `ranking`: the pure functions that score candidates, with their constants and the default weights;
-- `search`: `fact_search` (the k best as facts) and `fact_ranking` (every candidate ranked);
+- `messages`: a user's indexed messages as candidates beside its facts, and the hits' deduplication;
+- `search`: `fact_search` (the k best facts, and messages when asked) and `fact_ranking` (every candidate
+  ranked);
 - `context`: the context block (gather, fill, render), built on `fact_ranking` and `Candidate` only.
 
 Callers outside the package import from here.
@@ -18,7 +20,9 @@ from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import DEFAULT_WEIGHTS, NEIGHBOUR_MINUTES
 from memory_admin.retrieval.search import (
     DEFAULT_STATUSES,
+    HIT_OBJECTS,
     INCLUDABLE,
+    KINDS,
     Hit,
     Ranking,
     SearchResult,
@@ -31,7 +35,9 @@ from memory_admin.retrieval.search import (
 __all__ = [
     "DEFAULT_STATUSES",
     "DEFAULT_WEIGHTS",
+    "HIT_OBJECTS",
     "INCLUDABLE",
+    "KINDS",
     "NEIGHBOUR_MINUTES",
     "WORD",
     "Candidate",

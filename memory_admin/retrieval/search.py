@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
@@ -19,6 +19,13 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.messages import (
+    MessageShown,
+    dedupe,
+    is_message,
+    message_candidates,
+    message_shown,
+)
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
 from memory_admin.retrieval.timematch import time_scores, windows
@@ -28,11 +35,14 @@ from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
 INCLUDABLE = ("superseded", "evicted", "quarantined")
+# The kinds of hits a search may return (KINDS.md); a hit shows the object of its kind, the others None.
+KINDS = ("fact", "message", "chunk")
+HIT_OBJECTS = ("fact", "message")
 
 
 @dataclass
 class Hit:
-    fact: Fact
+    fact: Fact | None
     vector: float
     cosine: float
     keyword: float
@@ -49,6 +59,11 @@ class Hit:
     staleness: float
     stale: bool
     final: float
+    message: MessageShown | None = None
+
+    @property
+    def kind(self) -> str:
+        return "message" if self.message is not None else "fact"
 
     def fact_scores(self) -> tuple[float, float, bool]:
         """(effective confidence, staleness, stale) of the fact as its ranking used them (scoring's formulas,
@@ -167,6 +182,7 @@ def fact_ranking(
     whole_vector: list[float] | None = None,
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
+    messages: bool = False,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
@@ -174,8 +190,9 @@ def fact_ranking(
     row (after the scored ones), so that a caller can use the candidates without reading them again.
     A caller that embedded the query itself gives both of `search_vectors`' vectors. `as_of` keeps the facts
     valid at that time (superseded ones included), `between` those observed within [from, until); the
-    times the query names are matched against when facts were observed (`time_of`). Timings in ms, not
-    rounded."""
+    times the query names are matched against when facts were observed (`time_of`). `messages` ranks the
+    user's indexed messages with the facts (retrieval/messages.py), under the same time filters (a message
+    counts from when it was said). Timings in ms, not rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -223,8 +240,31 @@ def fact_ranking(
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
+    if messages and query:
+        at = time.perf_counter()
+        rows += _in_period(message_candidates(principal, memory_user, query=query, vector=vec), as_of, between)
+        timings["messages_ms"] = (time.perf_counter() - at) * 1000
     matched = time_of(query, rows, as_of) if query else None
     return Ranking(scored=score(rows, weights, matched), candidates=len(rows), weights=weights, timings=timings)
+
+
+def _in_period(
+    rows: list[Candidate], as_of: datetime | None, between: tuple[datetime, datetime] | None
+) -> list[Candidate]:
+    """The message candidates said by `as_of` and within `between` [from, until) (a message is true from
+    when it was said: its age)."""
+    if as_of is None and between is None:
+        return rows
+    now = timezone.now()
+    kept = []
+    for row in rows:
+        said = now - timedelta(days=row.age_days)
+        if as_of is not None and said > as_of:
+            continue
+        if between is not None and not (between[0] <= said < between[1]):
+            continue
+        kept.append(row)
+    return kept
 
 
 def time_of(query: str, rows: list[Candidate], as_of: datetime | None = None) -> list[float] | None:
@@ -259,12 +299,15 @@ def fact_search(
     n_shared: int | None = None,
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
+    kinds: tuple[str, ...] = ("fact",),
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
     Reads of the returned facts are counted (services.access_counts) unless `record` is false.
     `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
-    `as_of` and `between` filter by time (`fact_ranking`)."""
+    `as_of` and `between` filter by time (`fact_ranking`). `kinds` (KINDS) are the kinds of hits
+    returned: with "message", the user's messages are ranked with the facts (the facts are ranked even
+    when not shown, so a message scores as it would beside them)."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -278,23 +321,41 @@ def fact_search(
         carry=() if with_notebook else _SHOWN,
         as_of=as_of,
         between=between,
+        messages="message" in kinds,
     )
     timings = ranking.timings
-    top = ranking.scored[:k]
+    top = _top(ranking.scored, k, kinds, carried=not with_notebook)
+    fact_rows = [row for _, row, _ in top if not is_message(row)]
     if with_notebook:
-        facts = _facts_by_id(principal, [row.id for _, row, _ in top], with_notebook=True, memory_users=[memory_user])
+        facts = _facts_by_id(principal, [row.id for row in fact_rows], with_notebook=True, memory_users=[memory_user])
     else:
-        facts = _facts_carried([row for _, row, _ in top], memory_user)
-    hits = [Hit(fact=facts[row.id], **parts) for _, row, parts in top if row.id in facts]
+        facts = _facts_carried(fact_rows, memory_user)
+    hits = [
+        Hit(fact=None, **parts, message=message_shown(row)) if is_message(row) else Hit(fact=facts[row.id], **parts)
+        for _, row, parts in top
+        if row.id in facts or is_message(row)
+    ]
     if record:
         from memory_admin.services.access_counts import record_access, record_usage
 
-        record_access([h.fact.pk for h in hits], principal, "search")
+        record_access([h.fact.pk for h in hits if h.fact is not None], principal, "search")
         record_usage(principal.tenant_id, "search")
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
     return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
+
+
+def _top(scored: list[Scored], k: int, kinds: tuple[str, ...], *, carried: bool) -> list[Scored]:
+    """The k best of the kinds asked for; facts and messages together deduplicated (messages.dedupe),
+    from the message ids the fact candidates carry (`carried`: they carry `_SHOWN`)."""
+    if "message" not in kinds:
+        return scored[:k] if "fact" in kinds else []
+    if "fact" not in kinds:
+        return [item for item in scored if is_message(item[1])][:k]
+    by_id = {row.id: item for item in scored for row in (item[1],)}
+    message_of = _SHOWN.index("message_id") if carried else None
+    return [by_id[row.id] for row in dedupe([row for _, row, _ in scored], k, message_of)]
 
 
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:

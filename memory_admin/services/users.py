@@ -264,7 +264,10 @@ def user_erase(*, principal: Principal, memory_user: MemoryUser) -> dict[str, in
             status_reason="erased",
             pinned=False,
         ),
-        "messages": Message.objects.filter(memory_user=memory_user).update(content=ERASED, skip_reason=""),
+        # Out of search too: no embedding, and none made again (services/message_index.py).
+        "messages": Message.objects.filter(memory_user=memory_user).update(
+            content=ERASED, skip_reason="", embedding=None, search_due=False
+        ),
         "threads": Thread.objects.filter(memory_user=memory_user).update(
             external_id=Concat(Value("erased-"), Cast("id", CharField()))
         ),

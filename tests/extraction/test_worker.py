@@ -290,3 +290,20 @@ def test_a_fact_posted_through_the_api_gets_its_entities_from_the_worker(api, te
     assert names == {"Dana Scully", "Acme Robotics"}
     found = api.get("entities", q="Acme Robotics", user_id="alice").json()["items"]
     assert [e["name"] for e in found] == ["Acme Robotics"]
+
+
+def test_a_posted_message_becomes_a_search_hit_once_the_worker_indexed_it(api, tenant, procs):
+    r = api.post(
+        "users/alice/messages",
+        {"thread_id": "trip", "messages": [{"role": "user", "content": "We rented a houseboat on Loch Ness in May."}]},
+    )
+    assert r.status_code == 202, r.content
+    [message_id] = r.json()["message_ids"]
+
+    def message_hits():
+        found = api.get("users/alice/search", q="houseboat Loch Ness", kinds="message").json()["hits"]
+        return [h["message"] for h in found]
+
+    shown = wait_for(message_hits, 30, procs, "the message indexed by the worker")
+    assert [m["id"] for m in shown] == [message_id] and shown[0]["text"] == "We rented a houseboat on Loch Ness in May."
+    assert not Message.objects.filter(search_due=True).exists()

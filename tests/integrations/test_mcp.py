@@ -117,6 +117,17 @@ def tenants(make_key):
     return keys
 
 
+def _index_messages() -> None:
+    from django.db import connection
+
+    from memory_admin.services.message_index import messages_index
+
+    try:
+        messages_index()
+    finally:
+        connection.close()
+
+
 async def scenario(open_session, keys) -> None:
     """One agent session through every tool; `open_session(key)` connects with a key."""
     theirs = keys["b_fact"]
@@ -235,6 +246,11 @@ async def scenario(open_session, keys) -> None:
         )
         assert accepted["accepted"] == 1
         assert (await ok(mem, "close_thread", user_id="dana", thread_id="t1", outcome="success"))["thread_id"] == "t1"
+        await asyncio.to_thread(_index_messages)  # the worker's task (services/message_index.py)
+        said = (await ok(mem, "search_memories", user_id="dana", query="moved to Porto", kinds="message"))["hits"]
+        assert [(h["kind"], h["text"]) for h in said] == [("message", "I moved to Porto last week, by the way.")]
+        bad, error = await call(mem, "search_memories", user_id="dana", query="Porto", kinds="episodes")
+        assert error and bad["code"] == "invalid" and bad["field"] == "kinds"
 
         skill = await ok(mem, "get_skill", path="deploy/kubernetes.md")
         assert skill["content"] == "kubectl apply -f deploy.yaml" and skill["version"] == 1

@@ -45,6 +45,7 @@ from memory_admin_client.errors import BY_CODE
 
 from memory_admin.models import Fact as FactRow
 from memory_admin.models import PiiBlock
+from memory_admin.services.message_index import messages_index
 from tests.integrations.conftest import ROOT, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -163,6 +164,13 @@ def test_search_context_messages_threads(mem):
     assert accepted.thread_id == "t1" and accepted.accepted == 1 and len(accepted.message_ids) == 1
     closed = mem.threads.close("erin", "t1", outcome="success")
     assert closed.thread_id == "t1" and closed.closed_at is not None
+    messages_index()  # the worker's task: the message becomes a search hit
+    [said] = mem.search("erin", "moved to Porto", kinds=["message"]).hits
+    assert said.kind == "message" and said.fact is None and said.message.text == "I just moved to Porto, by the way."
+    assert said.message.thread_id == "t1" and said.message.id == accepted.message_ids[0]
+    assert {h.kind for h in mem.search("erin", "moved to Porto", kinds=["fact"]).hits} == {"fact"}
+    with pytest.raises(Invalid):
+        mem.search("erin", "Porto", kinds=["episodes"])
 
 
 def test_notebook_and_skills(mem):

@@ -14,6 +14,7 @@ from ninja.responses import NinjaJSONEncoder
 from memory_admin.api.retrieval import SearchOut
 from memory_admin.embedding import embed_one
 from memory_admin.models import Fact, MemoryUser
+from memory_admin.services.message_index import messages_index
 
 pytestmark = pytest.mark.django_db
 
@@ -55,20 +56,24 @@ def org_fact(tenant, content):
     return str(fact.pk)
 
 
-def test_a_search_sends_two_statements(api, tenant):
-    write(api, "sam", "Sam keeps bees in the garden")
-    write(api, "sam", "Sam's sister lives in Lyon")
-    org_fact(tenant, "The office has a rooftop garden")
-    search(api, "sam", "garden bees")  # warm: compiled statements cached, connection settings read
+def _sent(api, user, q, **params):
     with CaptureQueriesContext(connection) as ctx:
-        r = search(api, "sam", "where does the garden grow", k=5)
-    sent = [
+        r = search(api, user, q, **params)
+    return r, [
         q["sql"]
         for q in ctx.captured_queries
         if not q["sql"].startswith((*DEFERRED_WRITES, HOUSEKEEPING)) and "SAVEPOINT" not in q["sql"]
     ]
-    # The key with its request count (rate limit) and the memory user; the candidates (own facts, shared
-    # nearest, shared full text, weights: one statement), each carrying what the body shows of it.
+
+
+def test_a_search_sends_one_statement_per_kind_of_candidate(api, tenant):
+    write(api, "sam", "Sam keeps bees in the garden")
+    write(api, "sam", "Sam's sister lives in Lyon")
+    org_fact(tenant, "The office has a rooftop garden")
+    search(api, "sam", "garden bees")  # warm: compiled statements cached, connection settings read
+    # Facts only: the key with its request count (rate limit) and the memory user; the candidates (own
+    # facts, shared nearest, shared full text, weights: one statement), each carrying what the body shows.
+    r, sent = _sent(api, "sam", "where does the garden grow", k=5, kinds="fact")
     assert len(sent) == 2, sent
     assert all(table in sent[0] for table in ("memory_admin_apikey", "throttlewindow", "memory_admin_memoryuser"))
     assert sent[1].startswith("WITH search_qv")
@@ -76,6 +81,16 @@ def test_a_search_sends_two_statements(api, tenant):
         "Sam keeps bees in the garden",
         "The office has a rooftop garden",
     }
+    # Every kind (the default): the user's messages are one more statement, carrying what a hit shows.
+    r = api.post(
+        "users/sam/messages", {"thread_id": "t", "messages": [{"role": "user", "content": "The garden grows"}]}
+    )
+    assert r.status_code == 202, r.content
+    messages_index()
+    r, sent = _sent(api, "sam", "where does the garden grow", k=5)
+    assert len(sent) == 3, sent
+    assert sent[1].startswith("WITH search_qv") and sent[2].startswith("WITH message_qv")
+    assert {h["kind"] for h in r.json()["hits"]} == {"fact", "message"}
 
 
 def test_the_body_is_what_the_schema_would_render(api, admin_api):

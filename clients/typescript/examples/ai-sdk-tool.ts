@@ -28,7 +28,12 @@ export function memoryTools(userId: string) {
       inputSchema: z.object({ query: z.string() }),
       execute: async ({ query }) => {
         const { hits } = await mem.search(userId, query, { k: 5 });
-        return hits.map((hit) => ({ id: hit.fact.id, content: hit.fact.content, score: hit.score.final }));
+        // A hit is a fact, or a past message of the user's conversations (its `kind`).
+        return hits.map((hit) =>
+          hit.message
+            ? { said: hit.message.text, at: hit.message.created_at, score: hit.score.final }
+            : { id: hit.fact?.id, content: hit.fact?.content, score: hit.score.final },
+        );
       },
     }),
   };

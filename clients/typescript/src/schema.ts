@@ -2051,8 +2051,33 @@ export interface components {
         };
         /** HitOut */
         HitOut: {
-            fact: components["schemas"]["FactOut"];
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "fact" | "message" | "chunk";
+            fact: components["schemas"]["FactOut"] | null;
+            message: components["schemas"]["MessageHitOut"] | null;
             score: components["schemas"]["ScoreOut"];
+        };
+        /**
+         * MessageHitOut
+         * @description A message hit: its text as stored, i.e. screened (secrets and blocked PII redacted) when posted.
+         */
+        MessageHitOut: {
+            /** Id */
+            id: number;
+            /** Thread Id */
+            thread_id: string;
+            /** Role */
+            role: string;
+            /**
+             * Created At
+             * Format: date-time
+             */
+            created_at: string;
+            /** Text */
+            text: string;
         };
         /** ScoreOut */
         ScoreOut: {
@@ -2099,6 +2124,8 @@ export interface components {
             k: number;
             /** Include */
             include: string[];
+            /** Kinds */
+            kinds: string[];
             /** Weights */
             weights: {
                 [key: string]: number;
@@ -5537,8 +5564,7 @@ export interface operations {
                 q: string;
                 k?: number;
                 include?: string;
-                as_of?: string | null;
-                between?: string | null;
+                kinds?: string | null;
             };
             header?: never;
             path: {

@@ -13,6 +13,9 @@ test("search ranks the fact that answers, and the context block holds what the t
   assert.equal(result.hits[0].fact.content, "Erin lives in Lisbon");
   assert.ok(result.hits[0].score.final > 0);
   assert.ok(result.hits[0].score.final >= result.hits.at(-1).score.final);
+  const facts = await mem.search(erin, "where does Erin live?", { kinds: "fact" });
+  assert.deepEqual(facts.kinds, ["fact"]);
+  assert.ok(facts.hits.every((hit) => hit.kind === "fact" && hit.message === null));
 
   const context = await mem.context(erin, { task: "plan a dinner", budget_tokens: 500 });
   assert.ok(context.tokens <= 500);

@@ -605,12 +605,13 @@ def search_call(
     *,
     k: int | None = None,
     include: list[str] | None = None,
+    kinds: list[str] | None = None,
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
 ) -> Call:
     # `between` travels as ISO 8601's interval, FROM/UNTIL.
     period = f"{between[0].isoformat()}/{between[1].isoformat()}" if between else None
-    query = {"q": q, "k": k, "include": include or None, "as_of": as_of, "between": period}
+    query = {"q": q, "k": k, "include": include or None, "kinds": kinds or None, "as_of": as_of, "between": period}
     return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
 
 

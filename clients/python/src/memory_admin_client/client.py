@@ -88,12 +88,14 @@ class _ClientBase:
         *,
         k: int | None = None,
         include: list[str] | None = None,
+        kinds: list[str] | None = None,
         as_of: datetime | None = None,
         between: tuple[datetime, datetime] | None = None,
     ):
-        """Ranked facts with their score components (`SearchResult.hits`). `as_of`: only the facts valid at
-        that time (timezone-aware); `between`: only those observed within (from, until)."""
-        call = _calls.search_call(user_id, q, k=k, include=include, as_of=as_of, between=between)
+        """Ranked hits with their score components (`SearchResult.hits`): facts and past messages (each hit's
+        `kind`), or only the `kinds` given ("fact", "message", "chunk"). `as_of`: only the facts valid at that
+        time (timezone-aware); `between`: only those observed within (from, until)."""
+        call = _calls.search_call(user_id, q, k=k, include=include, kinds=kinds, as_of=as_of, between=between)
         return self._run(call)  # type: ignore[attr-defined]
 
     def context(self, user_id: str, *, task: str | None = None, budget_tokens: int | None = None):

@@ -184,9 +184,24 @@ class Score:
 
 
 @dataclass(frozen=True)
+class MessageHit:
+    """A past message of the user's conversations, as stored (secrets and blocked PII redacted)."""
+
+    id: int
+    thread_id: str
+    role: str
+    created_at: datetime
+    text: str
+
+
+@dataclass(frozen=True)
 class SearchHit:
-    fact: Fact
+    """One hit: `kind` "fact" (its `fact`) or "message" (its `message`); the other is None."""
+
+    fact: Fact | None
     score: Score
+    kind: str = "fact"
+    message: MessageHit | None = None
 
 
 @dataclass(frozen=True)
@@ -196,6 +211,7 @@ class SearchResult:
     hits: list[SearchHit]
     k: int = 10
     include: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
     weights: dict[str, float] = field(default_factory=dict)
     candidates: int = 0
     timings: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,212 @@
+"""Messages as episodic memory (KINDS.md): a user's indexed messages are candidates of a search beside
+its facts, described as the candidate statement describes a fact (`Candidate`), so that one ranking
+(`ranking.score`) orders both kinds: IDF, cosine rescaling, neighbours and the priors are computed over
+the facts and messages together.
+
+What a message is to the ranking: its cosine distance to the query (its embedding, filled by the worker:
+services/message_index.py), the query lexemes its text holds, its lexemes, its age from `created_at` (the
+time it was said), no entities, importance MESSAGE_IMPORTANCE and a constant confidence MESSAGE_CONFIDENCE
+(a message is what was said, not a statement checked and kept current the way a fact is; a fact that says
+the same ranks first).
+
+Deduplication (`dedupe`): a message from which a fact was extracted (`Fact.message`) is dropped from the
+hits when that fact is among them, unless the message says more: when it holds more than SAYS_MORE
+lexemes that none of its facts among the hits holds, both are kept.
+
+Access: the messages are read through `visible()`, the one access check (tenant, and the users a
+restricted key reaches), of the one memory user searched.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+from django.db.models.expressions import RawSQL
+from pgvector import Vector
+
+from memory_admin.db.compiled import bind, compiled
+from memory_admin.db.cursors import vector_cursor
+from memory_admin.models import Fact, MemoryUser, Message
+from memory_admin.retrieval.candidates import MAX_LEXEMES, Candidate
+from memory_admin.selectors.access import Principal, visible
+
+# The `src` of a message candidate (a fact's is its branch, 0 or more).
+MESSAGE_SRC = -1
+# A user's messages beyond this many are cut to the nearest ones (as OWN_EXACT_LIMIT cuts facts).
+OWN_MESSAGES_LIMIT = 5000
+# What a message counts as in the ranking (module docstring). Tuned on the LoCoMo dev split
+# (bench/messages_locomo.py, bench/README.md "Messages as episodic memory").
+MESSAGE_CONFIDENCE = 0.9
+MESSAGE_IMPORTANCE = 0.5
+# A message with more than this many lexemes that its facts among the hits lack says more: kept.
+SAYS_MORE = 3
+DEDUPE_WINDOW = 3
+
+_USER_SENTINEL = -7_340_041
+_QUERY_SENTINEL = "\x00message-query\x00"
+_VECTOR_SENTINEL = object()
+
+
+def message_candidate_id(message_id: int) -> uuid.UUID:
+    """A message's id as a candidate's (a UUID, as a fact's): version 0, so it never equals a fact's
+    (version 4), and ranking's ties order it among them."""
+    return uuid.UUID(int=message_id)
+
+
+@functools.lru_cache(maxsize=256)
+def _statement(principal: Principal) -> tuple[str, tuple]:
+    """The candidate statement of one user's messages, compiled once per principal (the user, the query
+    text and its vector bound per request)."""
+    distance = RawSQL("memory_admin_message.embedding <=> (SELECT v FROM message_qv)", ())  # noqa: S611 - constant
+    own = (
+        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False))
+        .annotate(distance=distance)
+        .order_by("distance")
+        .values("id", "created_at", "search_vector", "distance", "thread__external_id", "role", "content")[
+            :OWN_MESSAGES_LIMIT
+        ]
+    )
+    sql, params = compiled(own)
+    statement = (
+        "WITH message_qv AS (SELECT %s::vector AS v),"
+        f" message_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:{MAX_LEXEMES}] AS q)"
+        " SELECT (SELECT q FROM message_lx), m.id, m.distance,"
+        " GREATEST(0, date_part('epoch', now() - m.created_at) / 86400.0)::float8,"
+        " COALESCE(length(m.search_vector), 0), tsvector_to_array(m.search_vector),"
+        # What a hit shows of it, carried (as the fact candidates carry theirs): no second statement.
+        " m.thread__external_id, m.role, m.created_at, m.content"
+        f" FROM ({sql}) AS m"
+    )
+    return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *params)
+
+
+def message_candidates(
+    principal: Principal, memory_user: MemoryUser, *, query: str, vector: list[float]
+) -> list[Candidate]:
+    """The user's indexed messages the principal can see, as candidates (their `src` MESSAGE_SRC, their
+    id `message_candidate_id`, carrying what `message_shown` shows); `matched` over the query's lexemes in
+    the order the fact candidates number them (the same expression over the same text)."""
+    statement, params = _statement(principal)
+    values = {_USER_SENTINEL: memory_user.pk, _QUERY_SENTINEL: query[:2000], _VECTOR_SENTINEL: Vector(vector)}
+    with vector_cursor(binary_results=True, prepared=True) as cursor:
+        cursor.execute(statement, bind(params, values))
+        result = cursor.fetchall()
+    if not result:
+        return []
+    bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][0] or ())}
+    query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
+    return [
+        Candidate(
+            id=message_candidate_id(pk),
+            src=MESSAGE_SRC,
+            status=Fact.Status.ACTIVE,
+            importance=MESSAGE_IMPORTANCE,
+            eff_conf=MESSAGE_CONFIDENCE,
+            stale_score=0.0,
+            age_days=age_days,
+            distance=distance,
+            matched=sum(map(bits.__getitem__, query_lexemes & (lexemes or ()))),
+            doc_len=doc_len,
+            lexemes=lexemes,
+            ent=None,
+            due=None,
+            carried=(pk, *shown),
+        )
+        for _, pk, distance, age_days, doc_len, lexemes, *shown in result
+    ]
+
+
+def is_message(row: Candidate) -> bool:
+    return row.src == MESSAGE_SRC
+
+
+def message_id_of(row: Candidate) -> int:
+    return row.id.int
+
+
+@dataclass(frozen=True)
+class MessageShown:
+    """A message hit as search shows it: its text as stored (screened at the write door)."""
+
+    id: int
+    thread_id: str
+    role: str
+    created_at: datetime
+    text: str
+
+    def out(self) -> dict:
+        return {
+            "id": self.id,
+            "thread_id": self.thread_id,
+            "role": self.role,
+            "created_at": self.created_at,
+            "text": self.text,
+        }
+
+
+def message_shown(row: Candidate) -> MessageShown:
+    """A message candidate as its hit shows it (the columns it carries)."""
+    return MessageShown(*row.carried)
+
+
+_FACTS_FROM = (
+    f"SELECT id, message_id FROM {Fact._meta.db_table} WHERE id = ANY(%s::uuid[]) AND message_id = ANY(%s::bigint[])"
+)
+
+
+def facts_from(fact_ids: list, message_ids: list[int]) -> dict:
+    """fact id -> the id of the message it was extracted from, for the facts among `fact_ids` (candidates
+    the principal can see) extracted from one of `message_ids`."""
+    if not fact_ids or not message_ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(_FACTS_FROM, [fact_ids, message_ids])
+        return dict(cursor.fetchall())
+
+
+def says_more(message: Candidate, facts: list[Candidate]) -> bool:
+    """The message holds more than SAYS_MORE lexemes none of `facts` (extracted from it) holds."""
+    told = set().union(*(f.lexemes or () for f in facts))
+    return len(set(message.lexemes or ()) - told) > SAYS_MORE
+
+
+def dedupe(ranked: list[Candidate], k: int, message_of: int | None = None) -> list[Candidate]:
+    """The k best of `ranked` (best first) without the messages whose facts among the k best say what
+    they say (module docstring). A fact that enters as a dropped message leaves room can drop another.
+    `message_of`: the position of a fact's `message_id` among the columns fact candidates carry, if they
+    do (else it is read)."""
+    # Within the first DEDUPE_WINDOW × k: far enough for every drop to be refilled in practice.
+    window = ranked[: DEDUPE_WINDOW * k]
+    messages = [message_id_of(r) for r in window if is_message(r)]
+    if not messages:
+        return ranked[:k]
+    if message_of is None:
+        source = facts_from([r.id for r in window if not is_message(r)], messages)
+    else:
+        wanted = set(messages)
+        source = {
+            r.id: r.carried[message_of]
+            for r in window
+            if not is_message(r) and r.carried and r.carried[message_of] in wanted
+        }
+    if not source:
+        return ranked[:k]
+    dropped: set = set()
+    while True:
+        top = [r for r in ranked if r.id not in dropped][:k]
+        hit_facts: dict[int, list[Candidate]] = {}
+        for row in top:
+            if row.id in source:
+                hit_facts.setdefault(source[row.id], []).append(row)
+        drop = {
+            r.id
+            for r in top
+            if is_message(r) and message_id_of(r) in hit_facts and not says_more(r, hit_facts[message_id_of(r)])
+        }
+        if not drop:
+            return top
+        dropped |= drop
