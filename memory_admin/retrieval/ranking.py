@@ -57,6 +57,7 @@ from memory_admin import scoring
 from memory_admin.models import Fact
 from memory_admin.models.tenancy import default_search_weights
 from memory_admin.retrieval.candidates import NO_ENTITY, Candidate
+from memory_admin.retrieval.decompose import negated_share, negation_factor
 
 RECENCY_DAYS = 30.0
 # BM25 constants (the usual ones); tf is 1 per lexeme, so k1 only shapes the length normalisation.
@@ -91,6 +92,10 @@ SPECIFICITY_FLOOR = 0.25
 SPREAD_TOP = 20
 SPREAD_FREE = 2
 SPREAD_STEP = 0.02
+# A question that asks for several things (retrieval.decompose.asks_for_several: "What activities…",
+# "Which cities…") spreads its best more: the second statement of a conversation already yields.
+SEVERAL_FREE = 1
+SEVERAL_STEP = 0.1
 # Entity-anchored search: the final score is multiplied by (1 + ENTITY_WEIGHT × entity); a fact that names
 # an entity of the query without being about it (not its subject) counts MENTION_SHARE of it, a fact one
 # relation away HOP_SHARE.
@@ -99,6 +104,10 @@ SPREAD_STEP = 0.02
 ENTITY_WEIGHT = 0.6
 HOP_SHARE = 0.4
 MENTION_SHARE = 0.3
+# A named entity that more than ENTITY_COMMON of the candidates mention tells them apart less: its lift
+# falls linearly to nothing when every candidate mentions it (five facts about Jo: "what tea does Jo
+# drink?" is decided by the tea, not by Jo).
+ENTITY_COMMON = 0.8
 # The weights of a tenant that stored none, and of any component its stored weights leave out: the
 # field's own default (models.tenancy), the one home of the default weights.
 DEFAULT_WEIGHTS = default_search_weights()
@@ -119,9 +128,17 @@ def _idf(n: int, df: int) -> float:
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def score(rows: list[Candidate], weights: dict[str, float]) -> list[Scored]:
+def score(
+    rows: list[Candidate],
+    weights: dict[str, float],
+    *,
+    several: bool = False,
+    negated: frozenset[str] = frozenset(),
+) -> list[Scored]:
     """Fuse the components of every candidate; best first. `matched` is a bitmask over the query's
-    lexemes (bit i: the fact contains lexeme i)."""
+    lexemes (bit i: the fact contains lexeme i). A question that asks for `several` things spreads its
+    best more; a fact holding `negated` lexemes (the topic a question excludes) is demoted
+    (retrieval.decompose)."""
     if not rows:
         return []
     n = len(rows)
@@ -181,17 +198,20 @@ def score(rows: list[Candidate], weights: dict[str, float]) -> list[Scored]:
         out.append((row, parts))
 
     _support(out, n)
+    if negated:
+        for row, parts in out:
+            parts["final"] *= negation_factor(negated_share(row.lexemes, negated))
     scored = [(parts["final"], row, parts) for row, parts in out]
     # Ties by id: a UUID orders as its canonical text does (fixed-width lowercase hex), without the text.
     scored.sort(key=_rank_key)
-    return _spread(scored)
+    return _spread(scored, *((SEVERAL_FREE, SEVERAL_STEP) if several else (SPREAD_FREE, SPREAD_STEP)))
 
 
 def _rank_key(item: Scored) -> tuple:
     return (-item[0], -item[2]["vector"], item[1].id)
 
 
-def _spread(scored: list[Scored]) -> list[Scored]:
+def _spread(scored: list[Scored], free: int = SPREAD_FREE, step: float = SPREAD_STEP) -> list[Scored]:
     """The SPREAD_TOP best re-ranked greedily (module docstring), then everything in final order again."""
     head, tail = scored[:SPREAD_TOP], scored[SPREAD_TOP:]
     minutes = [float(row.age_days) * 1440.0 for _, row, _ in head]
@@ -202,7 +222,7 @@ def _spread(scored: list[Scored]) -> list[Scored]:
         best, best_final, best_factor = 0, -1.0, 1.0
         for pos, i in enumerate(left):
             same = picked_near[i]
-            factor = 1.0 - SPREAD_STEP * (same - SPREAD_FREE + 1) if same >= SPREAD_FREE else 1.0
+            factor = 1.0 - step * (same - free + 1) if same >= free else 1.0
             if head[i][0] * factor > best_final:
                 best, best_final, best_factor = pos, head[i][0] * factor, factor
         i = left.pop(best)
@@ -230,12 +250,15 @@ def _entity_scores(rows: list[Candidate]) -> list[float]:
     n = len(rows)
     df = [sum(1 for mask, _, _ in ents if mask >> i & 1) for i in range(width)]
     idf = [_idf(n, c) for c in df]
-    direct = [
-        sum(w * (1.0 if subject >> i & 1 else MENTION_SHARE) for i, w in enumerate(idf) if mask >> i & 1)
-        for mask, subject, _ in ents
-    ]
-    best = max(direct, default=0.0) or 1.0
-    return [d / best if d else (HOP_SHARE if e[2] else 0.0) for e, d in zip(ents, direct, strict=True)]
+    # Relative to the best fact as if no entity were common, so that a common one lifts less (ENTITY_COMMON).
+    common = [min(1.0, (n - c) / (n * (1.0 - ENTITY_COMMON))) for c in df]
+    direct, plain = [], []
+    for mask, subject, _ in ents:
+        shares = [(w * (1.0 if subject >> i & 1 else MENTION_SHARE), i) for i, w in enumerate(idf) if mask >> i & 1]
+        plain.append(sum(w for w, _ in shares))
+        direct.append(sum(w * common[i] for w, i in shares))
+    best = max(plain, default=0.0) or 1.0
+    return [d / best if p else (HOP_SHARE if e[2] else 0.0) for e, d, p in zip(ents, direct, plain, strict=True)]
 
 
 def _specificity(rows: list[Candidate]) -> list[float]:

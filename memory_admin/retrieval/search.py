@@ -17,6 +17,8 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.decompose import QueryShape, shape_of
+from memory_admin.retrieval.expand import keyword_text
 from memory_admin.retrieval.query import search_vectors, vectors_for
 from memory_admin.retrieval.ranking import Scored, score, weights_of
 from memory_admin.selectors.access import CURATE, Principal, visible
@@ -174,15 +176,16 @@ def fact_ranking(
     query = (query or "").strip()
     whole = whole_vector or query_vector
     if query and query_vector is None:
-        query_vector, whole, embedded = vectors_for(query)
+        query_vector, whole, embedded = vectors_for(compared(query))
         timings.update(embedded)
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
+    shape, keywords = read_query(query)
 
     weights_json, rows = candidates(
         principal,
         [memory_user],
-        query=query,
+        query=keywords,
         vector=vec,
         statuses=statuses,
         n_shared=n_shared,
@@ -194,7 +197,7 @@ def fact_ranking(
         _, more = candidates(
             principal,
             [memory_user],
-            query=query,
+            query=keywords,
             vector=vec,
             statuses=statuses,
             n_shared=0,
@@ -207,7 +210,30 @@ def fact_ranking(
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
-    return Ranking(scored=score(rows, weights), candidates=len(rows), weights=weights, timings=timings)
+    scored = score(rows, weights, several=shape.several, negated=negated_lexemes(shape))
+    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings)
+
+
+def read_query(query: str) -> tuple[QueryShape, str]:
+    """The question's shape (retrieval.decompose) and the text its keywords match (retrieval.expand):
+    the question without its negated topic, widened."""
+    shape = shape_of(query)
+    return shape, keyword_text(shape.positive) if query else query
+
+
+def compared(query: str) -> str:
+    """What the vector component embeds: the question without the topic it negates."""
+    return shape_of(query).positive
+
+
+def negated_lexemes(shape: QueryShape) -> frozenset[str]:
+    """The lexemes of the topic a question negates, as the candidates' lexemes read (english
+    configuration); one short statement, only for a question that negates something."""
+    if not shape.negated:
+        return frozenset()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [shape.negated])
+        return frozenset(cursor.fetchone()[0] or ())
 
 
 @metrics.observe_search
@@ -286,11 +312,13 @@ def fact_search_users(
         return {}
     vec = whole = query_vector
     if query and query_vector is None:
-        vec, whole = search_vectors(query)
+        vec, whole = search_vectors(compared(query))
     vec = vec if query else None
+    shape, keywords = read_query(query)
     weights_json, rows = candidates(
-        principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
+        principal, memory_users, query=keywords, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
     )
+    negated = negated_lexemes(shape)
     weights = _weights(weights_json, principal.tenant_id)
     by_branch: dict[int, list[Candidate]] = {}
     for row in rows:
@@ -311,7 +339,7 @@ def fact_search_users(
                 record=False,
             ).hits
         else:
-            tops[memory_user.pk] = score(own, weights)[:k]
+            tops[memory_user.pk] = score(own, weights, several=shape.several, negated=negated)[:k]
     facts = _facts_by_id(
         principal,
         [row.id for top in tops.values() for _, row, _ in top],
