@@ -57,7 +57,7 @@ from memory_admin import scoring
 from memory_admin.models import Fact
 from memory_admin.models.tenancy import default_search_weights
 from memory_admin.retrieval.candidates import NO_ENTITY, Candidate
-from memory_admin.retrieval.decompose import negated_share, negation_factor
+from memory_admin.retrieval.decompose import NEGATION_HEAD, holds_negated
 
 RECENCY_DAYS = 30.0
 # BM25 constants (the usual ones); tf is 1 per lexeme, so k1 only shapes the length normalisation.
@@ -92,10 +92,6 @@ SPECIFICITY_FLOOR = 0.25
 SPREAD_TOP = 20
 SPREAD_FREE = 2
 SPREAD_STEP = 0.02
-# A question that asks for several things (retrieval.decompose.asks_for_several: "What activities…",
-# "Which cities…") spreads its best more: the second statement of a conversation already yields.
-SEVERAL_FREE = 1
-SEVERAL_STEP = 0.1
 # Entity-anchored search: the final score is multiplied by (1 + ENTITY_WEIGHT × entity); a fact that names
 # an entity of the query without being about it (not its subject) counts MENTION_SHARE of it, a fact one
 # relation away HOP_SHARE.
@@ -106,8 +102,9 @@ HOP_SHARE = 0.4
 MENTION_SHARE = 0.3
 # A named entity that more than ENTITY_COMMON of the candidates mention tells them apart less: its lift
 # falls linearly to nothing when every candidate mentions it (five facts about Jo: "what tea does Jo
-# drink?" is decided by the tea, not by Jo).
-ENTITY_COMMON = 0.8
+# drink?" is decided by the tea, not by Jo). LoCoMo dev: 0.8 lost three questions whose speaker is named
+# in most turns; from 0.95 on, the ranking is the same as without it.
+ENTITY_COMMON = 0.95
 # The weights of a tenant that stored none, and of any component its stored weights leave out: the
 # field's own default (models.tenancy), the one home of the default weights.
 DEFAULT_WEIGHTS = default_search_weights()
@@ -132,13 +129,11 @@ def score(
     rows: list[Candidate],
     weights: dict[str, float],
     *,
-    several: bool = False,
     negated: frozenset[str] = frozenset(),
 ) -> list[Scored]:
     """Fuse the components of every candidate; best first. `matched` is a bitmask over the query's
-    lexemes (bit i: the fact contains lexeme i). A question that asks for `several` things spreads its
-    best more; a fact holding `negated` lexemes (the topic a question excludes) is demoted
-    (retrieval.decompose)."""
+    lexemes (bit i: the fact contains lexeme i). Among the best, a fact holding `negated` lexemes (the
+    topic a question excludes) comes after the others (`negated_last`)."""
     if not rows:
         return []
     n = len(rows)
@@ -198,20 +193,17 @@ def score(
         out.append((row, parts))
 
     _support(out, n)
-    if negated:
-        for row, parts in out:
-            parts["final"] *= negation_factor(negated_share(row.lexemes, negated))
     scored = [(parts["final"], row, parts) for row, parts in out]
     # Ties by id: a UUID orders as its canonical text does (fixed-width lowercase hex), without the text.
     scored.sort(key=_rank_key)
-    return _spread(scored, *((SEVERAL_FREE, SEVERAL_STEP) if several else (SPREAD_FREE, SPREAD_STEP)))
+    return negated_last(_spread(scored), negated)
 
 
 def _rank_key(item: Scored) -> tuple:
     return (-item[0], -item[2]["vector"], item[1].id)
 
 
-def _spread(scored: list[Scored], free: int = SPREAD_FREE, step: float = SPREAD_STEP) -> list[Scored]:
+def _spread(scored: list[Scored]) -> list[Scored]:
     """The SPREAD_TOP best re-ranked greedily (module docstring), then everything in final order again."""
     head, tail = scored[:SPREAD_TOP], scored[SPREAD_TOP:]
     minutes = [float(row.age_days) * 1440.0 for _, row, _ in head]
@@ -222,7 +214,7 @@ def _spread(scored: list[Scored], free: int = SPREAD_FREE, step: float = SPREAD_
         best, best_final, best_factor = 0, -1.0, 1.0
         for pos, i in enumerate(left):
             same = picked_near[i]
-            factor = 1.0 - step * (same - free + 1) if same >= free else 1.0
+            factor = 1.0 - SPREAD_STEP * (same - SPREAD_FREE + 1) if same >= SPREAD_FREE else 1.0
             if head[i][0] * factor > best_final:
                 best, best_final, best_factor = pos, head[i][0] * factor, factor
         i = left.pop(best)
@@ -237,6 +229,24 @@ def _spread(scored: list[Scored], free: int = SPREAD_FREE, step: float = SPREAD_
     if tail and _rank_key(head[-1]) > _rank_key(tail[0]):
         return sorted(head + tail, key=_rank_key)
     return head + tail
+
+
+def negated_last(scored: list[Scored], negated: frozenset[str]) -> list[Scored]:
+    """The NEGATION_HEAD best with the facts that hold the negated topic after the others (retrieval.decompose),
+    their final lowered to the last other's, so that finals still read best first; the rest unchanged."""
+    if not negated:
+        return scored
+    head = scored[:NEGATION_HEAD]
+    others = [item for item in head if not holds_negated(item[1].lexemes, negated)]
+    if not others or len(others) == len(head):
+        return scored
+    floor = others[-1][0]
+    demoted = []
+    for final, row, parts in head:
+        if holds_negated(row.lexemes, negated):
+            parts["final"] = min(final, floor)
+            demoted.append((parts["final"], row, parts))
+    return [*others, *demoted, *scored[NEGATION_HEAD:]]
 
 
 def _entity_scores(rows: list[Candidate]) -> list[float]:

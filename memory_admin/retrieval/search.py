@@ -176,7 +176,7 @@ def fact_ranking(
     query = (query or "").strip()
     whole = whole_vector or query_vector
     if query and query_vector is None:
-        query_vector, whole, embedded = vectors_for(compared(query))
+        query_vector, whole, embedded = vectors_for(query)
         timings.update(embedded)
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
@@ -210,20 +210,13 @@ def fact_ranking(
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
-    scored = score(rows, weights, several=shape.several, negated=negated_lexemes(shape))
+    scored = score(rows, weights, negated=negated_lexemes(shape))
     return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings)
 
 
 def read_query(query: str) -> tuple[QueryShape, str]:
-    """The question's shape (retrieval.decompose) and the text its keywords match (retrieval.expand):
-    the question without its negated topic, widened."""
-    shape = shape_of(query)
-    return shape, keyword_text(shape.positive) if query else query
-
-
-def compared(query: str) -> str:
-    """What the vector component embeds: the question without the topic it negates."""
-    return shape_of(query).positive
+    """The question's shape (retrieval.decompose) and the text its keywords match (retrieval.expand)."""
+    return shape_of(query), keyword_text(query) if query else query
 
 
 def negated_lexemes(shape: QueryShape) -> frozenset[str]:
@@ -312,7 +305,7 @@ def fact_search_users(
         return {}
     vec = whole = query_vector
     if query and query_vector is None:
-        vec, whole = search_vectors(compared(query))
+        vec, whole = search_vectors(query)
     vec = vec if query else None
     shape, keywords = read_query(query)
     weights_json, rows = candidates(
@@ -339,7 +332,7 @@ def fact_search_users(
                 record=False,
             ).hits
         else:
-            tops[memory_user.pk] = score(own, weights, several=shape.several, negated=negated)[:k]
+            tops[memory_user.pk] = score(own, weights, negated=negated)[:k]
     facts = _facts_by_id(
         principal,
         [row.id for top in tops.values() for _, row, _ in top],

@@ -38,7 +38,7 @@ from memory_admin.retrieval.context.render import (
 from memory_admin.retrieval.names import WORD, name_keys
 from memory_admin.retrieval.query import vectors_for
 from memory_admin.retrieval.ranking import NEIGHBOUR_MINUTES
-from memory_admin.retrieval.search import Ranking, compared, fact_ranking
+from memory_admin.retrieval.search import Ranking, fact_ranking
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.guard import verdict
 
@@ -417,7 +417,7 @@ def gather_sections(
         named = _send_named_entities(principal, memory_user, keys) if keys else list
         if query:
             # The task's embedding is computed while Postgres runs the two statements above.
-            vector, whole, embedded = vectors_for(compared(query))
+            vector, whole, embedded = vectors_for(query)
     pinned = _gather_side(principal, memory_user, task, sections, side())
     _gather_entities(principal, memory_user, named(), sections["entities"])
     ranking = _rank(
