@@ -261,7 +261,8 @@ def _entity_scores(rows: list[Candidate]) -> list[float]:
     df = [sum(1 for mask, _, _ in ents if mask >> i & 1) for i in range(width)]
     idf = [_idf(n, c) for c in df]
     # Relative to the best fact as if no entity were common, so that a common one lifts less (ENTITY_COMMON).
-    common = [min(1.0, (n - c) / (n * (1.0 - ENTITY_COMMON))) for c in df]
+    # A lone candidate has nothing to be told apart from: its lift is as it was.
+    common = [min(1.0, (n - c) / (n * (1.0 - ENTITY_COMMON))) if n > 1 else 1.0 for c in df]
     direct, plain = [], []
     for mask, subject, _ in ents:
         shares = [(w * (1.0 if subject >> i & 1 else MENTION_SHARE), i) for i, w in enumerate(idf) if mask >> i & 1]
