@@ -19,6 +19,8 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.decompose import QueryShape, shape_of
+from memory_admin.retrieval.expand import keyword_text
 from memory_admin.retrieval.messages import (
     MessageShown,
     dedupe,
@@ -207,11 +209,12 @@ def fact_ranking(
         timings.update(embedded)
     vec = query_vector if query else None
     n_shared = n_shared if query else 0
+    shape, keywords = read_query(query)
 
     weights_json, rows = candidates(
         principal,
         [memory_user],
-        query=query,
+        query=keywords,
         vector=vec,
         statuses=statuses,
         n_shared=n_shared,
@@ -225,7 +228,7 @@ def fact_ranking(
         _, more = candidates(
             principal,
             [memory_user],
-            query=query,
+            query=keywords,
             vector=vec,
             statuses=statuses,
             n_shared=0,
@@ -242,10 +245,26 @@ def fact_ranking(
         rows = [r for r in rows if r.id not in exclude_ids]
     if messages and query:
         at = time.perf_counter()
-        rows += _in_period(message_candidates(principal, memory_user, query=query, vector=vec), as_of, between)
+        rows += _in_period(message_candidates(principal, memory_user, query=keywords, vector=vec), as_of, between)
         timings["messages_ms"] = (time.perf_counter() - at) * 1000
     matched = time_of(query, rows, as_of) if query else None
-    return Ranking(scored=score(rows, weights, matched), candidates=len(rows), weights=weights, timings=timings)
+    scored = score(rows, weights, matched, negated=negated_lexemes(shape))
+    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings)
+
+
+def read_query(query: str) -> tuple[QueryShape, str]:
+    """The question's shape (retrieval.decompose) and the text its keywords match (retrieval.expand)."""
+    return shape_of(query), keyword_text(query) if query else query
+
+
+def negated_lexemes(shape: QueryShape) -> frozenset[str]:
+    """The lexemes of the topic a question negates, as the candidates' lexemes read (english
+    configuration); one short statement, only for a question that negates something."""
+    if not shape.negated:
+        return frozenset()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tsvector_to_array(to_tsvector('english', %s))", [shape.negated])
+        return frozenset(cursor.fetchone()[0] or ())
 
 
 def _in_period(
@@ -388,9 +407,11 @@ def fact_search_users(
     if query and query_vector is None:
         vec, whole = search_vectors(query)
     vec = vec if query else None
+    shape, keywords = read_query(query)
     weights_json, rows = candidates(
-        principal, memory_users, query=query, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
+        principal, memory_users, query=keywords, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
     )
+    negated = negated_lexemes(shape)
     weights = _weights(weights_json, principal.tenant_id)
     by_branch: dict[int, list[Candidate]] = {}
     for row in rows:
@@ -411,7 +432,7 @@ def fact_search_users(
                 record=False,
             ).hits
         else:
-            tops[memory_user.pk] = score(own, weights)[:k]
+            tops[memory_user.pk] = score(own, weights, negated=negated)[:k]
     facts = _facts_by_id(
         principal,
         [row.id for top in tops.values() for _, row, _ in top],
