@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memory_admin', '0032_knowledge'),
+        ('memory_admin', '0033_message_search'),
     ]
 
     operations = [
