@@ -7,9 +7,9 @@ from typing import Any
 from django.http import HttpResponse
 from ninja import Router
 
-from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, QueryText, SearchOut, Text, UserId
+from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, Kinds, QueryText, SearchOut, Text, UserId
 from memory_admin.errors import Invalid
-from memory_admin.retrieval import INCLUDABLE, fact_search, parse_include
+from memory_admin.retrieval import INCLUDABLE, KINDS, memory_search, parse_include
 from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import memory_user_for
 
@@ -22,7 +22,15 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
 
 
 @router.get("/users/{user_id}/search", response=SearchOut)
-def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K = 10, include: Text = ""):
+def search(
+    request,
+    response: HttpResponse,
+    user_id: UserId,
+    q: QueryText,
+    k: K = 10,
+    include: Text = "",
+    kinds: Kinds = ",".join(KINDS),
+):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
     wanted = parse_include(include)
@@ -30,7 +38,10 @@ def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K 
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    result = fact_search(principal=request.principal, memory_user=user, query=q, k=k, include=wanted)
+    wanted_kinds = parse_include(kinds)
+    result = memory_search(
+        principal=request.principal, memory_user=user, query=q, k=k, include=wanted, kinds=wanted_kinds
+    )
     _server_timing(response, result.timings)
     # Exactly what SearchOut would dump (its field order, floats as floats), rendered by the API's renderer
     # without a second pass of validation over every hit and fact (about a third of the Python time of a
@@ -40,13 +51,16 @@ def search(request, response: HttpResponse, user_id: UserId, q: QueryText, k: K 
         "query": q,
         "k": k,
         "include": list(wanted),
+        "kinds": list(wanted_kinds),
         "weights": {name: float(value) for name, value in result.weights.items()},
         "candidates": result.candidates,
         # A hit's fact shows the effective confidence, staleness and stale flag its ranking used (scoring's
         # formulas, evaluated by Postgres for the candidate), not a second evaluation a moment later.
         "hits": [
             {
-                "fact": FactOut.of(h.fact, h.fact_scores()),
+                "kind": h.kind,
+                "fact": FactOut.of(h.fact, h.fact_scores()) if h.kind == "fact" else None,
+                "chunk": h.out() if h.kind == "chunk" else None,
                 "score": h.components(),
             }
             for h in result.hits

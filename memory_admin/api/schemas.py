@@ -598,8 +598,30 @@ ScoreOut = create_model(
 )
 
 
+# The kinds of hit a search returns (KINDS.md), comma-separated: `fact`, `message`, `chunk`; all by default.
+Kinds = text(min_length=1, max_length=60, pattern=r"^(fact|message|chunk)(,(fact|message|chunk))*$")
+
+
+class ChunkHitOut(Schema):
+    """A document chunk (trained knowledge, issue 34) with what citing it needs."""
+
+    id: UUID
+    text: str
+    source_id: UUID
+    source_name: str
+    document_id: UUID
+    title: str
+    url: str | None  # a page's URL (url and site sources)
+    file: str | None  # else the file's name or its path in the folder
+    section: str  # the headings above the chunk, " > " between them
+    fetched_at: datetime
+    version: int  # the document's version it was cut from
+
+
 class HitOut(Schema):
-    fact: FactOut
+    kind: Literal["fact", "message", "chunk"]
+    fact: FactOut | None
+    chunk: ChunkHitOut | None = None
     score: ScoreOut
 
 
@@ -608,6 +630,7 @@ class SearchOut(Schema):
     query: str
     k: int
     include: list[str]
+    kinds: list[str]
     weights: dict[str, float]
     candidates: int
     hits: list[HitOut]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from django.db import connection
 from django.db.models.expressions import RawSQL
@@ -17,8 +17,9 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.chunks import chunk_ranking
 from memory_admin.retrieval.query import search_vectors, vectors_for
-from memory_admin.retrieval.ranking import Scored, score, weights_of
+from memory_admin.retrieval.ranking import NEIGHBOUR_WEIGHT, Scored, score, weights_of
 from memory_admin.selectors.access import CURATE, Principal, visible
 from memory_admin.services.settings import tenant_settings
 
@@ -28,6 +29,7 @@ INCLUDABLE = ("superseded", "evicted", "quarantined")
 
 @dataclass
 class Hit:
+    kind: ClassVar[str] = "fact"
     fact: Fact
     vector: float
     cosine: float
@@ -77,6 +79,8 @@ class SearchResult:
     candidates: int
     weights: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # (lowest, highest) cosine of the fact candidates: the scale other kinds' vector component shares.
+    cosines: tuple[float, float] | None = None
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -223,6 +227,7 @@ def fact_search(
     record: bool = True,
     exclude_ids: set | None = None,
     n_shared: int | None = None,
+    whole_vector: list[float] | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
@@ -239,6 +244,7 @@ def fact_search(
         n_shared=(max(2 * k, 20) if n_shared is None else n_shared) if shared else 0,
         exclude_ids=exclude_ids,
         carry=() if with_notebook else _SHOWN,
+        whole_vector=whole_vector,
     )
     timings = ranking.timings
     top = ranking.scored[:k]
@@ -255,7 +261,85 @@ def fact_search(
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
-    return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
+    cosines = [parts["cosine"] for _, _, parts in ranking.scored]
+    return SearchResult(
+        hits=hits,
+        candidates=ranking.candidates,
+        weights=ranking.weights,
+        timings=rounded,
+        cosines=(min(cosines), max(cosines)) if cosines else None,
+    )
+
+
+# --- Hits of every kind (KINDS.md): facts, and chunks of documents, ranked together on `final` -----------
+KINDS = ("fact", "message", "chunk")
+
+
+def memory_search(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = KINDS,
+) -> SearchResult:
+    """The k best hits of the kinds asked for, ranked together on `final`: `fact_search`'s facts, and
+    the document chunks the principal may read for the user (`retrieval.chunks`, whose vector component
+    shares the facts' scale). Reads of the facts returned are counted, as fact_search counts them."""
+    started = time.perf_counter()
+    vector, whole, timings = vectors_for(query) if query.strip() else (None, None, {})
+    hits: list = []
+    result = SearchResult(hits=[], candidates=0, weights=_weights(None, principal.tenant_id))
+    if "fact" in kinds:
+        result = fact_search(
+            principal=principal,
+            memory_user=memory_user,
+            query=query,
+            k=k,
+            include=include,
+            query_vector=vector,
+            whole_vector=whole,
+            record=False,
+        )
+        hits += result.hits
+    if "chunk" in kinds:
+        chunk_started = time.perf_counter()
+        chunks = chunk_ranking(
+            principal, memory_user, query=query, vector=whole, weights=result.weights, facts_cosines=result.cosines
+        )
+        hits += chunks[:k]
+        result.candidates += len(chunks)
+        if chunks and result.cosines:
+            lo = min(result.cosines[0], *(c.cosine for c in chunks))
+            hi = max(result.cosines[1], *(c.cosine for c in chunks))
+            for hit in result.hits:
+                _rescale_vector(hit, lo, hi, result.weights)
+        timings["chunks_ms"] = (time.perf_counter() - chunk_started) * 1000
+    hits.sort(key=lambda h: -h.final)
+    result.hits = hits[:k]
+    from memory_admin.services.access_counts import record_access, record_usage
+
+    record_access([h.fact.pk for h in result.hits if h.kind == "fact"], principal, "search")
+    record_usage(principal.tenant_id, "search")
+    timings = {**result.timings, **timings}
+    timings["total_ms"] = (time.perf_counter() - started) * 1000
+    timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
+    result.timings = {name: round(value, 3) for name, value in timings.items()}
+    return result
+
+
+def _rescale_vector(hit: Hit, lo: float, hi: float, weights: dict[str, float]) -> None:
+    """A fact hit's vector component rescaled over every candidate of a search of several kinds (its
+    cosine between the lowest and the highest of facts and chunks alike, as `chunks.score_chunks` rescales
+    a chunk's), its relevance and final following: `final` is (relevance + neighbour support) times
+    factors that do not depend on the vector component (ranking.score)."""
+    vector = (hit.cosine - lo) / (hi - lo) if hi > lo else hit.vector
+    supported = hit.relevance + NEIGHBOUR_WEIGHT * hit.neighbour
+    factors = hit.final / supported if supported else 0.0
+    hit.relevance += weights.get("vector", 0.0) * (vector - hit.vector)
+    hit.vector = vector
+    hit.final = (hit.relevance + NEIGHBOUR_WEIGHT * hit.neighbour) * factors
 
 
 def _weights(weights_json: str | None, tenant_id: int) -> dict[str, float]:
