@@ -650,6 +650,7 @@ class SectionOut(Schema):
     related: list[str] = []  # of the included: facts observed next to a strong match
     truncated: list[str]
     dropped: list[DroppedOut]
+    contradicts_notebook: list[str] = []  # documents: included chunks that disagree with the notebook
 
 
 class ContextOut(Schema):

@@ -290,8 +290,9 @@ def memory_search(
     started = time.perf_counter()
     vector, whole, timings = vectors_for(query) if query.strip() else (None, None, {})
     hits: list = []
-    result = SearchResult(hits=[], candidates=0, weights=_weights(None, principal.tenant_id))
-    if "fact" in kinds:
+    if "fact" not in kinds:
+        result = SearchResult(hits=[], candidates=0, weights=_weights(None, principal.tenant_id))
+    else:
         result = fact_search(
             principal=principal,
             memory_user=memory_user,

@@ -60,18 +60,25 @@ def test_a_search_sends_two_statements(api, tenant):
     write(api, "sam", "Sam's sister lives in Lyon")
     org_fact(tenant, "The office has a rooftop garden")
     search(api, "sam", "garden bees")  # warm: compiled statements cached, connection settings read
-    with CaptureQueriesContext(connection) as ctx:
-        r = search(api, "sam", "where does the garden grow", k=5)
-    sent = [
-        q["sql"]
-        for q in ctx.captured_queries
-        if not q["sql"].startswith((*DEFERRED_WRITES, HOUSEKEEPING)) and "SAVEPOINT" not in q["sql"]
-    ]
+
+    def sent_by(**params):
+        with CaptureQueriesContext(connection) as ctx:
+            r = search(api, "sam", "where does the garden grow", k=5, **params)
+        return r, [
+            q["sql"]
+            for q in ctx.captured_queries
+            if not q["sql"].startswith((*DEFERRED_WRITES, HOUSEKEEPING)) and "SAVEPOINT" not in q["sql"]
+        ]
+
+    r, sent = sent_by(kinds="fact")
     # The key with its request count (rate limit) and the memory user; the candidates (own facts, shared
     # nearest, shared full text, weights: one statement), each carrying what the body shows of it.
     assert len(sent) == 2, sent
     assert all(table in sent[0] for table in ("memory_admin_apikey", "throttlewindow", "memory_admin_memoryuser"))
     assert sent[1].startswith("WITH search_qv")
+    # Every kind (the default): the document chunks' candidates are one statement more (retrieval/chunks.py).
+    _, sent = sent_by()
+    assert len(sent) == 3 and sent[2].startswith("WITH chunk_qv"), sent
     assert {h["fact"]["content"] for h in r.json()["hits"]} >= {
         "Sam keeps bees in the garden",
         "The office has a rooftop garden",
