@@ -68,7 +68,7 @@ from memory_admin.api.schemas import (
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
-from memory_admin.retrieval import fact_search
+from memory_admin.retrieval import KINDS, memory_search
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
@@ -252,6 +252,18 @@ def _brief(fact: Fact, score: float | None = None) -> dict[str, Any]:
         out["contested"] = True
     out["valid_from"], out["created_at"] = _when(fact.valid_from), _when(fact.created_at)
     return out
+
+
+def _brief_hit(hit) -> dict[str, Any]:
+    """A search hit as a model needs it: a memory's brief, or a document chunk with its citation."""
+    if hit.kind != "chunk":
+        return _brief(hit.fact, hit.components()["final"])
+    out = hit.out()
+    brief = {"kind": "chunk", "id": str(out["id"]), "content": out["text"], "score": round(hit.final, 3)}
+    brief["source"] = out["source_name"]
+    brief.update({name: out[name] for name in ("url", "file", "section") if out[name]})
+    brief["fetched_at"] = _when(out["fetched_at"])
+    return brief
 
 
 def _written(result: WriteResult) -> dict[str, Any]:
@@ -566,17 +578,22 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         user_id: UserId = None,
         k: Annotated[int, Field(ge=1, le=MAX_K)] = 10,
         full: Full = False,
+        kinds: list[Literal["fact", "message", "chunk"]] | None = None,
     ) -> dict[str, Any]:
         """Search the user's memories: the best first, ranked by meaning, words, recency and importance,
         scaled by confidence. Each hit is id, content, score and dates (with key, status, contested when
-        set); full=true gives every field of each memory and the score's components."""
+        set); full=true gives every field of each memory and the score's components. Document chunks
+        (knowledge sources) come beside memories, with kind "chunk" and what citing them needs (source,
+        url or file, section); `kinds` picks the kinds (default: all)."""
         with _door() as principal:
             if not query.strip():
                 raise Invalid("query: give some text to search for.", field="query")
+            if kinds == []:
+                raise Invalid("kinds: name at least one of fact, message, chunk (or leave it out).", field="kinds")
             user = memory_user_for(principal, _user_id(principal, user_id))
-            result = fact_search(principal=principal, memory_user=user, query=query, k=k)
+            result = memory_search(principal=principal, memory_user=user, query=query, k=k, kinds=tuple(kinds or KINDS))
             if not full:
-                return _json({"hits": [_brief(h.fact, h.components()["final"]) for h in result.hits]})
+                return _json({"hits": [_brief_hit(h) for h in result.hits]})
             return _json(
                 {
                     "user_id": user.external_id,
@@ -584,7 +601,10 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
                     "k": k,
                     "candidates": result.candidates,
                     "hits": [
-                        {"fact": FactOut.of(h.fact, h.fact_scores()), "score": h.components()} for h in result.hits
+                        {"kind": h.kind, "chunk": h.out(), "score": h.components()}
+                        if h.kind == "chunk"
+                        else {"fact": FactOut.of(h.fact, h.fact_scores()), "score": h.components()}
+                        for h in result.hits
                     ],
                 }
             )

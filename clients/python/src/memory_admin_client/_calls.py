@@ -599,10 +599,11 @@ def _file_content(file: str | os.PathLike[str] | bytes | BinaryIO, filename: str
     return data, filename or Path(str(getattr(file, "name", "") or "upload")).name
 
 
-def search_call(user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None) -> Call:
-    return Call(
-        "search", {"user_id": user_id}, _of(models.SearchResult), query={"q": q, "k": k, "include": include or None}
-    )
+def search_call(
+    user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None, kinds: list[str] | None = None
+) -> Call:
+    query = {"q": q, "k": k, "include": include or None, "kinds": ",".join(kinds) if kinds is not None else None}
+    return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
 
 
 def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | None = None) -> Call:

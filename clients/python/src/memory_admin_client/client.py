@@ -80,9 +80,18 @@ class _ClientBase:
         self.settings = _calls.SettingsCalls(run)
         self.knowledge = _calls.KnowledgeCalls(run)
 
-    def search(self, user_id: str, q: str, *, k: int | None = None, include: list[str] | None = None):
-        """Ranked facts with their score components (`SearchResult.hits`)."""
-        return self._run(_calls.search_call(user_id, q, k=k, include=include))  # type: ignore[attr-defined]
+    def search(
+        self,
+        user_id: str,
+        q: str,
+        *,
+        k: int | None = None,
+        include: list[str] | None = None,
+        kinds: list[str] | None = None,
+    ):
+        """Ranked hits with their score components (`SearchResult.hits`): facts, and document chunks with
+        their citation (`hit.kind == "chunk"`, `hit.chunk.citation`); `kinds` picks them (default: all)."""
+        return self._run(_calls.search_call(user_id, q, k=k, include=include, kinds=kinds))  # type: ignore
 
     def context(self, user_id: str, *, task: str | None = None, budget_tokens: int | None = None):
         """The token-capped context block for a task (`Context.text` goes into the prompt)."""
