@@ -19,6 +19,7 @@ from tests.retrieval.test_context_monotone_in_budget import VOCABULARY, context,
 
 pytestmark = pytest.mark.django_db
 _users = itertools.count(1)
+STOPWORDS = {"the", "a", "of", "to"}  # of VOCABULARY: no lexeme, so only meaning could bring a chunk in
 
 
 def documents(tenant) -> None:
@@ -75,5 +76,5 @@ def test_a_larger_budget_holds_every_fact_and_chunk_a_smaller_one_held(api, tena
             saw_documents = True
             assert docs["tokens"] <= int(budget * 0.25)
             assert len(docs["truncated"]) <= 1
-    if max(budgets) >= 400:
+    if max(budgets) >= 400 and set(task.split()) - STOPWORDS:
         assert saw_documents  # the task's words are the documents' words: some chunk goes in

@@ -2049,9 +2049,55 @@ export interface components {
             /** Finished At */
             finished_at: string | null;
         };
+        /**
+         * ChunkHitOut
+         * @description A document chunk (trained knowledge, issue 34) with what citing it needs.
+         */
+        ChunkHitOut: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Text */
+            text: string;
+            /**
+             * Source Id
+             * Format: uuid
+             */
+            source_id: string;
+            /** Source Name */
+            source_name: string;
+            /**
+             * Document Id
+             * Format: uuid
+             */
+            document_id: string;
+            /** Title */
+            title: string;
+            /** Url */
+            url: string | null;
+            /** File */
+            file: string | null;
+            /** Section */
+            section: string;
+            /**
+             * Fetched At
+             * Format: date-time
+             */
+            fetched_at: string;
+            /** Version */
+            version: number;
+        };
         /** HitOut */
         HitOut: {
-            fact: components["schemas"]["FactOut"];
+            /**
+             * Kind
+             * @enum {string}
+             */
+            kind: "fact" | "message" | "chunk";
+            fact: components["schemas"]["FactOut"] | null;
+            chunk?: components["schemas"]["ChunkHitOut"] | null;
             score: components["schemas"]["ScoreOut"];
         };
         /** ScoreOut */
@@ -2097,6 +2143,8 @@ export interface components {
             k: number;
             /** Include */
             include: string[];
+            /** Kinds */
+            kinds: string[];
             /** Weights */
             weights: {
                 [key: string]: number;
@@ -2159,6 +2207,11 @@ export interface components {
             truncated: string[];
             /** Dropped */
             dropped: components["schemas"]["DroppedOut"][];
+            /**
+             * Contradicts Notebook
+             * @default []
+             */
+            contradicts_notebook?: string[];
         };
         /** SettingsOut */
         SettingsOut: {
@@ -5535,6 +5588,7 @@ export interface operations {
                 q: string;
                 k?: number;
                 include?: string;
+                kinds?: string;
             };
             header?: never;
             path: {
