@@ -1,6 +1,6 @@
 import { tool } from "ai";
 import { z } from "zod";
-import { MemoryAdmin, WriteRefused } from "memory-admin-client";
+import { citation, MemoryAdmin, WriteRefused } from "memory-admin-client";
 
 const mem = new MemoryAdmin(); // MEMORY_ADMIN_URL and MEMORY_ADMIN_API_KEY from the environment
 
@@ -28,7 +28,12 @@ export function memoryTools(userId: string) {
       inputSchema: z.object({ query: z.string() }),
       execute: async ({ query }) => {
         const { hits } = await mem.search(userId, query, { k: 5 });
-        return hits.map((hit) => ({ id: hit.fact.id, content: hit.fact.content, score: hit.score.final }));
+        // Memories, and document chunks with where they come from (a model can cite them).
+        return hits.map((hit) =>
+          hit.chunk
+            ? { content: hit.chunk.text, source: citation(hit.chunk), score: hit.score.final }
+            : { id: hit.fact?.id, content: hit.fact?.content, score: hit.score.final },
+        );
       },
     }),
   };
