@@ -110,10 +110,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--limit", type=int, default=None)
     parser.add_argument("--db", default="bench_knowledge_retrieval")
+    parser.add_argument("--reuse", action="store_true", help="ask again on the last run's database (no ingest)")
     args = parser.parse_args()
 
-    url = database_url(args.db, fresh=True)
-    migrate(url)
+    url = database_url(args.db, fresh=not args.reuse)
+    if not args.reuse:
+        migrate(url)
     setup_django(url)
     from knowledge_ingest import corpus as read_corpus
 
@@ -130,12 +132,17 @@ def main() -> None:
     missing = wanted - {name for name, _, _ in chosen}
     if missing:
         print(f"not installed here, their questions are skipped: {sorted(missing)}")
-    tenant = tenant_create(slug="bench-knowledge-retrieval")
-    principal = Principal.system(tenant.pk, actor="bench")
-    ingest(chosen, tenant, principal)
-    dana = memory_user_for(principal, "dana", create=True)
-    for content in FACTS:
-        fact_write(principal=principal, memory_user=dana, content=content, source="user_stated")
+    if args.reuse:
+        from memory_admin.models import Tenant
+
+        tenant = Tenant.objects.get(slug="bench-knowledge-retrieval")
+    else:
+        tenant = tenant_create(slug="bench-knowledge-retrieval")
+        principal = Principal.system(tenant.pk, actor="bench")
+        ingest(chosen, tenant, principal)
+        dana = memory_user_for(principal, "dana", create=True)
+        for content in FACTS:
+            fact_write(principal=principal, memory_user=dana, content=content, source="user_stated")
     print(
         f"chunks: {KnowledgeChunk.objects.filter(tenant=tenant, status='active').count()} active; facts: {len(FACTS)}"
     )

@@ -19,11 +19,16 @@ Scores, with the components of `ranking` where they apply (the others are 0 in `
 - keyword: BM25 of the query's lexemes (IDF over the chunk candidates, BM25_B for documents), relative
   to the best chunk;
 - recency: exp(-days since the chunk's text was fetched / RECENCY_DAYS);
-- importance, neighbour, entity: do not apply (0); staleness 0, never stale;
+- importance: DOCUMENT_IMPORTANCE, a fact's default;
+- neighbour: the facts' support with a document's order for their time: the best relevance among the
+  other candidate chunks of its document, plus the mean of the best NEIGHBOUR_TOP of them, plus
+  ADJACENT_SHARE x the best of the sections right before and after it (a section of a document several
+  of whose sections match is lifted, as a fact of a conversation several of whose turns match is);
+- entity: does not apply (0); staleness 0, never stale;
 - length and specificity: the facts' priors, over the chunk candidates;
 - effective confidence: DOCUMENT_CONFIDENCE, the trust of a source an operator chose.
 
-    final = (w_vector·vector + w_keyword·keyword + w_recency·recency) × length × specificity × DOCUMENT_CONFIDENCE
+    final = (relevance + NEIGHBOUR_WEIGHT·neighbour) × length × specificity × DOCUMENT_CONFIDENCE
 """
 
 from __future__ import annotations
@@ -45,7 +50,16 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
 from memory_admin.models import KnowledgeChunk, KnowledgeSettings, KnowledgeSource, MemoryUser
 from memory_admin.retrieval.names import or_tsquery
-from memory_admin.retrieval.ranking import BM25_K1, LENGTH_PRIOR, RECENCY_DAYS, _idf, _specificity
+from memory_admin.retrieval.ranking import (
+    ADJACENT_SHARE,
+    BM25_K1,
+    LENGTH_PRIOR,
+    NEIGHBOUR_TOP,
+    NEIGHBOUR_WEIGHT,
+    RECENCY_DAYS,
+    _idf,
+    _specificity,
+)
 from memory_admin.selectors.access import Principal, visible
 
 # Chunks of each kind a search considers (own nearest, shared nearest, full text).
@@ -54,14 +68,17 @@ KEYWORD_SCAN = 300
 MAX_LEXEMES = 32
 # Chunks are documents' sections, tens to hundreds of words: the usual BM25 length normalisation.
 BM25_B = 0.75
-# A document an operator pointed the system at: trusted more than an agent's inference (0.6), less than
-# what the user stated (1.0) or a tool verified (0.9); the notebook wins over it in the block anyway.
-DOCUMENT_CONFIDENCE = 0.8
+# A document an operator pointed the system at: trusted as what a tool verified (0.9), less than what the
+# user stated (1.0); the notebook wins over it in the block anyway. (0.8 at first: bench/README.md
+# "Trained knowledge, retrieval".)
+DOCUMENT_CONFIDENCE = 0.9
+# A chunk's importance: a fact's default (nothing marks one section as more important than another).
+DOCUMENT_IMPORTANCE = 0.5
 
 _USER = -7_340_039  # the memory user in the cached statement
 _TSQ = "\x00chunk-tsquery\x00"
 _VECTOR = "(SELECT v FROM chunk_qv)"
-_COLUMNS = ("id", "content", "heading_path", "fetched_at", "document_version", "document_id", "source_id")
+_COLUMNS = ("id", "content", "heading_path", "fetched_at", "document_version", "document_id", "source_id", "ordinal")
 
 
 class ChunkRow(NamedTuple):
@@ -82,6 +99,7 @@ class ChunkRow(NamedTuple):
     title: str
     source_name: str
     source_kind: str
+    ordinal: int
 
 
 def section_of(heading_path: list[str]) -> str:
@@ -103,6 +121,7 @@ class ChunkHit:
     keyword: float
     recency: float
     relevance: float
+    neighbour: float
     length: float
     specificity: float
     final: float
@@ -146,9 +165,9 @@ class ChunkHit:
             "cosine": round(self.cosine, 4),
             "keyword": round(self.keyword, 4),
             "recency": round(self.recency, 4),
-            "importance": 0.0,
+            "importance": DOCUMENT_IMPORTANCE,
             "relevance": round(self.relevance, 6),
-            "neighbour": 0.0,
+            "neighbour": round(self.neighbour, 6),
             "entity": 0.0,
             "length": round(self.length, 4),
             "specificity": round(self.specificity, 4),
@@ -197,7 +216,7 @@ def _statement(principal: Principal, has_vector: bool, has_text: bool) -> tuple[
         " c.document_id, c.source_id, c.distance, tsvector_to_array(k.search_vector),"
         " COALESCE(length(k.search_vector), 0),"
         " GREATEST(0, date_part('epoch', now() - c.fetched_at) / 86400.0)::float8,"
-        " d.locator, d.title, s.name, s.kind"
+        " d.locator, d.title, s.name, s.kind, c.ordinal"
         f" FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id) AS c"
         " JOIN memory_admin_knowledgechunk k ON k.id = c.id"
         " JOIN memory_admin_knowledgedocument d ON d.id = c.document_id"
@@ -259,18 +278,46 @@ def score_chunks(
     if facts_cosines is not None:
         lo, hi = min(lo, facts_cosines[0]), max(hi, facts_cosines[1])
     specificity = _specificity(rows)
-    w_vector, w_keyword, w_recency = (weights.get(name, 0.0) for name in ("vector", "keyword", "recency"))
-    hits = []
-    for row, kw, cosine, spec in zip(rows, bm25, cosines, specificity, strict=True):
+    w_vector, w_keyword, w_recency, w_importance = (
+        weights.get(name, 0.0) for name in ("vector", "keyword", "recency", "importance")
+    )
+    parts = []
+    for row, kw, cosine in zip(rows, bm25, cosines, strict=True):
         vector = (cosine - lo) / (hi - lo) if hi > lo else float(cosine > 0)
         keyword = kw / best_keyword
         recency = math.exp(-float(row.age_days) / RECENCY_DAYS)
+        relevance = w_vector * vector + w_keyword * keyword + w_recency * recency + w_importance * DOCUMENT_IMPORTANCE
+        parts.append((vector, cosine, keyword, recency, relevance))
+    support = _document_support(rows, [p[4] for p in parts])
+    hits = []
+    for row, (vector, cosine, keyword, recency, relevance), spec, near in zip(
+        rows, parts, specificity, support, strict=True
+    ):
         length = (max(1, row.doc_len) / avg_len) ** LENGTH_PRIOR
-        relevance = w_vector * vector + w_keyword * keyword + w_recency * recency
-        final = relevance * length * spec * DOCUMENT_CONFIDENCE
-        hits.append(ChunkHit(row, vector, cosine, keyword, recency, relevance, length, spec, final))
+        final = (relevance + NEIGHBOUR_WEIGHT * near) * length * spec * DOCUMENT_CONFIDENCE
+        hits.append(ChunkHit(row, vector, cosine, keyword, recency, relevance, near, length, spec, final))
     hits.sort(key=lambda h: (-h.final, -h.vector, h.chunk.id))
     return hits
+
+
+def _document_support(rows: list[ChunkRow], relevance: list[float]) -> list[float]:
+    """A chunk's neighbour component, the facts' (ranking._support) with a document's order for their
+    time: the best relevance among the other candidate chunks of its document, plus the mean of the best
+    NEIGHBOUR_TOP of them, plus ADJACENT_SHARE x the best of the sections right before and after it."""
+    by_document: dict = {}
+    for i, row in enumerate(rows):
+        by_document.setdefault(row.document_id, []).append(i)
+    support = [0.0] * len(rows)
+    for members in by_document.values():
+        for i in members:
+            others = sorted((relevance[j] for j in members if j != i), reverse=True)[:NEIGHBOUR_TOP]
+            if not others:
+                continue
+            adjacent = max(
+                (relevance[j] for j in members if j != i and abs(rows[j].ordinal - rows[i].ordinal) <= 1), default=0.0
+            )
+            support[i] = others[0] + sum(others) / NEIGHBOUR_TOP + ADJACENT_SHARE * adjacent
+    return support
 
 
 def chunk_ranking(
