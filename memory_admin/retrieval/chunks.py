@@ -42,13 +42,13 @@ from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
 
 from django.contrib.postgres.search import SearchQuery
-from django.db.models import Exists, Q
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
-from memory_admin.models import KnowledgeChunk, KnowledgeSettings, KnowledgeSource, MemoryUser
+from memory_admin.models import KnowledgeChunk, KnowledgeSource, MemoryUser
 from memory_admin.retrieval.names import or_tsquery
 from memory_admin.retrieval.ranking import (
     ADJACENT_SHARE,
@@ -64,6 +64,7 @@ from memory_admin.selectors.access import Principal, visible
 
 # Chunks of each kind a search considers (own nearest, shared nearest, full text).
 CANDIDATES = 20
+NEAREST_SCAN = 2 * CANDIDATES  # within the session's default hnsw.ef_search (40): no SET needed
 KEYWORD_SCAN = 300
 MAX_LEXEMES = 32
 # Chunks are documents' sections, tens to hundreds of words: the usual BM25 length normalisation.
@@ -181,13 +182,15 @@ class ChunkHit:
 
 @functools.lru_cache(maxsize=256)
 def _statement(principal: Principal, has_vector: bool, has_text: bool) -> tuple[str, tuple]:
-    """The candidate statement, compiled once per principal and shape; the user and tsquery as sentinels."""
-    switched_off = KnowledgeSettings.objects.filter(tenant_id=principal.tenant_id, ingestion_enabled=False)
+    """The candidate statement, compiled once per principal and shape; the user and tsquery as sentinels.
+    Each branch reads the chunk table alone (so the nearest ones come from the HNSW index's walk, which a
+    join would turn into an exact scan of the tenant's chunks); the source's status and the kill switch
+    are checked on the few rows they return: the nearest branches read NEAREST_SCAN rows for it."""
     chunks = visible(
         principal,
-        KnowledgeChunk.objects.filter(status=KnowledgeChunk.Status.ACTIVE, source__status=KnowledgeSource.Status.ACTIVE)
-        .filter(Q(memory_user__isnull=True) | Q(memory_user_id=_USER))
-        .filter(~Exists(switched_off)),
+        KnowledgeChunk.objects.filter(status=KnowledgeChunk.Status.ACTIVE).filter(
+            Q(memory_user__isnull=True) | Q(memory_user_id=_USER)
+        ),
     )
     distance = RawSQL(  # noqa: S611 - constant SQL
         f"memory_admin_knowledgechunk.embedding <=> {_VECTOR}" if has_vector else "NULL::float8", ()
@@ -196,7 +199,7 @@ def _statement(principal: Principal, has_vector: bool, has_text: bool) -> tuple[
     if has_vector:
         for owner in (Q(memory_user_id=_USER), Q(memory_user__isnull=True)):
             nearest = chunks.filter(owner).annotate(distance=distance).order_by("distance")
-            branches.append(compiled(nearest.values(*_COLUMNS, "distance")[:CANDIDATES]))
+            branches.append(compiled(nearest.values(*_COLUMNS, "distance")[:NEAREST_SCAN]))
     if has_text:
         matching = chunks.filter(search_vector=SearchQuery(_TSQ, search_type="raw", config="english"))
         sql, params = compiled(matching.annotate(distance=distance).values(*_COLUMNS, "distance")[:KEYWORD_SCAN])
@@ -220,9 +223,12 @@ def _statement(principal: Principal, has_vector: bool, has_text: bool) -> tuple[
         f" FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id) AS c"
         " JOIN memory_admin_knowledgechunk k ON k.id = c.id"
         " JOIN memory_admin_knowledgedocument d ON d.id = c.document_id"
-        " JOIN memory_admin_knowledgesource s ON s.id = c.source_id"
+        f" JOIN memory_admin_knowledgesource s ON s.id = c.source_id AND s.status = '{KnowledgeSource.Status.ACTIVE}'"
+        # The tenant's kill switch (no settings row: on).
+        " WHERE NOT EXISTS (SELECT 1 FROM memory_admin_knowledgesettings ks"
+        " WHERE ks.tenant_id = %s AND NOT ks.ingestion_enabled)"
     )
-    return statement, tuple(p for _, ps in branches for p in ps)
+    return statement, (*(p for _, ps in branches for p in ps), principal.tenant_id)
 
 
 def chunk_candidates(

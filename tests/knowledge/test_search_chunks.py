@@ -72,7 +72,7 @@ def test_a_chunk_is_found_beside_facts_with_its_source_file_and_section(api):
     assert fact["fact"]["id"] == fact_id and fact["chunk"] is None
     # Both kinds carry the same score components, ranked on one `final`.
     assert set(chunk["score"]) == set(fact["score"])
-    assert chunk["score"]["importance"] == chunk["score"]["entity"] == chunk["score"]["neighbour"] == 0
+    assert chunk["score"]["entity"] == 0 and chunk["score"]["importance"] == 0.5  # a fact's default importance
     finals = [h["score"]["final"] for h in found]
     assert finals == sorted(finals, reverse=True)
 
