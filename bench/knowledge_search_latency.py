@@ -53,6 +53,11 @@ CHUNK_COLUMNS = (
 )
 
 
+def _array(vector):
+    """An embedding as read (numpy array, list, or pgvector's Vector) as something numpy takes."""
+    return vector.to_numpy() if hasattr(vector, "to_numpy") else vector
+
+
 def load(url: str, args) -> None:
     import psycopg
     from knowledge_ingest import corpus
@@ -71,17 +76,32 @@ def load(url: str, args) -> None:
     dana = memory_user_for(principal, "dana", create=True)
     source = KnowledgeSource.objects.create(tenant=tenant, kind="file", name="package descriptions", state="idle")
     t0 = time.time()
-    for name, kind, text in corpus(None):
-        parsed = parse(text.encode(), kind)
-        document = KnowledgeDocument.objects.create(source=source, tenant=tenant, locator=f"pypi:{name}")
-        digest_document(principal, document, parsed.text, title=parsed.title or name)
-    real = list(
-        KnowledgeChunk.objects.filter(source=source, status="active").values(
-            "document__locator", "ordinal", "heading_path", "content", "content_hash", "tokens", "embedding"
+    if args.from_db:
+        # The chunks bench/knowledge_retrieval.py digested (the same corpus, the same pipeline), read back.
+        with psycopg.connect(database_url(args.from_db, fresh=False)) as other:
+            register_vector(other)
+            names = ("document__locator", "ordinal", "heading_path", "content", "content_hash", "tokens", "embedding")
+            rows = other.execute(
+                "SELECT d.locator, c.ordinal, c.heading_path, c.content, c.content_hash, c.tokens, c.embedding"
+                " FROM memory_admin_knowledgechunk c JOIN memory_admin_knowledgedocument d ON d.id = c.document_id"
+                " WHERE c.status = 'active' AND d.locator LIKE 'pypi:%%'"
+            ).fetchall()
+        real = [dict(zip(names, row, strict=True)) for row in rows]
+        print(f"read {len(real)} digested chunks from {args.from_db}", flush=True)
+        done = 0
+    else:
+        for name, kind, text in corpus(None):
+            parsed = parse(text.encode(), kind)
+            document = KnowledgeDocument.objects.create(source=source, tenant=tenant, locator=f"pypi:{name}")
+            digest_document(principal, document, parsed.text, title=parsed.title or name)
+        real = list(
+            KnowledgeChunk.objects.filter(source=source, status="active").values(
+                "document__locator", "ordinal", "heading_path", "content", "content_hash", "tokens", "embedding"
+            )
         )
-    )
-    print(f"digested {len(real)} real chunks in {time.time() - t0:.0f} s", flush=True)
-    copies = -(-(args.chunks - len(real)) // len(real))
+        print(f"digested {len(real)} real chunks in {time.time() - t0:.0f} s", flush=True)
+        done = len(real)
+    copies = -(-(args.chunks - done) // len(real))
     now = datetime.now(UTC)
     rng = np.random.default_rng(34)
     with psycopg.connect(url, autocommit=True) as conn:
@@ -95,15 +115,16 @@ def load(url: str, args) -> None:
             conn.execute(f'DROP INDEX "{name}"')
         locators = sorted({c["document__locator"] for c in real})
         t1 = time.time()
-        left = args.chunks - len(real)
+        left = args.chunks - done
         for copy_no in range(copies):
             documents = {
                 loc: KnowledgeDocument.objects.create(source=source, tenant=tenant, locator=f"{loc}#{copy_no}").pk
                 for loc in locators
             }
             part = real[: min(len(real), left)]
-            vectors = np.stack([np.asarray(c["embedding"], dtype=np.float32) for c in part])
-            vectors += 0.02 * rng.standard_normal(vectors.shape).astype(np.float32)
+            vectors = np.stack([np.asarray(_array(c["embedding"]), dtype=np.float32) for c in part])
+            if copy_no or not args.from_db:  # the first copy read from another database: as it was digested
+                vectors += 0.02 * rng.standard_normal(vectors.shape).astype(np.float32)
             vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             with conn.cursor().copy(
                 f"COPY memory_admin_knowledgechunk ({', '.join(CHUNK_COLUMNS)}) FROM STDIN"
@@ -133,7 +154,7 @@ def load(url: str, args) -> None:
             left -= len(part)
             if left <= 0:
                 break
-        print(f"copied {args.chunks - len(real):,} more chunks in {time.time() - t1:.0f} s", flush=True)
+        print(f"copied {args.chunks - done:,} chunks in {time.time() - t1:.0f} s", flush=True)
         for name, definition in heavy:
             t2 = time.time()
             conn.execute(definition)
@@ -176,6 +197,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--db", default="bench_knowledge_latency")
     parser.add_argument("--reuse", action="store_true")
+    parser.add_argument(
+        "--from-db", default="", help="take the digested chunks of bench/knowledge_retrieval.py's database"
+    )
     parser.add_argument("--key-file", default="/tmp/bench_knowledge_latency.key")
     args = parser.parse_args()
 
