@@ -202,11 +202,14 @@ def _statement(principal: Principal, has_vector: bool, has_text: bool) -> tuple[
             branches.append(compiled(nearest.values(*_COLUMNS, "distance")[:NEAREST_SCAN]))
     if has_text:
         matching = chunks.filter(search_vector=SearchQuery(_TSQ, search_type="raw", config="english"))
-        sql, params = compiled(matching.annotate(distance=distance).values(*_COLUMNS, "distance")[:KEYWORD_SCAN])
+        # The matches carry their tsvector, ranked without a second visit to the table (the union reads the
+        # named columns of each branch only).
+        scanned = matching.annotate(distance=distance).values(*_COLUMNS, "distance", "search_vector")
+        sql, params = compiled(scanned[:KEYWORD_SCAN])
         branches.append(
             (
-                f"SELECT m.* FROM ({sql}) AS m JOIN memory_admin_knowledgechunk k ON k.id = m.id"
-                f" ORDER BY ts_rank(k.search_vector, to_tsquery('english', %s)) DESC LIMIT {CANDIDATES}",
+                f"SELECT m.* FROM ({sql}) AS m"
+                f" ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s)) DESC LIMIT {CANDIDATES}",
                 (*params, _TSQ),
             )
         )
