@@ -616,8 +616,8 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         budget_tokens: Annotated[int, Field(ge=MIN_BUDGET_TOKENS, le=MAX_BUDGET_TOKENS)] = 2000,
     ) -> dict[str, Any]:
         """The context block for a task: the user's notebook, pinned facts, facts relevant to the task,
-        cited document chunks, matching skills and recent episodes, cut to `budget_tokens` and fenced as data. Put `text` in
-        your prompt; `sections` says what was included and what was dropped."""
+        cited document chunks, matching skills and recent episodes, cut to `budget_tokens` and fenced as
+        data. Put `text` in your prompt; `sections` says what was included and what was dropped."""
         with _door() as principal:
             user = memory_user_for(principal, _user_id(principal, user_id))
             return _json(context_block(principal=principal, memory_user=user, task=task, budget_tokens=budget_tokens))

@@ -70,7 +70,7 @@ MAX_LEXEMES = 32
 # Chunks are documents' sections, tens to hundreds of words: the usual BM25 length normalisation.
 BM25_B = 0.75
 # A document an operator pointed the system at: trusted as what a tool verified (0.9), less than what the
-# user stated (1.0); the notebook wins over it in the block anyway. (0.8 at first: bench/README.md
+# user stated (1.0); the notebook wins over it in the block anyway. (0.8 at first: bench/JOURNAL.md
 # "Trained knowledge, retrieval".)
 DOCUMENT_CONFIDENCE = 0.9
 # A chunk's importance: a fact's default (nothing marks one section as more important than another).
