@@ -690,6 +690,13 @@ List(
     shown="none",
 )
 List("KNOWLEDGE_FOLDER_ROOTS", [], "the only folders a folder source may read from", shown="none")
+Float(
+    "KNOWLEDGE_CONTEXT_SHARE",
+    0.25,
+    "the share of a context block's budget that document chunks may fill (after the notebooks; 0: none)",
+    minimum=0,
+    maximum=0.9,
+)
 Float("KNOWLEDGE_REFRESH_SWEEP_SECONDS", 60, "how often the beat looks for sources due a re-crawl", minimum=1)
 
 # --- README ---------------------------------------------------------------------------------------------

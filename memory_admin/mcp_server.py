@@ -70,7 +70,7 @@ from memory_admin.api.time_filter import TimeFilterIn
 from memory_admin.errors import DomainError, Invalid, TooLarge
 from memory_admin.http_metrics import record_process
 from memory_admin.models import Fact
-from memory_admin.retrieval import KINDS, Hit, fact_search
+from memory_admin.retrieval import KINDS, memory_search
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, MIN_BUDGET_TOKENS, context_block
 from memory_admin.selectors.access import Principal, memory_user_for
 from memory_admin.selectors.entities import entity_list
@@ -260,22 +260,28 @@ def _brief(fact: Fact, score: float | None = None) -> dict[str, Any]:
     return out
 
 
-def _brief_hit(hit: Hit) -> dict[str, Any]:
-    """A search hit as a model needs it: a memory's brief, or a past message (its kind, what was said, in
-    which thread and when)."""
-    score = hit.components()["final"]
-    if hit.message is None:
-        return _brief(hit.fact, score)
-    m = hit.message
-    return {
-        "kind": "message",
-        "id": m.id,
-        "text": m.text,
-        "score": round(score, 3),
-        "thread_id": m.thread_id,
-        "role": m.role,
-        "created_at": _when(m.created_at),
-    }
+def _brief_hit(hit) -> dict[str, Any]:
+    """A search hit as a model needs it: a memory's brief, a past message (its kind, what was said, in
+    which thread and when), or a document chunk with its citation."""
+    if hit.kind == "fact":
+        return _brief(hit.fact, hit.components()["final"])
+    if hit.kind == "message":
+        m = hit.message
+        return {
+            "kind": "message",
+            "id": m.id,
+            "text": m.text,
+            "score": round(hit.final, 3),
+            "thread_id": m.thread_id,
+            "role": m.role,
+            "created_at": _when(m.created_at),
+        }
+    out = hit.out()
+    brief = {"kind": "chunk", "id": str(out["id"]), "content": out["text"], "score": round(hit.final, 3)}
+    brief["source"] = out["source_name"]
+    brief.update({name: out[name] for name in ("url", "file", "section") if out[name]})
+    brief["fetched_at"] = _when(out["fetched_at"])
+    return brief
 
 
 def _written(result: WriteResult) -> dict[str, Any]:
@@ -590,24 +596,27 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         user_id: UserId = None,
         k: Annotated[int, Field(ge=1, le=MAX_K)] = 10,
         full: Full = False,
-        kinds: Kinds | None = None,
+        kinds: Kinds | list[Literal["fact", "message", "chunk"]] | None = None,
         as_of: AsOfArg = None,
         between: BetweenArg = None,
     ) -> dict[str, Any]:
         """Search the user's memories: the best first, ranked by meaning, words, recency, importance and
         the time the query names ("in May 2023", "last week"), scaled by confidence. Each hit is id,
         content, score and dates (with key, status, contested when set); full=true gives every field of
-        each memory and the score's components. Past messages of the user's conversations are searched
-        too: such a hit has kind "message", its text, thread and time. `kinds` (comma-separated fact,
-        message, chunk; default all) limits the hits to those kinds. as_of: only what was true then;
-        between: only what was observed within FROM/UNTIL."""
+        each memory and the score's components. Past messages of the user's conversations come too (kind
+        "message": its text, thread and time), and document chunks of knowledge sources (kind "chunk",
+        with what citing them needs: source, url or file, section). `kinds` (fact, message, chunk; a list
+        or comma-separated; default all) picks the kinds. as_of: only what was true then; between: only
+        what was observed within FROM/UNTIL."""
         with _door() as principal:
             if not query.strip():
                 raise Invalid("query: give some text to search for.", field="query")
+            if kinds is not None and not kinds:
+                raise Invalid("kinds: name at least one of fact, message, chunk (or leave it out).", field="kinds")
             window = TimeFilterIn(as_of=as_of, between=between)
             user = memory_user_for(principal, _user_id(principal, user_id))
-            kinds = kinds or KINDS
-            result = fact_search(
+            kinds = tuple(dict.fromkeys(kinds or KINDS))
+            result = memory_search(
                 principal=principal,
                 memory_user=user,
                 query=query,
@@ -628,8 +637,9 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
                     "hits": [
                         {
                             "kind": h.kind,
-                            "fact": FactOut.of(h.fact, h.fact_scores()) if h.fact is not None else None,
-                            "message": h.message.out() if h.message is not None else None,
+                            "fact": FactOut.of(h.fact, h.fact_scores()) if h.kind == "fact" else None,
+                            "message": h.message.out() if h.kind == "message" else None,
+                            "chunk": h.out() if h.kind == "chunk" else None,
                             "score": h.components(),
                         }
                         for h in result.hits
@@ -644,8 +654,8 @@ def _register(server: MemoryMCPServer) -> None:  # noqa: C901 - one block of thi
         budget_tokens: Annotated[int, Field(ge=MIN_BUDGET_TOKENS, le=MAX_BUDGET_TOKENS)] = 2000,
     ) -> dict[str, Any]:
         """The context block for a task: the user's notebook, pinned facts, facts relevant to the task,
-        matching skills and recent episodes, cut to `budget_tokens` and fenced as data. Put `text` in
-        your prompt; `sections` says what was included and what was dropped."""
+        cited document chunks, matching skills and recent episodes, cut to `budget_tokens` and fenced as
+        data. Put `text` in your prompt; `sections` says what was included and what was dropped."""
         with _door() as principal:
             user = memory_user_for(principal, _user_id(principal, user_id))
             return _json(context_block(principal=principal, memory_user=user, task=task, budget_tokens=budget_tokens))

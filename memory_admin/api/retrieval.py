@@ -10,7 +10,7 @@ from ninja import Router
 from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, Kinds, QueryText, SearchOut, Text, UserId
 from memory_admin.api.time_filter import AsOf, Between
 from memory_admin.errors import Invalid
-from memory_admin.retrieval import INCLUDABLE, KINDS, fact_search, parse_include
+from memory_admin.retrieval import INCLUDABLE, KINDS, memory_search, parse_include
 from memory_admin.retrieval.context import context_block
 from memory_admin.selectors.access import memory_user_for
 
@@ -42,7 +42,7 @@ def search(
     if unknown:
         raise Invalid(f"include: unknown {', '.join(unknown)}; choose from {', '.join(INCLUDABLE)}.", field="include")
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
-    result = fact_search(
+    result = memory_search(
         principal=request.principal,
         memory_user=user,
         query=q,
@@ -69,8 +69,9 @@ def search(
         "hits": [
             {
                 "kind": h.kind,
-                "fact": FactOut.of(h.fact, h.fact_scores()) if h.fact is not None else None,
-                "message": h.message.out() if h.message is not None else None,
+                "fact": FactOut.of(h.fact, h.fact_scores()) if h.kind == "fact" else None,
+                "message": h.message.out() if h.kind == "message" else None,
+                "chunk": h.out() if h.kind == "chunk" else None,
                 "score": h.components(),
             }
             for h in result.hits

@@ -622,10 +622,27 @@ class MessageHitOut(Schema):
     text: str
 
 
+class ChunkHitOut(Schema):
+    """A document chunk (trained knowledge, issue 34) with what citing it needs."""
+
+    id: UUID
+    text: str
+    source_id: UUID
+    source_name: str
+    document_id: UUID
+    title: str
+    url: str | None  # a page's URL (url and site sources)
+    file: str | None  # else the file's name or its path in the folder
+    section: str  # the headings above the chunk, " > " between them
+    fetched_at: datetime
+    version: int  # the document's version it was cut from
+
+
 class HitOut(Schema):
     kind: Literal["fact", "message", "chunk"]
     fact: FactOut | None
     message: MessageHitOut | None
+    chunk: ChunkHitOut | None = None
     score: ScoreOut
 
 
@@ -654,6 +671,7 @@ class SectionOut(Schema):
     related: list[str] = []  # of the included: facts observed next to a strong match
     truncated: list[str]
     dropped: list[DroppedOut]
+    contradicts_notebook: list[str] = []  # documents: included chunks that disagree with the notebook
 
 
 class ContextOut(Schema):

@@ -42,3 +42,4 @@ STUCK_SECONDS = _knob("KNOWLEDGE_STUCK_SECONDS", 600.0)
 USER_AGENT = _knob("KNOWLEDGE_USER_AGENT", "memory-admin-knowledge/1")
 ALLOWED_HOSTS = _knob("KNOWLEDGE_ALLOWED_HOSTS", ())
 FOLDER_ROOTS = _knob("KNOWLEDGE_FOLDER_ROOTS", ())
+CONTEXT_SHARE = _knob("KNOWLEDGE_CONTEXT_SHARE", 0.25)  # the read side: retrieval/context/documents.py

@@ -19,6 +19,7 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
 from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.chunks import chunk_ranking
 from memory_admin.retrieval.decompose import QueryShape, shape_of
 from memory_admin.retrieval.expand import keyword_text
 from memory_admin.retrieval.messages import (
@@ -29,7 +30,7 @@ from memory_admin.retrieval.messages import (
     message_shown,
 )
 from memory_admin.retrieval.query import search_vectors, vectors_for
-from memory_admin.retrieval.ranking import Scored, score, weights_of
+from memory_admin.retrieval.ranking import NEIGHBOUR_WEIGHT, Scored, score, weights_of
 from memory_admin.retrieval.timematch import time_scores, windows
 from memory_admin.retrieval.timeq import query_time
 from memory_admin.selectors.access import CURATE, Principal, visible
@@ -100,6 +101,8 @@ class SearchResult:
     candidates: int
     weights: dict[str, float] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    # (lowest, highest) cosine of the fact candidates: the scale other kinds' vector component shares.
+    cosines: tuple[float, float] | None = None
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -319,6 +322,7 @@ def fact_search(
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
     kinds: tuple[str, ...] = ("fact",),
+    whole_vector: list[float] | None = None,
 ) -> SearchResult:
     """The k best facts for `query` among the user's own and the shared (org/global) facts the
     principal can see. `include` adds superseded/evicted/quarantined facts (quarantined: curators only).
@@ -341,6 +345,7 @@ def fact_search(
         as_of=as_of,
         between=between,
         messages="message" in kinds,
+        whole_vector=whole_vector,
     )
     timings = ranking.timings
     top = _top(ranking.scored, k, kinds, carried=not with_notebook)
@@ -362,7 +367,101 @@ def fact_search(
     timings["total_ms"] = (time.perf_counter() - started) * 1000
     timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
     rounded = {name: round(value, 3) for name, value in timings.items()}
-    return SearchResult(hits=hits, candidates=ranking.candidates, weights=ranking.weights, timings=rounded)
+    cosines = [parts["cosine"] for _, _, parts in ranking.scored]
+    return SearchResult(
+        hits=hits,
+        candidates=ranking.candidates,
+        weights=ranking.weights,
+        timings=rounded,
+        cosines=(min(cosines), max(cosines)) if cosines else None,
+    )
+
+
+# --- Hits of every kind (KINDS.md): facts, messages and chunks of documents, ranked together on `final` --
+
+
+def memory_search(
+    *,
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    k: int = 10,
+    include: tuple[str, ...] = (),
+    kinds: tuple[str, ...] = KINDS,
+    as_of: datetime | None = None,
+    between: tuple[datetime, datetime] | None = None,
+) -> SearchResult:
+    """The k best hits of the kinds asked for, ranked together on `final`: `fact_search`'s facts and the
+    user's messages (ranked in one ranking, deduplicated), and the document chunks the principal may read
+    for the user (`retrieval.chunks`, whose vector component shares the facts' scale). The time filters
+    hold for every kind (a chunk counts from when its page was fetched). Reads of the facts returned are
+    counted, as fact_search counts them."""
+    started = time.perf_counter()
+    vector, whole, timings = vectors_for(query) if query.strip() else (None, None, {})
+    hits: list = []
+    ranked = tuple(kind for kind in kinds if kind in ("fact", "message"))
+    if not ranked:
+        result = SearchResult(hits=[], candidates=0, weights=_weights(None, principal.tenant_id))
+    else:
+        result = fact_search(
+            principal=principal,
+            memory_user=memory_user,
+            query=query,
+            k=k,
+            include=include,
+            query_vector=vector,
+            whole_vector=whole,
+            record=False,
+            kinds=ranked,
+            as_of=as_of,
+            between=between,
+        )
+        hits += result.hits
+    if "chunk" in kinds:
+        chunk_started = time.perf_counter()
+        chunks = chunk_ranking(
+            principal, memory_user, query=query, vector=whole, weights=result.weights, facts_cosines=result.cosines
+        )
+        chunks = [chunk for chunk in chunks if _fetched_within(chunk.chunk.fetched_at, as_of, between)]
+        hits += chunks[:k]
+        result.candidates += len(chunks)
+        if chunks and result.cosines:
+            lo = min(result.cosines[0], *(c.cosine for c in chunks))
+            hi = max(result.cosines[1], *(c.cosine for c in chunks))
+            for hit in result.hits:
+                _rescale_vector(hit, lo, hi, result.weights)
+        timings["chunks_ms"] = (time.perf_counter() - chunk_started) * 1000
+    hits.sort(key=lambda h: -h.final)
+    result.hits = hits[:k]
+    from memory_admin.services.access_counts import record_access, record_usage
+
+    record_access([h.fact.pk for h in result.hits if h.kind == "fact"], principal, "search")
+    record_usage(principal.tenant_id, "search")
+    timings = {**result.timings, **timings}
+    timings["total_ms"] = (time.perf_counter() - started) * 1000
+    timings["server_ms_excluding_embed"] = timings["total_ms"] - timings.get("embed_ms", 0.0)
+    result.timings = {name: round(value, 3) for name, value in timings.items()}
+    return result
+
+
+def _fetched_within(fetched_at: datetime, as_of: datetime | None, between: tuple[datetime, datetime] | None) -> bool:
+    """A chunk under the time filters: fetched by `as_of`, and within `between` [from, until)."""
+    if as_of is not None and fetched_at > as_of:
+        return False
+    return between is None or between[0] <= fetched_at < between[1]
+
+
+def _rescale_vector(hit: Hit, lo: float, hi: float, weights: dict[str, float]) -> None:
+    """A fact hit's vector component rescaled over every candidate of a search of several kinds (its
+    cosine between the lowest and the highest of facts and chunks alike, as `chunks.score_chunks` rescales
+    a chunk's), its relevance and final following: `final` is (relevance + neighbour support) times
+    factors that do not depend on the vector component (ranking.score)."""
+    vector = (hit.cosine - lo) / (hi - lo) if hi > lo else hit.vector
+    supported = hit.relevance + NEIGHBOUR_WEIGHT * hit.neighbour
+    factors = hit.final / supported if supported else 0.0
+    hit.relevance += weights.get("vector", 0.0) * (vector - hit.vector)
+    hit.vector = vector
+    hit.final = (hit.relevance + NEIGHBOUR_WEIGHT * hit.neighbour) * factors
 
 
 def _top(scored: list[Scored], k: int, kinds: tuple[str, ...], *, carried: bool) -> list[Scored]:

@@ -1,6 +1,6 @@
 import { tool } from "ai";
 import { z } from "zod";
-import { MemoryAdmin, WriteRefused } from "memory-admin-client";
+import { citation, MemoryAdmin, WriteRefused } from "memory-admin-client";
 
 const mem = new MemoryAdmin(); // MEMORY_ADMIN_URL and MEMORY_ADMIN_API_KEY from the environment
 
@@ -28,10 +28,13 @@ export function memoryTools(userId: string) {
       inputSchema: z.object({ query: z.string() }),
       execute: async ({ query }) => {
         const { hits } = await mem.search(userId, query, { k: 5 });
-        // A hit is a fact, or a past message of the user's conversations (its `kind`).
+        // A fact, a past message of the user's conversations, or a document chunk with where it comes from
+        // (a model can cite it): each hit names its `kind`.
         return hits.map((hit) =>
-          hit.message
-            ? { said: hit.message.text, at: hit.message.created_at, score: hit.score.final }
+          hit.chunk
+            ? { content: hit.chunk.text, source: citation(hit.chunk), score: hit.score.final }
+            : hit.message
+              ? { said: hit.message.text, at: hit.message.created_at, score: hit.score.final }
             : { id: hit.fact?.id, content: hit.fact?.content, score: hit.score.final },
         );
       },

@@ -154,6 +154,14 @@ export const USER_AGENT = "memory-admin-client-ts/0.1.0";
 export type Fact = Schemas["FactOut"];
 export type WriteResult = Schemas["WriteOut"];
 export type SearchResult = Schemas["SearchOut"];
+/** A document chunk a search found (a hit of kind "chunk"), with what citing it needs. */
+export type DocumentChunk = Schemas["ChunkHitOut"];
+
+/** How to name a chunk to a person: "Source name, URL or file § section". */
+export function citation(chunk: DocumentChunk): string {
+  const where = [chunk.source_name, chunk.url ?? chunk.file ?? ""].filter((part) => part).join(", ");
+  return chunk.section ? `${where} \u00a7 ${chunk.section}` : where;
+}
 export type Context = Schemas["ContextOut"];
 export type Health = { status: string; database?: string; [key: string]: unknown };
 export type Erased = { erased: boolean; counts: Record<string, number> };
@@ -270,7 +278,8 @@ export class MemoryAdmin {
     this.knowledge = new KnowledgeCalls(call);
   }
 
-  /** Ranked facts with their score components (`hits`). */
+  /** Ranked hits with their score components (`hits`): facts, and document chunks (`kind: "chunk"`, cite
+   * them with `citation(hit.chunk)`); `kinds: "fact,chunk"` picks the kinds (default: all). */
   search(
     userId: string,
     q: string,

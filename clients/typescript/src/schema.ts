@@ -2049,6 +2049,46 @@ export interface components {
             /** Finished At */
             finished_at: string | null;
         };
+        /**
+         * ChunkHitOut
+         * @description A document chunk (trained knowledge, issue 34) with what citing it needs.
+         */
+        ChunkHitOut: {
+            /**
+             * Id
+             * Format: uuid
+             */
+            id: string;
+            /** Text */
+            text: string;
+            /**
+             * Source Id
+             * Format: uuid
+             */
+            source_id: string;
+            /** Source Name */
+            source_name: string;
+            /**
+             * Document Id
+             * Format: uuid
+             */
+            document_id: string;
+            /** Title */
+            title: string;
+            /** Url */
+            url: string | null;
+            /** File */
+            file: string | null;
+            /** Section */
+            section: string;
+            /**
+             * Fetched At
+             * Format: date-time
+             */
+            fetched_at: string;
+            /** Version */
+            version: number;
+        };
         /** HitOut */
         HitOut: {
             /**
@@ -2057,7 +2097,7 @@ export interface components {
              */
             kind: "fact" | "message" | "chunk";
             fact: components["schemas"]["FactOut"] | null;
-            message: components["schemas"]["MessageHitOut"] | null;
+            chunk?: components["schemas"]["ChunkHitOut"] | null;
             score: components["schemas"]["ScoreOut"];
         };
         /**
@@ -2188,6 +2228,11 @@ export interface components {
             truncated: string[];
             /** Dropped */
             dropped: components["schemas"]["DroppedOut"][];
+            /**
+             * Contradicts Notebook
+             * @default []
+             */
+            contradicts_notebook?: string[];
         };
         /** SettingsOut */
         SettingsOut: {
@@ -5564,7 +5609,7 @@ export interface operations {
                 q: string;
                 k?: number;
                 include?: string;
-                kinds?: string | null;
+                kinds?: string;
             };
             header?: never;
             path: {

@@ -6,6 +6,7 @@ import { test } from "node:test";
 
 import {
   AddressNotAllowed,
+  citation,
   CrawlInProgress,
   Forbidden,
   Invalid,
@@ -94,4 +95,31 @@ test("the knowledge switch is read by any key and changed by an admin's only", a
   await assert.rejects(mem.knowledge.updateSettings({ ingestion_enabled: false }), Forbidden);
   // Setting it to the value it has changes nothing the other tests rely on.
   assert.deepEqual(await admin.knowledge.updateSettings({ ingestion_enabled: true }), { ingestion_enabled: true });
+});
+
+test("search takes kinds and names a chunk's citation", async () => {
+  const owner = user("lia");
+  await mem.facts.add(owner, "Lia restores the nightly backups", { source: "user_stated" });
+  const facts = await mem.search(owner, "nightly backups", { kinds: "fact" });
+  assert.deepEqual(facts.kinds, ["fact"]);
+  assert.ok(facts.hits.length > 0 && facts.hits.every((h) => h.kind === "fact" && h.fact && h.chunk === null));
+  await assert.rejects(
+    mem.search(owner, "nightly backups", { kinds: "facts" }),
+    (error) => error instanceof Invalid && error.code === "invalid" && error.field === "kinds",
+  );
+  const chunk = {
+    id: "c",
+    text: "Backups run nightly.",
+    source_id: "s",
+    source_name: "Ops runbook",
+    document_id: "d",
+    title: "Runbook",
+    url: null,
+    file: "runbook.md",
+    section: "Runbook > Backups",
+    fetched_at: "2026-11-27T00:00:00Z",
+    version: 1,
+  };
+  assert.equal(citation(chunk), "Ops runbook, runbook.md \u00a7 Runbook > Backups");
+  assert.equal(citation({ ...chunk, url: "https://wiki/ops", file: null, section: "" }), "Ops runbook, https://wiki/ops");
 });

@@ -1,8 +1,9 @@
 """The context block (SPEC §6): what an agent is given about a user for one task, within a token budget.
 
 Order: the user's notebook (always; it is sovereign), the tenant notebook, pinned facts, facts by
-effective confidence and relevance to the task, skills whose path matches the task, recent episode
-summaries. Tokens are counted with tiktoken cl100k_base.
+effective confidence and relevance to the task, document chunks the task is about (cited, within
+KNOWLEDGE_CONTEXT_SHARE of the budget, marked when the notebook disagrees: `documents`), skills whose
+path matches the task, recent episode summaries. Tokens are counted with tiktoken cl100k_base.
 
 Facts fill the budget (issue 15), monotone by construction: pinned facts, then the search's ranking of
 every candidate (one ranking, the same at every budget), with the related memory of the strongest
@@ -69,6 +70,7 @@ def _section_out(section: Section) -> dict[str, Any]:
         "related": [i.id for i in section.included if i.related],
         "truncated": section.truncated,
         "dropped": section.dropped,
+        "contradicts_notebook": [i.id for i in section.included if i.id in section.contradicts_notebook],
     }
 
 
@@ -109,7 +111,7 @@ def context_block(
         "text": text,
         "notebook_truncated": bool(notebook.truncated or notebook.dropped),
         "warnings": warnings,
-        # The entities section is listed when the task names an entity.
-        "sections": [_section_out(s) for s in sections if s.name != "entities" or s.items],
+        # The entities section is listed when the task names an entity, the documents one when a chunk could go in.
+        "sections": [_section_out(s) for s in sections if s.name not in ("entities", "documents") or s.items],
         "timings": timings,
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 
+from memory_admin.knowledge import conf
 from memory_admin.retrieval.context.render import (
     NOTEBOOK_SECTIONS,
     TITLES,
@@ -103,6 +104,31 @@ def fit_entities(section: Section, room: Room, budget_tokens: int) -> None:
         if room.left > 0 and section.tokens() + section.cost(item) <= share and admit(section, item, room):
             continue
         section.dropped.append({"id": item.id, "reason": "over_budget"})
+
+
+def fit_documents(section: Section, room: Room, budget_tokens: int) -> None:
+    """Document chunks in order within their share of the budget (KNOWLEDGE_CONTEXT_SHARE, at most what
+    they all take, at most the room left after the notebooks), the first that does not fit cut to fill
+    the share; the rest dropped (over_budget). The facts' room is the room left less the share reserved,
+    not less what the chunks took, so it grows with the budget and the fill stays monotone."""
+    if not section.items:
+        return
+    section.title_tokens = tokens_of(TITLES[section.name])
+    for item in section.items:
+        item.tokens = item.tokens or tokens_of(item.text)
+    every = section.title_tokens + sum(item.tokens for item in section.items)
+    reserved = max(0, min(int(budget_tokens * float(conf.CONTEXT_SHARE())), every, room.left))
+    share = Room(reserved)
+    for item in section.items:
+        if item.id in section.placed:
+            continue
+        if admit(section, item, share):
+            section.placed.add(item.id)
+        else:
+            _cut(section, item, share)
+            break
+    section.dropped += [{"id": i.id, "reason": "over_budget"} for i in section.items if i.id not in section.placed]
+    room.left -= reserved
 
 
 def admit(section: Section, item: Item, room: Room, keep: int = 0) -> bool:
@@ -240,7 +266,8 @@ def fit_sections(sections: list[Section], ranking: Ranking, budget_tokens: int, 
             # The entity lines' small share first (it grows with the budget, never shrinks, so the facts'
             # room does too and the fill stays monotone), then pinned and ranked facts as one prefix.
             fit_entities(by_name["entities"], room, budget_tokens)
+            fit_documents(by_name["documents"], room, budget_tokens)
             _fit_facts(section, by_name["facts"], room, ranking, budget_tokens)
-        elif section.name not in ("facts", "entities"):
+        elif section.name not in ("facts", "entities", "documents"):
             _fit_section(section, room, budget_tokens, warnings)
     return room

@@ -9,6 +9,7 @@ import functools
 import itertools
 import json
 import re
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -22,7 +23,10 @@ from django.db.models.functions import Abs, Least
 
 from memory_admin import metrics, scoring
 from memory_admin.db.compiled import bind, compiled
+from memory_admin.knowledge import conf
 from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
+from memory_admin.retrieval.chunks import chunk_ranking
+from memory_admin.retrieval.context.documents import claims, document_items
 from memory_admin.retrieval.context.render import (
     SECTION_ORDER,
     Item,
@@ -166,9 +170,10 @@ def _pipeline() -> Iterator[None]:
 
 def _gather_side(
     principal: Principal, memory_user: MemoryUser, task: str, sections: dict[str, Section], rows: list[tuple]
-) -> set:
+) -> tuple[set, str]:
     """Notebooks, pinned facts, skills and episodes from the side statement's rows (the content of the
-    chosen skills in a second statement). Returns the ids of the pinned facts."""
+    chosen skills in a second statement). Returns the ids of the pinned facts, and the notebooks' text
+    (the tenant's, then the user's: the user's own wins a disagreement between them)."""
     parts: dict[int, list[dict]] = {0: [], 1: [], 2: [], 3: []}
     for part, row in rows:
         parts[part].append(json.loads(row))
@@ -176,7 +181,8 @@ def _gather_side(
     pinned = _gather_pinned(memory_user, parts[1], sections["pinned"])
     _gather_skills(principal, task, parts[2], sections["skills"])
     _gather_episodes(parts[3], sections["episodes"])
-    return pinned
+    notebooks = sorted(parts[0], key=lambda nb: nb["memory_user_id"] is not None)
+    return pinned, "\n".join(nb["content"] for nb in notebooks)
 
 
 def _gather_notebooks(memory_user: MemoryUser, rows: list[dict], sections: dict[str, Section]) -> None:
@@ -403,6 +409,32 @@ def _gather_entities(principal: Principal, memory_user: MemoryUser, entities: li
         section.items.append(Item(str(pk), line))
 
 
+def _gather_documents(
+    principal: Principal,
+    memory_user: MemoryUser,
+    query: str,
+    vector: list[float] | None,
+    ranking: Ranking,
+    notebooks: str,
+    section: Section,
+) -> None:
+    """The chunks the task is about, on the facts' scale (`retrieval.chunks`), as cited items (documents.py)."""
+    if float(conf.CONTEXT_SHARE()) <= 0:
+        return
+    started = time.perf_counter()
+    cosines = [parts["cosine"] for _, _, parts in ranking.scored]
+    hits = chunk_ranking(
+        principal,
+        memory_user,
+        query=query,
+        vector=vector,
+        weights=ranking.weights,
+        facts_cosines=(min(cosines), max(cosines)) if cosines else None,
+    )
+    section.items, section.contradicts_notebook = document_items(hits, claims(notebooks) if notebooks else {})
+    ranking.timings["chunks_ms"] = (time.perf_counter() - started) * 1000
+
+
 def gather_sections(
     principal: Principal, memory_user: MemoryUser, task: str, budget_tokens: int
 ) -> tuple[list[Section], Ranking]:
@@ -418,7 +450,7 @@ def gather_sections(
         if query:
             # The task's embedding is computed while Postgres runs the two statements above.
             vector, whole, embedded = vectors_for(query)
-    pinned = _gather_side(principal, memory_user, task, sections, side())
+    pinned, notebooks = _gather_side(principal, memory_user, task, sections, side())
     _gather_entities(principal, memory_user, named(), sections["entities"])
     ranking = _rank(
         principal=principal,
@@ -432,5 +464,7 @@ def gather_sections(
     )
     if embedded:
         ranking.timings = {**embedded, **ranking.timings}
+    if query:
+        _gather_documents(principal, memory_user, query, whole, ranking, notebooks, sections["documents"])
     sections["facts"].sequence = _fact_sequence(principal, memory_user, ranking, pinned)
     return [sections[name] for name in SECTION_ORDER], ranking

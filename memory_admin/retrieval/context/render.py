@@ -45,6 +45,7 @@ TITLES = {
     "pinned": "## Pinned facts\n",
     "entities": "## Entities the task names\n",
     "facts": "## Facts\n",
+    "documents": "## Documents (from knowledge sources; cite them by their bracket)\n",
     "skills": "## Skills\n",
     "episodes": "## Recent episodes\n",
 }
@@ -111,6 +112,7 @@ class Section:
     placed: set[str] = field(default_factory=set)  # facts included or collapsed into another
     sequence: Iterator[Item] = field(default_factory=lambda: iter(()))  # facts: offered in this order
     days: set[str] = field(default_factory=set)  # days with an included fact
+    contradicts_notebook: list[str] = field(default_factory=list)  # documents: chunks the notebook overrules
 
     def tokens(self) -> int:
         if not self.included:

@@ -611,7 +611,8 @@ def search_call(
 ) -> Call:
     # `between` travels as ISO 8601's interval, FROM/UNTIL.
     period = f"{between[0].isoformat()}/{between[1].isoformat()}" if between else None
-    query = {"q": q, "k": k, "include": include or None, "kinds": kinds or None, "as_of": as_of, "between": period}
+    joined = ",".join(kinds) if kinds is not None else None
+    query = {"q": q, "k": k, "include": include or None, "kinds": joined, "as_of": as_of, "between": period}
     return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
 
 

@@ -92,9 +92,10 @@ class _ClientBase:
         as_of: datetime | None = None,
         between: tuple[datetime, datetime] | None = None,
     ):
-        """Ranked hits with their score components (`SearchResult.hits`): facts and past messages (each hit's
-        `kind`), or only the `kinds` given ("fact", "message", "chunk"). `as_of`: only the facts valid at that
-        time (timezone-aware); `between`: only those observed within (from, until)."""
+        """Ranked hits with their score components (`SearchResult.hits`): facts, past messages and document
+        chunks with their citation (each hit's `kind`; `hit.chunk.citation`), or only the `kinds` given
+        ("fact", "message", "chunk"). `as_of`: only what was true at that time (timezone-aware); `between`:
+        only what was observed within (from, until)."""
         call = _calls.search_call(user_id, q, k=k, include=include, kinds=kinds, as_of=as_of, between=between)
         return self._run(call)  # type: ignore[attr-defined]
 

@@ -194,14 +194,38 @@ class MessageHit:
     text: str
 
 
+class DocumentChunk:
+    """A chunk of a document from a knowledge source, with what citing it needs."""
+
+    id: str
+    text: str
+    source_id: str
+    source_name: str
+    document_id: str = ""
+    title: str = ""
+    url: str | None = None  # a page's URL (url and site sources)
+    file: str | None = None  # else the file's name or its path in the folder
+    section: str = ""  # the headings above the chunk, " > " between them
+    fetched_at: datetime | None = None
+    version: int = 0
+
+    @property
+    def citation(self) -> str:
+        """ "Source name, URL or file, § section": how to name it to a person."""
+        parts = [self.source_name, self.url or self.file or ""]
+        return ", ".join(p for p in parts if p) + (f" \u00a7 {self.section}" if self.section else "")
+
+
 @dataclass(frozen=True)
 class SearchHit:
-    """One hit: `kind` "fact" (its `fact`) or "message" (its `message`); the other is None."""
+    """One hit: `kind` "fact" (its `fact`), "message" (its `message`) or "chunk" (its `chunk`, a
+    document's); the others are None. All kinds are ranked together."""
 
     fact: Fact | None
     score: Score
     kind: str = "fact"
     message: MessageHit | None = None
+    chunk: DocumentChunk | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +256,7 @@ class ContextSection:
     related: list[str] = field(default_factory=list)
     truncated: list[str] = field(default_factory=list)
     dropped: list[Dropped] = field(default_factory=list)
+    contradicts_notebook: list[str] = field(default_factory=list)  # documents the notebook overrules
 
 
 @dataclass(frozen=True)
