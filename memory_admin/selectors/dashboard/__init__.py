@@ -3,7 +3,7 @@ tenant (and, for members, the memory user) filter is inside the SQL; every list 
 bounded number of queries whatever its length.
 
 By page: `overview` (with `charts`, the geometry its templates draw), `users`, `facts`, `review`,
-`oversight` (PII blocks, audit log, lifecycle), `conversations`, `tenant_search`, `playground`.
+`oversight` (PII blocks, audit log, lifecycle), `conversations`, `search` (tenant-wide search), `playground`.
 Views import from here."""
 
 from memory_admin.selectors.dashboard.charts import (
@@ -83,7 +83,7 @@ from memory_admin.selectors.dashboard.review import (
     review_queue,
     review_tab_counts,
 )
-from memory_admin.selectors.dashboard.tenant_search import (
+from memory_admin.selectors.dashboard.search import (
     MATCH_MIN_COSINE,
     SEARCH_COUNT_LIMIT,
     SEARCH_FILTERS,
