@@ -148,11 +148,11 @@ def main() -> int:
     setup_django(database_url(args.db, fresh=False))
     from django.db import transaction
 
+    from memory_admin import retrieval as after_search
     from memory_admin.embedding import embed_query
     from memory_admin.models import MemoryUser, Tenant
-    from memory_admin.selectors import search as after_search
+    from memory_admin.retrieval import context as after_context
     from memory_admin.selectors.access import Principal
-    from memory_admin.services import context as after_context
 
     before_search, before_context = load_before(args.before_ref)
     tenant = Tenant.objects.get(slug="scale")

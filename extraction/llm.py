@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from memory_admin import config, metrics, tracing
+from memory_admin.models import LlmCall
 from memory_admin.services.pii import scrub
 
 # USD per 1M tokens (prompt, completion); unknown models are recorded at zero cost.
@@ -118,8 +119,6 @@ def record_call(
     duration_ms: int = 0,
     batch_id: int | None = None,
 ):
-    from memory_admin.models import LlmCall
-
     prompt_tokens, completion_tokens = usage_count(prompt_tokens), usage_count(completion_tokens)
     cost = cost_of(model, prompt_tokens, completion_tokens)
     # The row first: a failure of the metrics must not leave a paid call unrecorded.

@@ -10,9 +10,12 @@ import threading
 
 from celery import shared_task
 from celery.signals import worker_init, worker_process_init, worker_ready, worker_shutdown
+from django.conf import settings
 
 from extraction import broker, pipeline
-from memory_admin.services import lifecycle
+from memory_admin.celery import EPISODE_SWEEP_SECONDS, INTERACTIVE, app
+from memory_admin.embedding import embed, get_embedder, use_switch_interval
+from memory_admin.services import access_counts, entity_draw, lifecycle
 from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
 
 log = logging.getLogger(__name__)
@@ -63,10 +66,6 @@ _publisher: _HeartbeatPublisher | None = None
 def _start_heartbeat(sender=None, **_kwargs) -> None:
     """`sender` is the worker's consumer (main process)."""
     global _publisher
-    from django.conf import settings
-
-    from memory_admin.celery import app
-
     if settings.WORKER_HEARTBEAT_SECONDS <= 0 or _publisher is not None:
         return
     hostname = getattr(sender, "hostname", None) or f"{socket.gethostname()}:{os.getpid()}"
@@ -89,18 +88,14 @@ def run_batch(batch_id: int) -> str:
 def entities_draw(tenant_id: int | list[str], memory_user_id: int | None = None) -> int:
     """Draw everything due of one owner (a memory user; None: the tenant's shared facts). A list of fact
     ids is a message sent before drawing was per owner: those facts are drawn."""
-    from memory_admin.services.entity_draw import facts_draw, owner_draw
-
     if isinstance(tenant_id, list):
-        return facts_draw(tenant_id)
-    return owner_draw(tenant_id=tenant_id, memory_user_id=memory_user_id)
+        return entity_draw.facts_draw(tenant_id)
+    return entity_draw.owner_draw(tenant_id=tenant_id, memory_user_id=memory_user_id)
 
 
 @shared_task(name="extraction.entities_sweep", ignore_result=True)
 def entities_sweep() -> int:
-    from memory_admin.services.entity_draw import sweep
-
-    return sweep()
+    return entity_draw.sweep()
 
 
 @shared_task(name="extraction.index_messages", ignore_result=True)
@@ -128,8 +123,6 @@ def episodes_sweep() -> int:
     """build_episode for each idle thread; none while the interactive queue still holds messages as
     old as one sweep period (the last sweep's may be among them: sending more would only add
     duplicates to a queue that is not keeping up)."""
-    from memory_admin.celery import EPISODE_SWEEP_SECONDS, INTERACTIVE
-
     waiting = broker.queue_stats().get(INTERACTIVE)
     if waiting and waiting["depth"] and (waiting["oldest_age_seconds"] or 0) >= EPISODE_SWEEP_SECONDS:
         return 0
@@ -156,9 +149,7 @@ def broker_cleanup() -> int:
 
 @shared_task(name="extraction.access_log_prune", ignore_result=True)
 def access_log_prune() -> int:
-    from memory_admin.services.access_counts import access_log_prune as prune
-
-    return prune()
+    return access_counts.access_log_prune()
 
 
 @worker_init.connect
@@ -166,8 +157,6 @@ def access_log_prune() -> int:
 def _switch_interval(**_kwargs) -> None:
     """The GIL switch interval of the worker (settings.GIL_SWITCH_INTERVAL_MS), in its main process and
     in each pool child: a batch's texts are embedded on helper threads beside the task's Python."""
-    from memory_admin.embedding import use_switch_interval
-
     use_switch_interval()
 
 
@@ -176,13 +165,9 @@ def _load_embedder_before_fork(**_kwargs) -> None:
     """Load the local embedding model once in the worker's main process, before the pool forks:
     children share it copy-on-write instead of each spending ~6 s (and memory) loading their own.
     No inference happens here, so no torch thread pool exists yet to be broken by fork."""
-    from django.conf import settings
-
     if settings.EMBEDDER == "openai":
         return
     try:
-        from memory_admin.embedding import get_embedder
-
         get_embedder()
     except Exception:  # noqa: BLE001 - children load it themselves then
         log.warning("embedding preload failed", exc_info=True)
@@ -192,13 +177,9 @@ def _load_embedder_before_fork(**_kwargs) -> None:
 def _warm_embedder(**_kwargs) -> None:
     """First inference in each child (cheap once the model is loaded): keeps the first batch's
     latency and lease predictable."""
-    from django.conf import settings
-
     if settings.EMBEDDER == "openai":
         return
     try:
-        from memory_admin.embedding import embed
-
         embed(["warm up"])
         log.info("embedding model warm")
     except Exception:  # noqa: BLE001 - a failed warm-up is retried by the first real use

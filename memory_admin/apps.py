@@ -7,6 +7,6 @@ class MemoryAdminConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from memory_admin import http_metrics
+        from memory_admin import http_metrics  # inside ready(): once Django's apps are loaded
 
         http_metrics.connect_celery()

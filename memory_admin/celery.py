@@ -237,6 +237,7 @@ def dispatch_batches(batch_ids: list[int]) -> None:
     message is lost (extraction.pipeline.recover_batches), never while it waits in the queue."""
     from django.utils import timezone
 
+    # Inside: this module is loaded by memory_admin/__init__, before Django's apps are ready.
     from memory_admin.models import ExtractionBatch
 
     sent = [pk for pk in dict.fromkeys(batch_ids) if dispatch("extraction.run_batch", pk)]

@@ -6,6 +6,10 @@ import os
 from gunicorn.glogging import Logger as _GunicornLogger
 
 from memory_admin import config as _config  # not `config`: gunicorn takes every name here for a setting
+from memory_admin import metrics
+from memory_admin.celery import app
+from memory_admin.embedded_db import data_dir
+from memory_admin.tokens import count_tokens
 
 # ONNX Runtime's telemetry store is one SQLite file per user that every process using it opens, shared
 # by every instance on the host; set before a worker loads the runtime.
@@ -47,8 +51,6 @@ def _control_socket() -> str | None:
     on one host never share one (gunicorn's default is one per user: $XDG_RUNTIME_DIR/gunicorn.ctl or
     ~/.gunicorn/gunicorn.ctl). None (no socket) when the path is too long for a unix socket."""
     from pathlib import Path
-
-    from memory_admin.embedded_db import data_dir
 
     path = data_dir(Path(__file__).resolve().parent.parent) / "gunicorn.ctl"
     return str(path) if len(str(path).encode()) < 100 else None
@@ -93,9 +95,9 @@ def load_shared() -> None:
     from django.conf import settings
     from django.urls import get_resolver
 
+    # Inside the hook: the model's and the scan's modules load after the environment above is set.
     from memory_admin.embedding import get_embedder
     from memory_admin.services.pii import find
-    from memory_admin.tokens import count_tokens
 
     before = _threads()
     get_resolver().url_patterns  # noqa: B018 - imports every URL, view and API module
@@ -122,19 +124,18 @@ def when_ready(server):
 def post_worker_init(worker):
     # Load the embedding model and the tokenizer before the first request, not during it (with
     # preload_app the model is built already: this runs it once, in the worker).
+    # Inside the hook, as in load_shared: loaded after the environment above is set.
     from memory_admin.embedding import embed_one
-    from memory_admin.tokens import count_tokens
 
     embed_one("warm-up")
     count_tokens("warm-up")
     # The secret scan's second detector (detect-secrets' plugins) loads on first use: 0.5-2.5 s that
     # would otherwise fall on a worker's first write, outside its screening budget.
-    from memory_admin.services.pii import find
+    from memory_admin.services.pii import find  # inside the hook, as above
 
     find("warm-up")
     # The broker's transport too (on embedded defaults extraction/broker.py),
     # so that a worker's first write does not pay for it when it sends its entity drawing. Not connected.
-    from memory_admin.celery import app
 
     with app.connection_for_write() as connection:
         connection.transport  # noqa: B018 - creating it imports the transport's module
@@ -142,12 +143,9 @@ def post_worker_init(worker):
 
 def on_starting(server):
     # Metric files of processes gone since the last run (metrics.py); those of running ones are kept.
-    from memory_admin import metrics
 
     metrics.clean_multiproc_dir()
 
 
 def child_exit(server, worker):
-    from memory_admin import metrics
-
     metrics.process_exited(worker.pid)

@@ -19,6 +19,8 @@ import re
 import traceback
 from collections.abc import Callable
 
+from memory_admin.services.pii import find, redact
+
 # Literal words of the URL patterns (computed on first use from the URLconf) plus a fixed fallback.
 _WORDS: set[str] | None = None
 _FALLBACK = {"api", "v1", "t", "accounts", "login", "logout", "static", "favicon.ico"}
@@ -42,6 +44,7 @@ def _route_words() -> set[str]:
                     walk(p.url_patterns, depth + 1)
 
         walk(get_resolver().url_patterns)
+        # Inside: settings load this module before the URLconf and the API exist.
         from memory_admin.api import api
 
         for prefix, router in api._routers:
@@ -71,8 +74,6 @@ _ID = re.compile(
 
 def findings_outside_ids(text: str) -> list:
     """What the secret/PII scan finds in `text`, less what lies wholly inside one of our ids."""
-    from memory_admin.services.pii import find
-
     findings = find(text)
     if findings:
         ids = [m.span() for m in _ID.finditer(text)]
@@ -82,7 +83,6 @@ def findings_outside_ids(text: str) -> list:
 
 def sanitize(text: str) -> str:
     text = _PATH.sub(lambda m: mask_path(m.group(1)), text)
-    from memory_admin.services.pii import redact
 
     findings = findings_outside_ids(text)
     return redact(text, findings) if findings else text

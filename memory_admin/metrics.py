@@ -30,6 +30,7 @@ from django.http import HttpRequest, HttpResponse
 
 from memory_admin import config
 from memory_admin.embedded_db import data_dir
+from memory_admin.errors import Blocked
 
 # Before prometheus_client is imported: it picks its multi-process value class on import.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(data_dir(Path(__file__).resolve().parent.parent) / "metrics"))
@@ -103,7 +104,6 @@ LLM_COST = Counter(
 def observe_writes(write: Callable) -> Callable:
     """Decorator for `fact_write` / `fact_write_many`: counts each outcome (a Blocked refusal too) and
     logs it with the fact's id (the request id comes with the log record)."""
-    from memory_admin.errors import Blocked
 
     @functools.wraps(write)
     def wrapper(*args, **kwargs):
@@ -199,6 +199,7 @@ def observe_batch(run: Callable) -> Callable:
 def _observe_lag(batch_id: int) -> None:
     from django.db.models import Min
 
+    # Inside: memory_admin/__init__ loads this module (through celery) before Django's apps.
     from memory_admin.models import ExtractionBatch
 
     row = (
@@ -250,6 +251,7 @@ class DatabaseCollector:
         from django.db.models import Count, Min
         from django.utils import timezone
 
+        # Inside: memory_admin/__init__ loads this module (through celery) before Django's apps.
         from memory_admin.models import Contradiction, EntityMergeReview, ExtractionBatch, Fact
 
         now = timezone.now()
@@ -300,6 +302,7 @@ class DatabaseCollector:
 
     @staticmethod
     def _heartbeats():
+        # Inside: memory_admin/__init__ loads this module (through celery) before Django's apps.
         from memory_admin.selectors.health import background_status
 
         status, _ = background_status()
@@ -321,6 +324,7 @@ class DatabaseCollector:
     def _queues():
         """The broker's queues (control, interactive, bulk): how many messages wait, and for how long
         the oldest has (0 when the queue is empty). No samples when the broker cannot be read."""
+        # Inside: memory_admin/__init__ loads this module (through celery) before Django's apps.
         from memory_admin.selectors.health import queue_backlogs
 
         backlogs = queue_backlogs()

@@ -26,7 +26,7 @@ from contextvars import ContextVar, Token
 from pythonjsonlogger.json import JsonFormatter as _JsonFormatter
 
 from memory_admin import tracing
-from memory_admin.logsafe import chain_record_factory
+from memory_admin.logsafe import chain_record_factory, findings_outside_ids, mask_path, sanitize
 
 HEADER = "X-Request-ID"
 _current: ContextVar[str] = ContextVar("request_id", default="")
@@ -51,8 +51,6 @@ def unbind(token: Token) -> None:
 def accept(incoming: str | None) -> str:
     """The client's request id when it is safe to log and store as given, else a new one."""
     if incoming and _SAFE.match(incoming):
-        from memory_admin.logsafe import findings_outside_ids
-
         if not findings_outside_ids(incoming):
             return incoming
     return uuid.uuid4().hex
@@ -89,8 +87,6 @@ class JsonFormatter(_JsonFormatter):
             if key == "request" and hasattr(value, "method"):
                 log_data[key] = f"{value.method} {_route(value)}"
             elif not isinstance(value, int | float | bool | list | type(None)) and key != "message":
-                from memory_admin.logsafe import sanitize
-
                 log_data[key] = sanitize(str(value))
 
 
@@ -99,7 +95,6 @@ def _route(request) -> str:
     match = getattr(request, "resolver_match", None)
     if match is not None and match.route:
         return match.route
-    from memory_admin.logsafe import mask_path
 
     return mask_path(request.path)
 
@@ -149,6 +144,7 @@ def batch_request_ids(run: Callable) -> Callable:
 
     @functools.wraps(run)
     def wrapper(batch_id: int, *args, **kwargs):
+        # Inside: settings load this module (LOGGING) before Django's apps are ready.
         from memory_admin.models import ExtractionBatch
 
         ids = ExtractionBatch.objects.filter(pk=batch_id).values_list("request_ids", flat=True).first() or []

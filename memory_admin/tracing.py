@@ -26,6 +26,7 @@ import sys
 from contextlib import contextmanager
 
 from memory_admin import config
+from memory_admin.logsafe import mask_path
 
 log = logging.getLogger(__name__)
 _initialised = False
@@ -134,8 +135,6 @@ def _route_only(span, request, response) -> None:
     match = getattr(request, "resolver_match", None)
     route = "/" + match.route if match is not None and match.route else ""
     if not route:
-        from memory_admin.logsafe import mask_path
-
         route = mask_path(request.path.split("?", 1)[0])
     for name in _URL_ATTRIBUTES:
         span.set_attribute(name, route if name != "url.query" else "")

@@ -258,7 +258,7 @@ def memory_user_for(
         principal.allowed_external_ids and external_id not in principal.allowed_external_ids
     ):
         raise NotFound("No memory user with that id is visible to you.")
-    from memory_admin.services.screening import screen_identifier
+    from memory_admin.services.screening import screen_identifier  # inside: screening imports this module
 
     screen_identifier(principal, external_id, what="user id", route="user_id")
     user, _ = MemoryUser.objects.get_or_create(tenant_id=principal.tenant_id, external_id=external_id)

@@ -176,6 +176,7 @@ def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime, *, by_use
             entity.aliases, entity.alias_keys = [*entity.aliases, alias[:_NAME_MAX]], [*entity.alias_keys, key]
             changed = True
     if _better_name(entity, mention.name):
+        # Inside: entity_curation imports this module (its name rules) at the top.
         from memory_admin.services.entity_curation import entity_embed
 
         entity.name, changed = mention.name[:_NAME_MAX], True
@@ -204,6 +205,7 @@ def entity_resolve(
     )
     if found is not None:
         return _absorb(found, mention, fact.valid_from, by_user=fact.memory_user_id is not None)
+    # Inside: entity_neighbour imports this module at the top.
     from memory_admin.services.entity_neighbour import neighbour_step
 
     entity = entity_create(
@@ -214,6 +216,7 @@ def entity_resolve(
 
 def entity_create(*, tenant_id: int, memory_user_id: int | None, mention: EntityMention, seen_at: datetime) -> Entity:
     """A new entity for a mention that resolved to none, in its owner's scope, embedded and stored."""
+    # Inside: entity_curation imports this module at the top.
     from memory_admin.services.entity_curation import entity_embed
 
     # A place, tool, organisation or event is one tenant entity however many users name it (one "Zed",
@@ -425,6 +428,7 @@ def entity_name_problem(name: str) -> str | None:
 def entities_erase(*, memory_user_id: int) -> int:
     """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
     the one exception to "relations are only closed" (names are content). Returns the entities removed."""
+    # Inside: entity_curation imports this module at the top.
     from memory_admin.services.entity_curation import merged_names_erase
 
     merged_names_erase(memory_user_id=memory_user_id)

@@ -27,6 +27,7 @@ from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEnti
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import ADMIN, CURATE, Principal, get_visible
 from memory_admin.services.audit import audit
+from memory_admin.services.entities import _safe_name
 from memory_admin.services.screening import screens
 
 _NAME_MAX = 200
@@ -341,8 +342,6 @@ def entity_split(*, principal: Principal, entity_id: UUID | str, alias: str, not
 
 
 def _checked_name(name: str) -> str:
-    from memory_admin.services.entities import _safe_name
-
     name = " ".join(name.split())
     if not fold_name(name):
         raise Invalid("Give the entity a name.", code="entity_name_empty")

@@ -13,6 +13,7 @@ from memory_admin.models import AuditEvent, PiiBlock
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import AUDIT, get_visible, visible
 from memory_admin.services.pii import CONTACT_KINDS, SECRET_KINDS
+from memory_admin.templatetags.labels import changes
 from memory_admin.views.base import paginate, tenant_view
 
 PII_FILTERS = ("kind", "route", "action", "agent", "user", "since", "until")
@@ -202,8 +203,6 @@ def audit_export(request: HttpRequest) -> StreamingHttpResponse:
     ]
 
     def stream():
-        from memory_admin.templatetags.labels import changes
-
         yield writer.writerow(header)
         for e in rows.iterator(chunk_size=500):
             changed = ";".join(r["field"] for r in changes(e) if r["changed"])

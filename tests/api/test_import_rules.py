@@ -151,7 +151,7 @@ def test_a_failure_midway_leaves_nothing_behind(admin_api, tenant, monkeypatch):
     def broken(**_):
         raise DatabaseError("the connection was lost")
 
-    monkeypatch.setattr(imports, "skill_save", broken)
+    monkeypatch.setattr(imports.conversations, "skill_save", broken)
     data = export(
         fact("Carol uses vim", key="preference.editor"),
         skills=[{"path": "deploy/checklist.md", "content": "Run the tests first."}],

@@ -45,8 +45,8 @@ def test_a_search_hit_and_a_context_block_are_logged_with_the_key_and_the_door(t
 
 
 def test_reads_through_mcp_are_logged_as_mcp(tenant, owner_api):
+    from memory_admin.retrieval import fact_search
     from memory_admin.selectors.access import memory_user_for
-    from memory_admin.selectors.search import fact_search
 
     _write(owner_api, "alice", "Alice plays the theremin")
     key, _ = _key(tenant)

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.scoring import staleness
+from memory_admin.scoring import EVICTION_THRESHOLD, staleness
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import Principal
 from memory_admin.services.lifecycle import lifecycle_gc
@@ -36,9 +36,9 @@ def test_sampled_distributions_at_100_percent_equal_the_exact_ones_and_say_they_
     exact = sel.score_distributions(principal)
     assert exact["sample_percent"] is None
     # A "big" table whose sample is every page: the sampled path must give the same bins.
-    monkeypatch.setattr(sel, "_table_rows", lambda model: float(sel.SCORE_SAMPLE_ROWS))
-    monkeypatch.setattr(sel, "SCORE_SAMPLE_ABOVE", 1)
-    monkeypatch.setattr(sel, "SCORE_SAMPLE_MIN", 1)
+    monkeypatch.setattr(sel.overview, "_table_rows", lambda model: float(sel.SCORE_SAMPLE_ROWS))
+    monkeypatch.setattr(sel.overview, "SCORE_SAMPLE_ABOVE", 1)
+    monkeypatch.setattr(sel.overview, "SCORE_SAMPLE_MIN", 1)
     sampled = sel.score_distributions(principal)
     assert sampled["sample_percent"] == 100
     assert sampled["confidence"] == exact["confidence"] and sampled["staleness"] == exact["staleness"]
@@ -48,8 +48,8 @@ def test_sampled_distributions_at_100_percent_equal_the_exact_ones_and_say_they_
 
 def test_a_small_tenant_in_a_big_table_is_scored_exactly(tenant, memory_user, make_fact, monkeypatch):
     make_fact(memory_user, "only fact")
-    monkeypatch.setattr(sel, "_table_rows", lambda model: 1e9)  # a sample of ~0 rows: too few to use
-    monkeypatch.setattr(sel, "SCORE_SAMPLE_ABOVE", 1)
+    monkeypatch.setattr(sel.overview, "_table_rows", lambda model: 1e9)  # a sample of ~0 rows: too few to use
+    monkeypatch.setattr(sel.overview, "SCORE_SAMPLE_ABOVE", 1)
     result = sel.score_distributions(Principal(tenant_id=tenant.pk, role="admin", actor="t", actor_type="staff"))
     assert result["sample_percent"] is None and result["active"] == 1
 
@@ -57,7 +57,7 @@ def test_a_small_tenant_in_a_big_table_is_scored_exactly(tenant, memory_user, ma
 def test_users_ranked_by_an_aggregate_past_the_window_rank_the_newest_and_say_so(
     operator, tenant, make_fact, monkeypatch
 ):
-    monkeypatch.setattr(sel, "USER_RANK_WINDOW", {"facts": 3, "staleness": 3})
+    monkeypatch.setattr(sel.users, "USER_RANK_WINDOW", {"facts": 3, "staleness": 3})
     users = []
     for i in range(5):
         u = MemoryUser.objects.create(tenant=tenant, external_id=f"u{i}")
@@ -130,7 +130,7 @@ def test_the_lifecycle_preview_in_sql_equals_the_gc_dry_run(tenant, due):
 
 
 def test_the_lifecycle_counts_stop_at_the_cap(operator, tenant, memory_user, make_fact, monkeypatch):
-    monkeypatch.setattr(sel, "GC_COUNT_CAP", 3)
+    monkeypatch.setattr(sel.oversight, "GC_COUNT_CAP", 3)
     for i in range(5):
         make_fact(memory_user, f"expired {i}", hard_expires_at=timezone.now() - DAY)
     body = operator.get(reverse("lifecycle", args=[tenant.slug])).content.decode()
@@ -141,6 +141,6 @@ def test_every_eviction_candidate_is_contested(tenant, memory_user, make_fact):
     """The eviction query reads contested facts only; an uncontested fact never passes the threshold."""
     old = _backdate(make_fact(memory_user, "ancient, never read"), 5000)
     contested = _backdate(make_fact(memory_user, "ancient and disputed", contested=True), 5000)
-    assert staleness(old) <= sel.EVICTION_THRESHOLD < staleness(contested)
+    assert staleness(old) <= EVICTION_THRESHOLD < staleness(contested)
     principal = Principal(tenant_id=tenant.pk, role="admin", actor="t", actor_type="staff")
     assert [f.pk for f in sel.eviction_candidates(principal)] == [contested.pk]

@@ -161,9 +161,9 @@ def test_at_scale_the_list_shows_the_sampled_facts_and_the_bars_estimate(
     for i in range(40):
         make_fact(carol, f"Carol fact {i}", confidence=0.55, pinned=True)
     # The test table is a few pages: a "sample" of all of them, through the sampled code path.
-    monkeypatch.setattr(sel, "_table_rows", lambda model: float(sel.SCORE_SAMPLE_ROWS))
-    monkeypatch.setattr(sel, "SCORE_SAMPLE_ABOVE", 1)
-    monkeypatch.setattr(sel, "SCORE_SAMPLE_MIN", 1)
+    monkeypatch.setattr(sel.overview, "_table_rows", lambda model: float(sel.SCORE_SAMPLE_ROWS))
+    monkeypatch.setattr(sel.overview, "SCORE_SAMPLE_ABOVE", 1)
+    monkeypatch.setattr(sel.overview, "SCORE_SAMPLE_MIN", 1)
     overview = operator.get(reverse("overview", args=[tenant.slug])).content.decode()
     assert "Estimated from a 100.0% sample" in overview
     bars = _bars(overview, "Effective confidence distribution")

@@ -93,7 +93,7 @@ def test_common_words_are_counted_in_a_sample_and_the_page_says_so(operator, ten
     exact = operator.get(url, {"q": "espresso double"}).content.decode()
     # Fewer matches may be counted than there are: the users are ranked by their matches in a page
     # sample (here every page: the test table is small, so the sample is the whole table).
-    monkeypatch.setattr(sel, "SEARCH_COUNT_LIMIT", 5)
+    monkeypatch.setattr(sel.search, "SEARCH_COUNT_LIMIT", 5)
     with CaptureQueriesContext(connection) as sampled_queries:
         sampled = operator.get(url, {"q": "espresso double"}).content.decode()
     assert _hit_texts(sampled) == _hit_texts(exact)
@@ -104,8 +104,8 @@ def test_common_words_are_counted_in_a_sample_and_the_page_says_so(operator, ten
 
 
 def test_a_sample_without_enough_matches_is_filled_up_from_the_counted_ones(tenant, espresso, monkeypatch):
-    monkeypatch.setattr(sel, "SEARCH_COUNT_LIMIT", 5)
-    monkeypatch.setattr(sel, "SEARCH_SAMPLE_ROWS", 0)  # a 0 % sample: no page read
+    monkeypatch.setattr(sel.search, "SEARCH_COUNT_LIMIT", 5)
+    monkeypatch.setattr(sel.search, "SEARCH_SAMPLE_ROWS", 0)  # a 0 % sample: no page read
     principal = Principal(tenant_id=tenant.pk, role="operator", actor="t", actor_type="staff")
     result = sel.tenant_search(principal, "espresso", {})
     assert result["sample_percent"] == 0

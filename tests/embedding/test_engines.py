@@ -58,6 +58,23 @@ def test_build_embedder_refuses_the_static_engine_before_anything_starts(setting
         call_command("build_embedder", "--engine", "openai")
 
 
+@pytest.mark.django_db
+def test_serve_migrate_stops_at_the_static_engine_and_builds_a_model_for_onnx_only(settings, tmp_path, capsys):
+    """`serve migrate` (like `up`) builds (or verifies) the onnx model before any process starts, builds
+    nothing for an engine without a local model (openai), and stops a deployment still set to
+    EMBEDDER=static with the reason."""
+    settings.STATIC_ROOT = tmp_path / "static"
+    settings.EMBEDDER = "openai"
+    call_command("serve", "migrate")
+    assert "all-MiniLM-L6-v2" not in capsys.readouterr().out
+    settings.EMBEDDER = "onnx"
+    call_command("serve", "migrate")
+    assert "sha256" in capsys.readouterr().out  # build_embedder's line: the model built or verified
+    settings.EMBEDDER = "static"
+    with pytest.raises(CommandError, match="EMBEDDER=static was removed"):
+        call_command("serve", "migrate")
+
+
 def test_the_default_engine_never_loads_torch_or_the_openai_sdk():
     script = (
         "import django, sys; django.setup(); "

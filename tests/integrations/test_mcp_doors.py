@@ -333,10 +333,10 @@ def call_threads(monkeypatch):
     """The server's call threads, three of them for the test."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from memory_admin import mcp_server
+    from memory_admin.mcp_server import door
 
     pool = ThreadPoolExecutor(max_workers=3, thread_name_prefix="test-call")
-    monkeypatch.setattr(mcp_server, "_CALLS", pool, raising=False)
+    monkeypatch.setattr(door, "_CALLS", pool)
     yield 3
     pool.shutdown(wait=True)
 
@@ -349,7 +349,7 @@ def test_a_burst_of_calls_slower_than_the_limit_never_runs_more_than_the_call_th
 
     from mcp.server.mcpserver.exceptions import ToolError
 
-    from memory_admin.mcp_server import _READ, MemoryMCPServer
+    from memory_admin.mcp_server.door import _READ, MemoryMCPServer
 
     server = MemoryMCPServer(name="burst", call_timeout=0.2)
     lock, running, most = threading.Lock(), [0], [0]
@@ -390,7 +390,7 @@ def test_a_call_that_reaches_its_limit_while_committing_answers_what_it_kept(cal
     `timeout` ("nothing of it was kept") and what it wrote was kept all the same."""
     from django.db import transaction
 
-    from memory_admin.mcp_server import _ADD, MemoryMCPServer
+    from memory_admin.mcp_server.door import _ADD, MemoryMCPServer
     from memory_admin.models import Tenant
 
     server = MemoryMCPServer(name="late", call_timeout=0.3)

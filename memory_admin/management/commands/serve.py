@@ -17,6 +17,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
+from memory_admin.embedding import ENGINES
 from memory_admin.management.commands.up import Command as Up
 from memory_admin.management.commands.up import worker_lanes
 from memory_admin.supervisor import Child
@@ -44,7 +45,7 @@ class Command(BaseCommand):
         if role == PREPARE:
             call_command("migrate", interactive=False, verbosity=1)
             call_command("collectstatic", interactive=False, verbosity=0)
-            if settings.EMBEDDER in ("onnx", "static"):
+            if settings.EMBEDDER == "onnx" or settings.EMBEDDER not in ENGINES:  # static: refused, as by `up`
                 call_command("build_embedder")
             return
         env = {**os.environ, "DATABASE_URL": settings.DATABASE_URL}

@@ -42,6 +42,7 @@ from django.core.management.base import BaseCommand
 from django.db import connection
 
 from memory_admin import config, embedded_db
+from memory_admin.embedding import ENGINES
 from memory_admin.selectors.health import heartbeat_ages, queue_backlogs, worker_age
 from memory_admin.services.heartbeats import SWEEP, WORKER, progress_name
 from memory_admin.supervisor import Backoff, Child, LivenessProbe, Supervisor
@@ -342,8 +343,9 @@ class Command(BaseCommand):
         call_command("migrate", interactive=False, verbosity=0)
         self.say(f"migrations: {pending} applied" if pending else "migrations: up to date")
         call_command("collectstatic", interactive=False, verbosity=0)
-        if settings.EMBEDDER in ("onnx", "static"):
-            # Once, before the workers start; a no-op when the cache verifies.
+        if settings.EMBEDDER == "onnx" or settings.EMBEDDER not in ENGINES:
+            # Once, before the workers start; a no-op when the cache verifies. An engine that is gone
+            # (EMBEDDER=static) stops here: build_embedder refuses it with what to do instead.
             call_command("build_embedder", stdout=_Prefixed(self.stdout, "up: embedding model: "))
         if demo:
             call_command("seed_demo", stdout=_Prefixed(self.stdout, "up: demo: "))

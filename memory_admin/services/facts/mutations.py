@@ -9,11 +9,11 @@ from django.utils import timezone
 
 from memory_admin.embedding import embed_one
 from memory_admin.errors import Conflict, Invalid
-from memory_admin.models import Fact, RelationEnd
+from memory_admin.models import AuditEvent, Fact, RelationEnd
 from memory_admin.selectors.access import CURATE, Principal, writable_fact
 from memory_admin.services.access_counts import record_access as accumulate
 from memory_admin.services.audit import audit, audit_fact, fact_snapshot
-from memory_admin.services.entities import relations_end
+from memory_admin.services.entities import relations_end, relations_reopen
 from memory_admin.services.facts.checks import check_fact_size
 from memory_admin.services.facts.conflicts import close_contradictions_of
 from memory_admin.services.facts.versions import lock_memory_user, newest_version, replace, successor, supersede
@@ -114,9 +114,6 @@ def fact_restore(*, principal: Principal, fact_id: Any) -> Fact:
     Only a fact whose last change was a Forget can come back (`not_forgotten`: one evicted by a
     reviewer, the cap or the GC is restored in the review queue, if at all), and not while another
     fact holds its key (`key_taken`: a newer value was stored since)."""
-    from memory_admin.models import AuditEvent
-    from memory_admin.services.entities import relations_reopen
-
     fact = writable_fact(principal, fact_id)
     last = (
         AuditEvent.objects.filter(target_type="fact", target_id=str(fact.pk))
