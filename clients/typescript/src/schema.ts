@@ -2097,6 +2097,7 @@ export interface components {
              */
             kind: "fact" | "message" | "chunk";
             fact: components["schemas"]["FactOut"] | null;
+            message: components["schemas"]["MessageHitOut"] | null;
             chunk?: components["schemas"]["ChunkHitOut"] | null;
             score: components["schemas"]["ScoreOut"];
         };
@@ -5609,7 +5610,9 @@ export interface operations {
                 q: string;
                 k?: number;
                 include?: string;
-                kinds?: string;
+                as_of?: string | null;
+                between?: string | null;
+                kinds?: string | null;
             };
             header?: never;
             path: {
