@@ -6,8 +6,7 @@ the facts and messages together.
 What a message is to the ranking: its cosine distance to the query (its embedding, filled by the worker:
 services/message_index.py), the query lexemes its text holds, its lexemes, its age from `created_at` (the
 time it was said), no entities, importance MESSAGE_IMPORTANCE and a constant confidence MESSAGE_CONFIDENCE
-(a message is what was said, not a statement checked and kept current the way a fact is; a fact that says
-the same ranks first).
+(what the user said, taken as a statement they made).
 
 Deduplication (`dedupe`): a message from which a fact was extracted (`Fact.message`) is dropped from the
 hits when that fact is among them, unless the message says more: when it holds more than SAYS_MORE
@@ -24,6 +23,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.contrib.postgres.search import SearchQuery
 from django.db import connection
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
@@ -32,15 +32,22 @@ from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
 from memory_admin.models import Fact, MemoryUser, Message
 from memory_admin.retrieval.candidates import MAX_LEXEMES, Candidate
+from memory_admin.retrieval.names import or_tsquery
 from memory_admin.selectors.access import Principal, visible
 
 # The `src` of a message candidate (a fact's is its branch, 0 or more).
 MESSAGE_SRC = -1
-# A user's messages beyond this many are cut to the nearest ones (as OWN_EXACT_LIMIT cuts facts).
-OWN_MESSAGES_LIMIT = 5000
+# A search considers a user's MESSAGE_NEAREST messages nearest the query and the MESSAGE_KEYWORD best
+# full-text matches among the first KEYWORD_SCAN (ts_rank), not every message: a conversation log grows
+# without bound, and ranking every message of a long one in Python cost ~3x the facts-only search at 550
+# messages a user (bench/JOURNAL.md "Messages as episodic memory").
+MESSAGE_NEAREST = 150
+MESSAGE_KEYWORD = 50
+KEYWORD_SCAN = 500
 # What a message counts as in the ranking (module docstring). Tuned on the LoCoMo dev split
-# (bench/messages_locomo.py, bench/README.md "Messages as episodic memory").
-MESSAGE_CONFIDENCE = 0.9
+# (bench/messages_locomo.py, bench/JOURNAL.md "Messages as episodic memory"): 0.9 while the offline
+# extractor wrote 80 facts; 1.0 once rules-v2 wrote 732 (pooled R@10 0.714 -> 0.742 at 150 nearest).
+MESSAGE_CONFIDENCE = 1.0
 MESSAGE_IMPORTANCE = 0.5
 # A message with more than this many lexemes that its facts among the hits lack says more: kept.
 SAYS_MORE = 3
@@ -49,6 +56,7 @@ DEDUPE_WINDOW = 3
 _USER_SENTINEL = -7_340_041
 _QUERY_SENTINEL = "\x00message-query\x00"
 _VECTOR_SENTINEL = object()
+_TSQ_SENTINEL = "\x00message-tsquery\x00"
 
 
 def message_candidate_id(message_id: int) -> uuid.UUID:
@@ -58,19 +66,26 @@ def message_candidate_id(message_id: int) -> uuid.UUID:
 
 
 @functools.lru_cache(maxsize=256)
-def _statement(principal: Principal) -> tuple[str, tuple]:
+def _statement(principal: Principal, has_text: bool) -> tuple[str, tuple]:
     """The candidate statement of one user's messages, compiled once per principal (the user, the query
-    text and its vector bound per request)."""
+    text, its tsquery and its vector bound per request): the nearest ones, and the best full-text
+    matches when the query has words."""
     distance = RawSQL("memory_admin_message.embedding <=> (SELECT v FROM message_qv)", ())  # noqa: S611 - constant
-    own = (
-        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False))
-        .annotate(distance=distance)
-        .order_by("distance")
-        .values("id", "created_at", "search_vector", "distance", "thread__external_id", "role", "content")[
-            :OWN_MESSAGES_LIMIT
-        ]
-    )
-    sql, params = compiled(own)
+    own = visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False))
+    columns = ("id", "created_at", "search_vector", "distance", "thread__external_id", "role", "content")
+    nearest = own.annotate(distance=distance).order_by("distance").values(*columns)[:MESSAGE_NEAREST]
+    branches = [compiled(nearest)]
+    if has_text:
+        matching = own.filter(search_vector=SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english"))
+        sql, params = compiled(matching.annotate(distance=distance).values(*columns)[:KEYWORD_SCAN])
+        branches.append(
+            (
+                f"SELECT k.* FROM ({sql}) AS k"
+                f" ORDER BY ts_rank(k.search_vector, to_tsquery('english', %s)) DESC LIMIT {MESSAGE_KEYWORD}",
+                (*params, _TSQ_SENTINEL),
+            )
+        )
+    union = " UNION ALL ".join(f"(SELECT b.* FROM ({sql}) AS b)" for sql, _ in branches)
     statement = (
         "WITH message_qv AS (SELECT %s::vector AS v),"
         f" message_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:{MAX_LEXEMES}] AS q)"
@@ -79,9 +94,9 @@ def _statement(principal: Principal) -> tuple[str, tuple]:
         " COALESCE(length(m.search_vector), 0), tsvector_to_array(m.search_vector),"
         # What a hit shows of it, carried (as the fact candidates carry theirs): no second statement.
         " m.thread__external_id, m.role, m.created_at, m.content"
-        f" FROM ({sql}) AS m"
+        f" FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id) AS m"
     )
-    return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *params)
+    return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *(p for _, ps in branches for p in ps))
 
 
 def message_candidates(
@@ -90,8 +105,14 @@ def message_candidates(
     """The user's indexed messages the principal can see, as candidates (their `src` MESSAGE_SRC, their
     id `message_candidate_id`, carrying what `message_shown` shows); `matched` over the query's lexemes in
     the order the fact candidates number them (the same expression over the same text)."""
-    statement, params = _statement(principal)
-    values = {_USER_SENTINEL: memory_user.pk, _QUERY_SENTINEL: query[:2000], _VECTOR_SENTINEL: Vector(vector)}
+    tsq = or_tsquery(query)
+    statement, params = _statement(principal, bool(tsq))
+    values = {
+        _USER_SENTINEL: memory_user.pk,
+        _QUERY_SENTINEL: query[:2000],
+        _VECTOR_SENTINEL: Vector(vector),
+        _TSQ_SENTINEL: tsq,
+    }
     with vector_cursor(binary_results=True, prepared=True) as cursor:
         cursor.execute(statement, bind(params, values))
         result = cursor.fetchall()
