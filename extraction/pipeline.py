@@ -49,8 +49,10 @@ from extraction.schemas import (
 )
 from memory_admin import celery as celery_module
 from memory_admin import metrics, requestlog
+from memory_admin.celery import INTERACTIVE
+from memory_admin.embedding import embed
 from memory_admin.errors import Blocked, DomainError
-from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, Thread
+from memory_admin.models import Episode, ExtractionBatch, Fact, LlmCall, Message, TenantSettings, Thread
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.agent_text import agent_text_problem
@@ -139,7 +141,6 @@ def _lost_before(now: datetime) -> datetime:
     it is never duplicated, however long it waits. Without queue figures (the broker unreachable, or
     one that cannot tell) the age alone decides. The queue's clock and ours are compared with a margin
     of two seconds (each reading is a little late)."""
-    from memory_admin.celery import INTERACTIVE
 
     before = now - timedelta(seconds=conf.get("EXTRACTION_REDISPATCH_SECONDS"))
     waiting = broker.queue_stats().get(INTERACTIVE)
@@ -321,8 +322,6 @@ def _recall_filter(batch: ExtractionBatch, messages: list[Message]) -> tuple[lis
     """Gate recalled memory: context blocks pasted back, and assistant/tool sentences that repeat an
     active fact, are not extraction input. Returns the inputs and {message id: skip reason}."""
     import numpy as np
-
-    from memory_admin.embedding import embed
 
     skipped: dict[int, str] = {}
     texts: dict[int, str] = {}
@@ -526,7 +525,7 @@ def _link_entities(principal: Principal, fact: Fact, candidate: _Candidate, batc
 def _commit(
     batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *, model: str
 ) -> BatchOutcome:
-    from memory_admin.embedding import embed
+    pass
 
     # Drop what carries no information (a redacted placeholder) before paying for embeddings.
     candidates = [c for c in candidates if "[REDACTED:" not in c.content and c.content.strip()]
@@ -706,8 +705,6 @@ def idle_threads(*, now: datetime | None = None, limit: int = 200) -> list[int]:
     """Threads ready to become an episode: closed, or quiet for the tenant's idle window; with
     messages in no episode, and no extraction still due."""
     from django.db.models import Exists, OuterRef
-
-    from memory_admin.models import TenantSettings
 
     now = now or timezone.now()
     loose = Message.objects.filter(thread=OuterRef("pk"), episode__isnull=True)

@@ -22,6 +22,8 @@ from datetime import date, datetime, timedelta
 from django.utils import timezone
 
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft
+from memory_admin.services.entity_kinds import kind_of
+from memory_admin.services.guard import verdict
 
 NAME = "rules-v2"
 
@@ -980,7 +982,7 @@ _RELATIONS: dict[str, tuple[str, str, int]] = {
 
 
 def _not_a_tool(groups: list[str]) -> bool:
-    from memory_admin.services.entity_kinds import kind_of
+    pass
 
     return kind_of(_WHEN.sub("", groups[-1]).strip(" .,;:!")) != "tool"
 
@@ -1031,8 +1033,6 @@ def _graph(template: str, values: list[str]) -> tuple[tuple[EntityMention, ...],
         return (_USER,), ()
     kind = relation.format(*values) if "{" in relation else relation
     if not object_type:  # the rule does not say what the object is: its name and neighbours may
-        from memory_admin.services.entity_kinds import kind_of
-
         object_type = kind_of(name, "")
     return (_USER, EntityMention(name, object_type, "object")), (RelationDraft(SELF_NAME, kind, name),)
 
@@ -1073,7 +1073,6 @@ WITHHELD_QUOTE = "(a message that reads as instructions to a model, not quoted)"
 def _quote(text: str) -> str:
     """A user's sentence quoted into the summary, which context blocks serve to agents: one that reads as
     instructions to a model (the poisoning guard) is described, never quoted."""
-    from memory_admin.services.guard import verdict
 
     if verdict(text).flagged:
         return WITHHELD_QUOTE

@@ -17,6 +17,7 @@ from memory_admin.celery import EPISODE_SWEEP_SECONDS, INTERACTIVE, app
 from memory_admin.embedding import embed, get_embedder, use_switch_interval
 from memory_admin.services import access_counts, entity_draw, lifecycle
 from memory_admin.services.heartbeats import SWEEP, WORKER, heartbeat_record
+from memory_admin.services.message_index import messages_index
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,6 @@ def entities_sweep() -> int:
 @shared_task(name="extraction.index_messages", ignore_result=True)
 def index_messages() -> int:
     """Embed the messages posted since the last run (services/message_index.py): search finds them then."""
-    from memory_admin.services.message_index import messages_index
 
     return messages_index()
 

@@ -31,6 +31,7 @@ from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok
 from memory_admin.services.entities import entity_create, entity_find
 from memory_admin.services.entity_draw import draw
+from memory_admin.services.facts import lock_memory_user
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,6 @@ def _due(source_id):
 
 def chunks_draw(source_id, *, limit: int = DRAW_CHUNKS) -> tuple[int, bool]:
     """Draw the entities of up to `limit` due chunks of the source: (chunks drawn, whether more are due)."""
-    from memory_admin.services.facts import lock_memory_user
 
     with transaction.atomic():
         chunks = list(

@@ -12,6 +12,7 @@ from pathlib import Path
 from django.db import transaction
 from django.utils import timezone
 
+from memory_admin import celery
 from memory_admin.knowledge import conf
 from memory_admin.knowledge.crawl import crawl_begin, ingestion_enabled
 from memory_admin.knowledge.errors import KnowledgeError
@@ -25,7 +26,7 @@ CRAWL_TASK = "knowledge.crawl"
 
 
 def _dispatch(source_id) -> None:
-    from memory_admin import celery
+    pass
 
     transaction.on_commit(lambda: celery.dispatch(CRAWL_TASK, str(source_id)))
 
@@ -257,7 +258,6 @@ def due_sources(now=None) -> list:
 
 def refresh_due(now=None) -> int:
     """Start the crawls that are due (tenants whose ingestion is on); resend the lost ones. Returns how many."""
-    from memory_admin import celery
 
     sent = 0
     for pk, tenant_id in due_sources(now):

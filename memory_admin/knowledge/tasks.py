@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from memory_admin import celery
 from memory_admin.knowledge import entities as knowledge_entities
 from memory_admin.knowledge import services
 from memory_admin.knowledge.crawl import crawl_step
@@ -13,7 +14,7 @@ from memory_admin.knowledge.crawl import crawl_step
 
 @shared_task(name="knowledge.crawl", ignore_result=True)
 def crawl(source_id: str) -> bool:
-    from memory_admin import celery
+    pass
 
     more = crawl_step(source_id)
     # The next step, or, the walk done, the drawing of the new chunks' entities (bulk queue too).
@@ -25,7 +26,7 @@ def crawl(source_id: str) -> bool:
 def entities(source_id: str) -> bool:
     _drawn, more = knowledge_entities.chunks_draw(source_id)
     if more:
-        from memory_admin import celery
+        pass
 
         celery.dispatch(knowledge_entities.TASK, source_id)
     return more

@@ -34,6 +34,7 @@ from memory_admin.retrieval.ranking import NEIGHBOUR_WEIGHT, Scored, score, weig
 from memory_admin.retrieval.timematch import time_scores, windows
 from memory_admin.retrieval.timeq import query_time
 from memory_admin.selectors.access import CURATE, Principal, visible
+from memory_admin.services.access_counts import record_access, record_usage
 from memory_admin.services.settings import tenant_settings
 
 DEFAULT_STATUSES = (Fact.Status.ACTIVE, Fact.Status.STALE)
@@ -360,7 +361,7 @@ def fact_search(
         if row.id in facts or is_message(row)
     ]
     if record:
-        from memory_admin.services.access_counts import record_access, record_usage
+        pass
 
         record_access([h.fact.pk for h in hits if h.fact is not None], principal, "search")
         record_usage(principal.tenant_id, "search")
@@ -433,7 +434,6 @@ def memory_search(
         timings["chunks_ms"] = (time.perf_counter() - chunk_started) * 1000
     hits.sort(key=lambda h: -h.final)
     result.hits = hits[:k]
-    from memory_admin.services.access_counts import record_access, record_usage
 
     record_access([h.fact.pk for h in result.hits if h.kind == "fact"], principal, "search")
     record_usage(principal.tenant_id, "search")

@@ -36,11 +36,15 @@ from django.db import DatabaseError, close_old_connections, connection, transact
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from extraction.rules import clause_graph, statements
+from memory_admin import celery
 from memory_admin.errors import DomainError
 from memory_admin.models import Entity, EntityBackfill, EntityDrawing, Fact, FactEntity
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft, fact_entities_link
+from memory_admin.services.entity_curation import entity_text
+from memory_admin.services.entity_kinds import kind_of
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +218,6 @@ def _merge_role(current: str | None, role: str) -> str:
 
 def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
     """The mentions (name, type, role) and relations a fact's text states, by the rules of the docstring."""
-    from extraction.rules import clause_graph, statements
-    from memory_admin.services.entity_kinds import kind_of
 
     speaker_match = _SPEAKER.match(text)
     speaker = speaker_match.group(1) if speaker_match and fold_name(speaker_match.group(1)) not in COMMON else None
@@ -281,7 +283,6 @@ def drawn_names(text: str) -> tuple[tuple[tuple[str, bool, str], ...], tuple[tup
     """What drawing a fact of this text would link, by folded name: ((name, is its subject, the text a new
     entity of it is embedded from)...), and the (subject, object) of the relations it states. Cached:
     search counts it for every candidate not drawn yet, again at each search until its drawing ran."""
-    from memory_admin.services.entity_curation import entity_text
 
     mentions, relations = draw(text)
     return (
@@ -324,6 +325,7 @@ def facts_draw(fact_ids: Iterable[UUID | str]) -> int:
     """Draw the entities of these facts, one owner's facts under that owner's lock (the backfill's walk,
     and tasks sent before drawing was per owner). Facts gone, not active or already linked are skipped.
     Returns the entities linked."""
+    # Inside: the write path (services.facts.write) imports this module at the top.
     from memory_admin.services.facts import lock_memory_user
 
     facts = Fact.objects.filter(pk__in=list(fact_ids)).defer(*Fact.VECTORS, "content_hash")
@@ -384,6 +386,7 @@ def _owned(tenant_id: int, memory_user_id: int | None) -> QuerySet[Fact]:
 
 def _draw_chunk(tenant_id: int, memory_user_id: int | None) -> tuple[int, int]:
     """Draw the owner's next DRAW_CHUNK due facts under its lock: (facts, entity links made)."""
+    # Inside: the write path (services.facts.write) imports this module at the top.
     from memory_admin.services.facts import lock_memory_user
 
     with transaction.atomic():
@@ -443,7 +446,6 @@ _sender: tuple[int, threading.Thread] | None = None  # (pid, thread): a forked w
 def _send(owners: Iterable[Owner], *, claimed: bool = False) -> int:
     """Claim the owners' drawings and send a task for each one claimed (`claimed`: they are already).
     A failed claim is logged: the facts stay due and the sweep sends their drawing. Returns tasks sent."""
-    from memory_admin.celery import dispatch
 
     owners = list(owners)
     try:
@@ -452,7 +454,7 @@ def _send(owners: Iterable[Owner], *, claimed: bool = False) -> int:
         log.warning("could not claim the entity drawing of %d owners; the sweep will", len(owners), exc_info=True)
         return 0
     for tenant_id, memory_user_id in owners:
-        dispatch(TASK, tenant_id, memory_user_id)
+        celery.dispatch(TASK, tenant_id, memory_user_id)
     return len(owners)
 
 

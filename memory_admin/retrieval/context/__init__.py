@@ -47,6 +47,7 @@ from memory_admin.retrieval.context.fill import fit_sections
 from memory_admin.retrieval.context.gather import gather_sections
 from memory_admin.retrieval.context.render import FACT_SECTIONS, Section, final_text
 from memory_admin.selectors.access import Principal
+from memory_admin.services.access_counts import record_access, record_usage
 
 MIN_BUDGET_TOKENS = 1
 MAX_BUDGET_TOKENS = 32000
@@ -56,7 +57,6 @@ def _record_reads(principal: Principal, sections: list[Section], record: bool | 
     """Reads of included facts count (services.access_counts); by default only agents' reads."""
     if not (principal.actor_type == "agent" if record is None else record):
         return
-    from memory_admin.services.access_counts import record_access, record_usage
 
     record_access([i.id for s in sections if s.name in FACT_SECTIONS for i in s.included], principal, "context")
     record_usage(principal.tenant_id, "context")

@@ -24,7 +24,7 @@ from django.db.models.functions import Abs, Least
 from memory_admin import metrics, scoring
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.knowledge import conf
-from memory_admin.models import Episode, Fact, MemoryUser, Message, Notebook, Skill
+from memory_admin.models import Entity, Episode, Fact, FactEntity, MemoryUser, Message, Notebook, Relation, Skill
 from memory_admin.retrieval.chunks import chunk_ranking
 from memory_admin.retrieval.context.documents import claims, document_items
 from memory_admin.retrieval.context.render import (
@@ -347,7 +347,7 @@ _IDS = object()
 
 @functools.lru_cache(maxsize=256)
 def _entity_statements(principal: Principal) -> tuple[tuple[str, tuple], tuple[str, tuple]]:
-    from memory_admin.models import Entity, FactEntity, Relation
+    pass
 
     owned = Q(memory_user_id=_USER) | Q(memory_user__isnull=True)
     mentions = RawSQL(  # noqa: S611 - constant SQL
