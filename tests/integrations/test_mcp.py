@@ -287,10 +287,10 @@ def test_a_session_over_http(mcp_http, tenants):
 def test_a_session_over_stdio(tenants):
     asyncio.run(scenario(stdio_session, tenants))
     assert not Fact.objects.filter(content__contains=SECRET[4:]).exists()
-    # The server's reads reach the overview's usage chart (at once: ACCESS_COUNT_FLUSH_SECONDS=0 here): two
-    # searches (compact and full).
+    # The server's reads reach the overview's usage chart (at once: ACCESS_COUNT_FLUSH_SECONDS=0 here): the
+    # four searches answered (compact, full, as_of, messages only; the two refused ones are not counted).
     usage = dict(UsageDay.objects.values_list("kind", "count"))
-    assert usage["search"] == 2 and usage["fact"] == 1 and usage["context"] >= 1, usage
+    assert usage["search"] == 4 and usage["fact"] == 1 and usage["context"] >= 1, usage
     assert Notebook.objects.get(memory_user__external_id="dana").version == 1
 
 

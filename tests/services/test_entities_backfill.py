@@ -68,6 +68,7 @@ def test_it_draws_every_facts_entities_with_a_progress_bar(tenant):
     assert set(Relation.objects.values_list("subject__name", "type", "object__name")) == {
         ("Sam", "works_at", "Acme Robotics"),
         ("Dana Scully", "moved_to", "Lisbon"),  # a named person's sentence draws a relation too
+        ("Dana Scully", "lives_in", "Lisbon"),  # and a move says where they live now (rules-v2)
         ("the user", "manages", "Project Falcon"),
     }
     assert EntityBackfill.objects.get(scope="*").finished_at is not None

@@ -194,6 +194,7 @@ class MessageHit:
     text: str
 
 
+@dataclass(frozen=True)
 class DocumentChunk:
     """A chunk of a document from a knowledge source, with what citing it needs."""
 
