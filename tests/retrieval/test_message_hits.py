@@ -147,3 +147,21 @@ def test_a_message_whose_fact_is_a_hit_is_dropped_unless_it_says_more(api):
         short,
         long,
     }
+
+
+def test_a_search_weighs_the_nearest_messages_and_the_keyword_matches_not_the_whole_log(api, monkeypatch):
+    from memory_admin.retrieval import messages
+
+    monkeypatch.setattr(messages, "MESSAGE_NEAREST", 2)
+    messages._statement.cache_clear()
+    try:
+        post(api, "ivo", "chat", *[f"Talked about the weather again, day {n}, cloudy and mild." for n in range(10)])
+        post(api, "ivo", "chat", "The plumber's invoice from Kowalczyk arrived today.")
+        assert messages_index() == 11
+        r = api.get("users/ivo/search", q="Kowalczyk", kinds="message")
+        assert r.status_code == 200, r.content
+        # Two nearest plus the one message holding the word, not all eleven of the log.
+        assert r.json()["candidates"] <= 3
+        assert "The plumber's invoice from Kowalczyk arrived today." in texts(r.json()["hits"])
+    finally:
+        messages._statement.cache_clear()
