@@ -97,7 +97,7 @@ def load_shared() -> None:
 
     # Inside the hook: the model's and the scan's modules load after the environment above is set.
     from memory_admin.embedding import get_embedder
-    from memory_admin.services.pii import find
+    from memory_admin.services.pii import find  # inside the hook, as the line above
 
     before = _threads()
     get_resolver().url_patterns  # noqa: B018 - imports every URL, view and API module

@@ -173,3 +173,50 @@ def _inside_an_import_fallback(node: ast.AST, path: Path) -> bool:
         and any(inner is node or ast.dump(inner) == ast.dump(node) for inner in ast.walk(handler))
         for handler in ast.walk(tree)
     )
+
+
+# Issue 30: a project import inside a function only where a framework's load order or a cycle forces it.
+MAX_INNER_IMPORTS = 20
+
+
+def inner_project_imports(root: Path, packages: tuple[str, ...] = PACKAGES) -> list[tuple[Path, int, str]]:
+    """(file, line, the line and the one above) of every import of a project module inside a function."""
+    found = {}
+    for path in _modules(root, packages).values():
+        source = path.read_text()
+        lines = source.splitlines()
+        for function in ast.walk(ast.parse(source)):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and not node.level:
+                    names = [node.module or ""]
+                elif isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    continue
+                if any(name.split(".")[0] in packages for name in names):
+                    said = " ".join(lines[max(0, node.lineno - 2) : node.lineno])
+                    found[(path, node.lineno)] = said  # a nested function's import is seen once
+    return [(path, line, said) for (path, line), said in sorted(found.items())]
+
+
+def test_imports_inside_functions_are_few_and_each_says_why():
+    inner = inner_project_imports(ROOT)
+    listed = "\n".join(f"{path.relative_to(ROOT)}:{line}" for path, line, _ in inner)
+    assert len(inner) <= MAX_INNER_IMPORTS, f"{len(inner)} project imports inside functions:\n{listed}"
+    unexplained = [f"{path.relative_to(ROOT)}:{line}" for path, line, said in inner if "#" not in said]
+    assert not unexplained, f"an import inside a function says why (a comment on it or above): {unexplained}"
+
+
+def test_the_inner_import_count_sees_an_added_one(tmp_path):
+    package = tmp_path / "memory_admin"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("def f():\n    from memory_admin import b\n    return b\n")
+    (package / "b.py").write_text(
+        "import os\n\n\ndef g():\n    # Inside: a imports this module.\n    import memory_admin.a\n"
+    )
+    inner = inner_project_imports(tmp_path, ("memory_admin",))
+    assert [(path.name, line) for path, line, _ in inner] == [("a.py", 2), ("b.py", 6)]
+    assert ["#" in said for _, _, said in inner] == [False, True]

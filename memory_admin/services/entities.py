@@ -26,6 +26,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
+from memory_admin.embedding import embed_one
 from memory_admin.models import Entity, Fact, FactEntity, Relation
 from memory_admin.models.entities import RELATION_TYPE_PATTERN, RelationEnd, fold_name
 from memory_admin.selectors.access import Principal, visible
@@ -176,9 +177,6 @@ def _absorb(entity: Entity, mention: EntityMention, seen_at: datetime, *, by_use
             entity.aliases, entity.alias_keys = [*entity.aliases, alias[:_NAME_MAX]], [*entity.alias_keys, key]
             changed = True
     if _better_name(entity, mention.name):
-        # Inside: entity_curation imports this module (its name rules) at the top.
-        from memory_admin.services.entity_curation import entity_embed
-
         entity.name, changed = mention.name[:_NAME_MAX], True
         entity_embed(entity)
     if entity.type == Entity.Type.OTHER and mention.type != Entity.Type.OTHER:
@@ -216,9 +214,6 @@ def entity_resolve(
 
 def entity_create(*, tenant_id: int, memory_user_id: int | None, mention: EntityMention, seen_at: datetime) -> Entity:
     """A new entity for a mention that resolved to none, in its owner's scope, embedded and stored."""
-    # Inside: entity_curation imports this module at the top.
-    from memory_admin.services.entity_curation import entity_embed
-
     # A place, tool, organisation or event is one tenant entity however many users name it (one "Zed",
     # not one per user): it holds the name only; the facts and relations that name it stay their owners'.
     shared = memory_user_id is None or (_share_kinds() and mention.type in SHARED_KINDS)
@@ -425,13 +420,12 @@ def entity_name_problem(name: str) -> str | None:
     return agent_text_problem(name)
 
 
-def entities_erase(*, memory_user_id: int) -> int:
-    """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
-    the one exception to "relations are only closed" (names are content). Returns the entities removed."""
-    # Inside: entity_curation imports this module at the top.
-    from memory_admin.services.entity_curation import merged_names_erase
+def entity_text(entity: Entity) -> str:
+    """What an entity's embedding is computed from: its name and type."""
+    return f"{entity.name} ({entity.type})"
 
-    merged_names_erase(memory_user_id=memory_user_id)
-    Relation.objects.filter(memory_user_id=memory_user_id).delete()
-    FactEntity.objects.filter(fact__memory_user_id=memory_user_id).delete()
-    return Entity.objects.filter(memory_user_id=memory_user_id).delete()[1].get(Entity._meta.label, 0)
+
+def entity_embed(entity: Entity) -> None:
+    """Give the entity the embedding of its name and type (not saved here)."""
+
+    entity.embedding = embed_one(entity_text(entity))

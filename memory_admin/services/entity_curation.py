@@ -21,21 +21,15 @@ from django.db.models import CharField, F, Q, Value
 from django.db.models.functions import MD5, Concat, Greatest
 from django.utils import timezone
 
-from memory_admin.embedding import embed_one
 from memory_admin.errors import AlreadyResolved, Forbidden, Invalid
 from memory_admin.models import Entity, EntityMerge, EntityMergeReview, FactEntity, Relation
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import ADMIN, CURATE, Principal, get_visible
 from memory_admin.services.audit import audit
-from memory_admin.services.entities import _safe_name
+from memory_admin.services.entities import _safe_name, entity_embed, entity_text
 from memory_admin.services.screening import screens
 
 _NAME_MAX = 200
-
-
-def entity_text(entity: Entity) -> str:
-    """What an entity's embedding is computed from: its name and type."""
-    return f"{entity.name} ({entity.type})"
 
 
 def entity_text_hash(entity: Entity) -> str:
@@ -46,12 +40,6 @@ def entity_text_hash(entity: Entity) -> str:
 # The same hash in SQL, of each row's current name and type (a test holds the two equal): a shadow
 # vector whose hash differs was computed before a rename and is filled again, never swapped in.
 ENTITY_TEXT_HASH_SQL = MD5(Concat("name", Value(" ("), "type", Value(")"), output_field=CharField()))
-
-
-def entity_embed(entity: Entity) -> None:
-    """Give the entity the embedding of its name and type (not saved here)."""
-
-    entity.embedding = embed_one(entity_text(entity))
 
 
 def entity_snapshot(entity: Entity) -> dict:
@@ -500,3 +488,12 @@ def merged_names_erase(*, memory_user_id: int) -> int:
         survivor.save(update_fields=["aliases", "alias_keys", "name"])
         changed += 1
     return changed
+
+
+def entities_erase(*, memory_user_id: int) -> int:
+    """Erase (GDPR): the user's entities, their mentions and the relations its facts stated are removed,
+    the one exception to "relations are only closed" (names are content). Returns the entities removed."""
+    merged_names_erase(memory_user_id=memory_user_id)
+    Relation.objects.filter(memory_user_id=memory_user_id).delete()
+    FactEntity.objects.filter(fact__memory_user_id=memory_user_id).delete()
+    return Entity.objects.filter(memory_user_id=memory_user_id).delete()[1].get(Entity._meta.label, 0)

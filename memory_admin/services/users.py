@@ -41,7 +41,7 @@ from memory_admin.models import (
 )
 from memory_admin.selectors.access import ADMIN, Principal
 from memory_admin.services.audit import audit
-from memory_admin.services.entities import entities_erase
+from memory_admin.services.entity_curation import entities_erase
 
 ERASED = "[erased]"
 

@@ -259,7 +259,7 @@ def test_a_users_entity_cannot_swallow_a_shared_one(system, operator, alice, ten
 
 
 def test_erasing_a_user_removes_merged_entities_and_their_merge_records(system, operator, alice, two_bobs):
-    from memory_admin.services.entities import entities_erase
+    from memory_admin.services.entity_curation import entities_erase
 
     bob, robert = two_bobs
     entity_merge(principal=operator, survivor_id=bob.pk, loser_id=robert.pk)
@@ -268,7 +268,7 @@ def test_erasing_a_user_removes_merged_entities_and_their_merge_records(system, 
 
 
 def test_erasing_a_user_takes_the_names_it_merged_into_a_shared_entity(system, operator, alice, tenant):
-    from memory_admin.services.entities import entities_erase
+    from memory_admin.services.entity_curation import entities_erase
 
     org = Entity.objects.create(
         tenant=tenant,

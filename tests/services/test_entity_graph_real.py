@@ -9,7 +9,7 @@ from django.core.management import call_command
 from memory_admin.models import Entity, Fact, FactEntity, Relation
 from memory_admin.selectors.access import Principal, memory_user_for, visible
 from memory_admin.selectors.entities import merge_candidates
-from memory_admin.services.entities import entities_erase
+from memory_admin.services.entity_curation import entities_erase
 from memory_admin.services.entity_draw import draw, facts_draw
 from memory_admin.services.facts import fact_write
 
