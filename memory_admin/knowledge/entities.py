@@ -26,10 +26,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from memory_admin.errors import DomainError
-from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk
+from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk, Relation
+from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok
-from memory_admin.services.entities import entity_create, entity_find
+from memory_admin.services.entities import SELF_NAME, entity_create, entity_find, relation_type
 from memory_admin.services.entity_draw import draw
 from memory_admin.services.facts import lock_memory_user
 
@@ -40,12 +41,38 @@ TASK = "knowledge.entities"
 DRAW_CHUNKS = 50  # chunks per transaction (and per task): the owner's writes wait that long at most
 
 
+def _relate(chunk: KnowledgeChunk, subject: Entity, object_: Entity, kind: str) -> Relation | None:
+    """The open relation subject -[kind]-> object, stated by this chunk (its source unless a fact or
+    another chunk stated it first): one edge however many statements hold it."""
+    if subject.pk == object_.pk:
+        return None
+    relation, _ = Relation.objects.get_or_create(
+        subject=subject,
+        type=kind,
+        object=object_,
+        valid_to__isnull=True,
+        defaults={
+            "tenant_id": chunk.tenant_id,
+            "memory_user_id": chunk.memory_user_id,
+            "source_chunk": chunk,
+            "valid_from": chunk.fetched_at,
+        },
+    )
+    relation.stated_by_chunks.add(chunk)
+    return relation
+
+
 def chunk_entities_link(principal: Principal, chunk: KnowledgeChunk) -> list[Entity]:
-    """Resolve (or create) the entities the chunk's text names and link them to it; returns them."""
-    mentions, _relations = draw(chunk.content)
+    """Resolve (or create) the entities the chunk's text names, link them to it, and record the relations
+    it states between them; returns the entities. Idempotent: drawing a chunk again adds nothing."""
+    if chunk.status != KnowledgeChunk.Status.ACTIVE:
+        return []  # a quarantined (or no longer current) chunk's text never enters the graph
+    mentions, drafts = draw(chunk.content)
     linked: dict = {}
+    by_name: dict[str, Entity] = {}
     for mention in mentions:
-        if not agent_text_ok(mention.name):
+        # "I" in a document is its author, not the memory user the graph's "the user" stands for.
+        if fold_name(mention.name) == SELF_NAME or not agent_text_ok(mention.name):
             continue
         entity = entity_find(
             principal, memory_user_id=chunk.memory_user_id, name=mention.name, type=mention.type
@@ -54,6 +81,12 @@ def chunk_entities_link(principal: Principal, chunk: KnowledgeChunk) -> list[Ent
         )
         ChunkEntity.objects.get_or_create(chunk=chunk, entity=entity, defaults={"role": mention.role})
         linked[entity.pk] = entity
+        by_name[fold_name(mention.name)] = entity
+    for draft in drafts:
+        kind = relation_type(draft.type)  # the relation type's shape and screen, as for facts
+        subject, object_ = by_name.get(fold_name(draft.subject)), by_name.get(fold_name(draft.object))
+        if kind and subject and object_:
+            _relate(chunk, subject, object_, kind)
     return list(linked.values())
 
 
@@ -100,6 +133,22 @@ def chunk_entities(chunk_ids) -> dict:
     for row in rows:
         entity = row.entity.merged_into or row.entity
         found.setdefault(row.chunk_id, []).append((entity.pk, entity.name, entity.type, row.role))
+    return found
+
+
+def chunk_relations(principal: Principal, chunk_ids) -> dict:
+    """{chunk id: [Relation...]} the relations these chunks (a page's) state, open and closed, as far as
+    the principal reads them, with their two entities."""
+    through = Relation.stated_by_chunks.through
+    stated = through.objects.filter(knowledgechunk_id__in=list(chunk_ids))
+    relations = visible(principal, Relation.objects.filter(pk__in=stated.values("relation_id")))
+    by_id = {r.pk: r for r in relations.select_related("subject", "object")}
+    found: dict = {}
+    for chunk_id, relation_id in stated.order_by("knowledgechunk_id", "relation_id").values_list(
+        "knowledgechunk_id", "relation_id"
+    ):
+        if relation_id in by_id:
+            found.setdefault(chunk_id, []).append(by_id[relation_id])
     return found
 
 
