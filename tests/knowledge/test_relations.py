@@ -230,9 +230,11 @@ def test_the_pages_show_a_relation_with_the_document_that_states_it(tenant, site
     assert "its page or file is gone from the source" in item[: item.index("</li>")]
 
 
-def test_a_relation_a_page_states_escapes_its_document_title_on_the_pages(tenant, site):
+def test_a_relation_a_page_states_escapes_its_document_title_and_section_on_the_pages(tenant, site):
+    hostile = "&lt;script&gt;alert(1)&lt;/script&gt;"  # what the page's text says, once parsed: <script>...
+    page = _about().replace("<title>About Acme</title>", f"<title>Acme {hostile}</title>")
     site.page("/", _home())
-    site.page("/about", _about().replace("<title>About Acme</title>", "<title>Acme <b>bold</b> &amp; co</title>"))
+    site.page("/about", page.replace("<h2>Company</h2>", f"<h2>Company {hostile}</h2>"))
     source = crawl_all(
         source_create(Principal.system(tenant.pk), kind="site", name="s", location=site.base + "/", dispatch=False)
     )
@@ -241,5 +243,9 @@ def test_a_relation_a_page_states_escapes_its_document_title_on_the_pages(tenant
     membership, _ = staff_create(tenant_slug=tenant.slug, username="otto", role="operator", password="x" * 20)
     client = Client()
     client.force_login(membership.user)
+    based = Relation.objects.get(type="based_in")
     html = client.get(f"/t/{tenant.slug}/entities/{acme.pk}/").content.decode()
-    assert "<b>bold</b>" not in html
+    item = html[html.index(f'id="rel-{based.pk}"') :]
+    item = item[: item.index("</li>")]
+    assert f">Acme {hostile}</a>" in item and f"Company {hostile}" in item
+    assert "<script>alert(1)</script>" not in html
