@@ -8,9 +8,22 @@ tenant's. A name that resolves to none becomes a new entity (`entity_create`, th
 provenance (chunk → document → URL or file, section, version). A name not fit to reach an agent (a
 secret, instructions: services/agent_text) is dropped, as for facts.
 
-Only active chunks are drawn: a quarantined chunk's names never enter the graph. Resolution's step 3
-(embedding neighbour + judge) and the relations a chunk states are not drawn here: both are recorded
-against a fact (`EntityMerge.pending_fact_ids`, `Relation.source_fact`), which a chunk is not.
+The relations the chunk states come from the same `draw` (the clause rules of extraction/rules.py, and
+"Acme Robotics is headquartered in Lisbon": based_in), between two of the names just linked. A relation's
+type passes the facts' shape and screen (services/entities.py `relation_type`: RELATION_TYPE_PATTERN and
+agent_text), so a document's text never becomes a type or a name an agent reads unscreened. The relation is
+the open edge subject -[type]-> object (one however many statements hold it): a new one has the chunk as its
+`source_chunk` (no `source_fact`) and the chunk's owner (null for a shared source); every chunk stating it
+is in `stated_by_chunks`. "I" and "my" in a document are its author, not the memory user: mentions and
+relations of "the user" are not drawn from chunks.
+
+Only active chunks are drawn: a quarantined chunk's names and relations never enter the graph. When a chunk
+stops being current (knowledge/digest.py: superseded by a re-crawl, its page or file retired; services.py:
+its source deleted), `relations_end(chunk_ids=...)` closes what it stated (`superseded`, `retired`) unless an
+active fact or another active chunk still states it, which then holds it; the new chunk's drawing states
+again what still holds. A paused source keeps its chunks, and so its relations. Resolution's step 3
+(embedding neighbour + judge) is not run here: it is recorded against a fact
+(`EntityMerge.pending_fact_ids`), which a chunk is not.
 
 Drawing runs on the bulk queue after a crawl (`knowledge.entities`), DRAW_CHUNKS chunks a task under the
 owner's write lock (the facts' drawing takes the same one), and is idempotent: a chunk is drawn once
