@@ -33,6 +33,8 @@ owner's write lock (the facts' drawing takes the same one), and is idempotent: a
 from __future__ import annotations
 
 import logging
+import re
+import unicodedata
 
 from django.db import DatabaseError, transaction
 from django.db.models import Q
@@ -43,8 +45,8 @@ from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk, Relation
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok
-from memory_admin.services.entities import SELF_NAME, entity_create, entity_find, relation_type
-from memory_admin.services.entity_draw import draw
+from memory_admin.services.entities import SELF_NAME, EntityMention, entity_create, entity_find, relation_type
+from memory_admin.services.entity_draw import draw, names
 from memory_admin.services.facts import lock_memory_user
 
 log = logging.getLogger(__name__)
@@ -75,18 +77,51 @@ def _relate(chunk: KnowledgeChunk, subject: Entity, object_: Entity, kind: str) 
     return relation
 
 
+def chunk_draw(text: str) -> tuple[list[EntityMention], list[tuple[str, str, str]]]:
+    """What a chunk's text names and states, as the drawing keeps it: the mentions fit to store (not the
+    document's "I", which is its author, not the memory user; names fit to reach an agent), and the
+    relations (subject, type, object) between two proper names of the text (services/entity_draw.py
+    `names`: a capitalised run, not a lone word opening a sentence) whose type passes `relation_type`.
+    A document is not a first-person chat: a rule that fits "Checkpoint is a snapshot of the graph at a
+    given point" names no one, so a relation whose ends are not both names is not drawn."""
+    mentions, drafts = draw(text)
+    kept = [m for m in mentions if fold_name(m.name) != SELF_NAME and agent_text_ok(m.name)]
+    proper = {fold_name(n) for n in names(text)} & {fold_name(m.name) for m in kept}
+    relations = []
+    for draft in drafts:
+        kind = relation_type(draft.type)  # the relation type's shape and screen, as for facts
+        subject, object_ = fold_name(draft.subject), fold_name(draft.object)
+        if kind and subject in proper and object_ in proper and subject != object_:
+            if kind == "works_at" and not _says_employed(text, subject, object_):
+                continue
+            relations.append((subject, kind, object_))
+    return kept, list(dict.fromkeys(relations))
+
+
+# The role rule reads "I'm a scoring engine for ONNX" as a job at ONNX: fine in a chat, where "I" is a
+# person, wrong of the products a document describes. From a document, employment needs its own words.
+_EMPLOYED = re.compile(r"\b(?:works?|working|worked)\s+(?:at|for)\b|\bemployed\s+(?:at|by)\b|\bjoined\b", re.I)
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+def _says_employed(text: str, subject: str, object_: str) -> bool:
+    """A sentence of the text names both and says one works for the other in so many words."""
+    for sentence in _SENTENCE.split(text):
+        folded = " ".join(unicodedata.normalize("NFKC", sentence).casefold().split())  # fold_name, not cut
+        if subject in folded and object_ in folded and _EMPLOYED.search(sentence):
+            return True
+    return False
+
+
 def chunk_entities_link(principal: Principal, chunk: KnowledgeChunk) -> list[Entity]:
     """Resolve (or create) the entities the chunk's text names, link them to it, and record the relations
     it states between them; returns the entities. Idempotent: drawing a chunk again adds nothing."""
     if chunk.status != KnowledgeChunk.Status.ACTIVE:
         return []  # a quarantined (or no longer current) chunk's text never enters the graph
-    mentions, drafts = draw(chunk.content)
+    mentions, relations = chunk_draw(chunk.content)
     linked: dict = {}
     by_name: dict[str, Entity] = {}
     for mention in mentions:
-        # "I" in a document is its author, not the memory user the graph's "the user" stands for.
-        if fold_name(mention.name) == SELF_NAME or not agent_text_ok(mention.name):
-            continue
         entity = entity_find(
             principal, memory_user_id=chunk.memory_user_id, name=mention.name, type=mention.type
         ) or entity_create(
@@ -95,10 +130,9 @@ def chunk_entities_link(principal: Principal, chunk: KnowledgeChunk) -> list[Ent
         ChunkEntity.objects.get_or_create(chunk=chunk, entity=entity, defaults={"role": mention.role})
         linked[entity.pk] = entity
         by_name[fold_name(mention.name)] = entity
-    for draft in drafts:
-        kind = relation_type(draft.type)  # the relation type's shape and screen, as for facts
-        subject, object_ = by_name.get(fold_name(draft.subject)), by_name.get(fold_name(draft.object))
-        if kind and subject and object_:
+    for subject_key, kind, object_key in relations:
+        subject, object_ = by_name.get(subject_key), by_name.get(object_key)
+        if subject and object_:
             _relate(chunk, subject, object_, kind)
     return list(linked.values())
 

@@ -249,3 +249,20 @@ def test_a_relation_a_page_states_escapes_its_document_title_and_section_on_the_
     item = item[: item.index("</li>")]
     assert f">Acme {hostile}</a>" in item and f"Company {hostile}" in item
     assert "<script>alert(1)</script>" not in html
+
+
+def test_a_readmes_descriptions_of_software_state_no_relations_only_its_plain_statements_do(tenant, site):
+    # Sentences from installed packages' READMEs that the chat rules misread ("I'm a scoring engine for X":
+    # a job at X; "Checkpoint is a snapshot ... at a given point": a sentence's first word as a person).
+    site.page("/", _home())
+    site.page(
+        "/about",
+        "<h1>Readme</h1><p>ONNX Runtime is a performance-focused scoring engine for Open Neural Network "
+        "Exchange (ONNX) models. Checkpoint is a snapshot of the graph state at a given point in time. "
+        "All runs are logged to a project. Dana Scully works at Acme Robotics.</p>",
+    )
+    source = crawl_all(
+        source_create(Principal.system(tenant.pk), kind="site", name="s", location=site.base + "/", dispatch=False)
+    )
+    _draw_all(source)
+    assert _edges() == {("Dana Scully", "works_at", "Acme Robotics")}
