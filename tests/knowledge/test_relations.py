@@ -56,8 +56,8 @@ def _draw_all(source) -> int:
             return total
 
 
-def _edges(**filters) -> set[tuple[str, str, str]]:
-    rows = Relation.objects.filter(**filters).values_list("subject__name", "type", "object__name")
+def _edges(tenant, **filters) -> set[tuple[str, str, str]]:
+    rows = Relation.objects.filter(tenant=tenant, **filters).values_list("subject__name", "type", "object__name")
     return set(rows)
 
 
@@ -65,11 +65,15 @@ def test_a_crawled_page_stating_where_a_company_is_yields_its_entities_and_a_rel
     source = _site_source(tenant, site)
     _draw_all(source)
 
-    assert _edges(valid_to__isnull=True) == {
+    assert _edges(tenant, valid_to__isnull=True) == {
         ("Acme Robotics", "based_in", "Lisbon"),
         ("Dana Scully", "works_at", "Acme Robotics"),
     }
-    based = Relation.objects.select_related("source_chunk__document", "subject", "object").get(type="based_in")
+    based = (
+        Relation.objects.filter(tenant=tenant)
+        .select_related("source_chunk__document", "subject", "object")
+        .get(type="based_in")
+    )
     assert based.subject.type == "company" and based.object.type == "place"
     # Provenance: the chunk, its section, the page's URL; no fact.
     assert based.source_fact_id is None
@@ -81,13 +85,13 @@ def test_a_crawled_page_stating_where_a_company_is_yields_its_entities_and_a_rel
     # Drawing again (a retried task) adds nothing.
     KnowledgeChunk.objects.filter(source=source).update(entities_drawn_at=None)
     _draw_all(source)
-    assert Relation.objects.count() == 2
+    assert Relation.objects.filter(tenant=tenant).count() == 2
 
 
 def test_a_changed_page_closes_the_old_relation_and_draws_the_new(tenant, site):
     source = _site_source(tenant, site)
     _draw_all(source)
-    lisbon = Relation.objects.get(type="based_in", valid_to__isnull=True)
+    lisbon = Relation.objects.filter(tenant=tenant).get(type="based_in", valid_to__isnull=True)
 
     site.page("/about", _about("Porto"))
     recrawl(source)
@@ -95,14 +99,18 @@ def test_a_changed_page_closes_the_old_relation_and_draws_the_new(tenant, site):
     assert lisbon.valid_to is not None and lisbon.closed_reason == "superseded"
     _draw_all(source)
 
-    assert _edges(valid_to__isnull=True) == {
+    assert _edges(tenant, valid_to__isnull=True) == {
         ("Acme Robotics", "based_in", "Porto"),
         ("Dana Scully", "works_at", "Acme Robotics"),
     }
-    porto = Relation.objects.select_related("source_chunk").get(type="based_in", valid_to__isnull=True)
+    porto = (
+        Relation.objects.filter(tenant=tenant)
+        .select_related("source_chunk")
+        .get(type="based_in", valid_to__isnull=True)
+    )
     assert porto.source_chunk.document_version == 2 and "Porto" in porto.source_chunk.content
     # History kept: the Lisbon edge is still there, closed.
-    assert ("Acme Robotics", "based_in", "Lisbon") in _edges(valid_to__isnull=False)
+    assert ("Acme Robotics", "based_in", "Lisbon") in _edges(tenant, valid_to__isnull=False)
 
 
 def test_a_removed_page_closes_its_relations_unless_another_page_still_states_them(tenant, site):
@@ -111,14 +119,14 @@ def test_a_removed_page_closes_its_relations_unless_another_page_still_states_th
     site.page("/", _home().replace("</p>", ' <a href="/team">Team</a></p>'))
     recrawl(source)
     _draw_all(source)
-    works = Relation.objects.get(type="works_at", valid_to__isnull=True)
+    works = Relation.objects.filter(tenant=tenant).get(type="works_at", valid_to__isnull=True)
     assert works.stated_by_chunks.count() == 2
 
     site.remove("/about")
     site.page("/", _home().replace("/about", "/team"))
     recrawl(source)
 
-    based = Relation.objects.get(type="based_in")
+    based = Relation.objects.filter(tenant=tenant).get(type="based_in")
     assert based.valid_to is not None and based.closed_reason == "retired"
     works.refresh_from_db()
     assert works.valid_to is None  # the team page still states it: handed to that page's chunk
@@ -127,7 +135,7 @@ def test_a_removed_page_closes_its_relations_unless_another_page_still_states_th
     source_delete(Principal.system(tenant.pk), source.pk)
     works.refresh_from_db()
     assert works.valid_to is not None and works.closed_reason == "retired"
-    assert not Relation.objects.filter(valid_to__isnull=True).exists()
+    assert not Relation.objects.filter(tenant=tenant, valid_to__isnull=True).exists()
 
 
 def test_a_users_source_states_relations_only_that_user_reads(tenant, site, make_api):
@@ -135,10 +143,10 @@ def test_a_users_source_states_relations_only_that_user_reads(tenant, site, make
     MemoryUser.objects.create(tenant=tenant, external_id="bob")
     source = _site_source(tenant, site, memory_user=alice)
     _draw_all(source)
-    based = Relation.objects.get(type="based_in")
+    based = Relation.objects.filter(tenant=tenant).get(type="based_in")
     assert based.memory_user_id == alice.pk
 
-    acme = Entity.objects.get(name="Acme Robotics")
+    acme = Entity.objects.filter(tenant=tenant).get(name="Acme Robotics")
     own = make_api(tenant, users=["alice"], agent="alices").get(f"entities/{acme.pk}")
     assert own.status_code == 200, own.content
     assert ("based_in", "Lisbon") in [(r["type"], r["object"]["name"]) for r in own.json()["relations"]]
@@ -151,7 +159,7 @@ def test_a_users_source_states_relations_only_that_user_reads(tenant, site, make
 def test_the_api_names_the_document_a_relation_comes_from_and_the_context_block_uses_it(tenant, site, api):
     source = _site_source(tenant, site)
     _draw_all(source)
-    acme = Entity.objects.get(name="Acme Robotics")
+    acme = Entity.objects.filter(tenant=tenant).get(name="Acme Robotics")
 
     r = api.get(f"entities/{acme.pk}")
     assert r.status_code == 200, r.content
@@ -183,9 +191,9 @@ def test_hostile_text_on_a_page_never_reaches_the_graph_the_api_or_the_context_b
     _draw_all(source)
     offices = KnowledgeChunk.objects.get(source=source, heading_path__contains=["Offices"])
     assert offices.status == "active" and TOKEN in offices.content  # served as document text, screened as such
-    globex = Entity.objects.get(name="Globex Labs")
-    assert not Entity.objects.filter(alias_keys__overlap=[TOKEN.casefold()]).exists()
-    assert _edges() == {("Acme Robotics", "based_in", "Lisbon")}  # the token's relation is not drawn
+    globex = Entity.objects.filter(tenant=tenant).get(name="Globex Labs")
+    assert not Entity.objects.filter(tenant=tenant, alias_keys__overlap=[TOKEN.casefold()]).exists()
+    assert _edges(tenant) == {("Acme Robotics", "based_in", "Lisbon")}  # the token's relation is not drawn
 
     for path in ("entities?q=Globex", f"entities/{globex.pk}", f"entities/{globex.pk}/graph"):
         r = api.get(path)
@@ -202,8 +210,8 @@ def test_hostile_text_on_a_page_never_reaches_the_graph_the_api_or_the_context_b
 def test_the_pages_show_a_relation_with_the_document_that_states_it(tenant, site):
     source = _site_source(tenant, site)
     _draw_all(source)
-    acme = Entity.objects.get(name="Acme Robotics")
-    based = Relation.objects.select_related("source_chunk").get(type="based_in")
+    acme = Entity.objects.filter(tenant=tenant).get(name="Acme Robotics")
+    based = Relation.objects.filter(tenant=tenant).select_related("source_chunk").get(type="based_in")
     document = based.source_chunk.document
     membership, _ = staff_create(tenant_slug=tenant.slug, username="otto", role="operator", password="x" * 20)
     client = Client()
@@ -239,11 +247,11 @@ def test_a_relation_a_page_states_escapes_its_document_title_and_section_on_the_
         source_create(Principal.system(tenant.pk), kind="site", name="s", location=site.base + "/", dispatch=False)
     )
     _draw_all(source)
-    acme = Entity.objects.get(name="Acme Robotics")
+    acme = Entity.objects.filter(tenant=tenant).get(name="Acme Robotics")
     membership, _ = staff_create(tenant_slug=tenant.slug, username="otto", role="operator", password="x" * 20)
     client = Client()
     client.force_login(membership.user)
-    based = Relation.objects.get(type="based_in")
+    based = Relation.objects.filter(tenant=tenant).get(type="based_in")
     html = client.get(f"/t/{tenant.slug}/entities/{acme.pk}/").content.decode()
     item = html[html.index(f'id="rel-{based.pk}"') :]
     item = item[: item.index("</li>")]
@@ -265,4 +273,44 @@ def test_a_readmes_descriptions_of_software_state_no_relations_only_its_plain_st
         source_create(Principal.system(tenant.pk), kind="site", name="s", location=site.base + "/", dispatch=False)
     )
     _draw_all(source)
-    assert _edges() == {("Dana Scully", "works_at", "Acme Robotics")}
+    assert _edges(tenant) == {("Dana Scully", "works_at", "Acme Robotics")}
+
+
+def test_a_fact_and_a_page_stating_one_relation_hold_it_while_either_is_live(tenant, site):
+    from memory_admin.services.entities import EntityMention, RelationDraft, fact_entities_link
+    from memory_admin.services.facts import fact_write
+    from memory_admin.services.facts.mutations import fact_forget
+
+    alice = MemoryUser.objects.create(tenant=tenant, external_id="alice")
+    system = Principal.system(tenant.pk)
+
+    def state(content: str):
+        fact = fact_write(principal=system, memory_user=alice, content=content, source="user_stated").fact
+        fact_entities_link(
+            principal=system,
+            fact=fact,
+            mentions=[EntityMention("Dana Scully", "person", "subject"), EntityMention("Acme Robotics", "company")],
+            relations=[RelationDraft("Dana Scully", "works at", "Acme Robotics")],
+        )
+        return fact
+
+    # The fact first, then the page: the fact ending hands the relation to the page.
+    fact = state("Dana Scully works at Acme Robotics")
+    source = _site_source(tenant, site, memory_user=alice)
+    _draw_all(source)
+    works = Relation.objects.filter(tenant=tenant).get(type="works_at", valid_to__isnull=True)
+    assert works.source_fact_id == fact.pk and works.stated_by_chunks.count() == 1
+    fact_forget(principal=system, fact_id=fact.pk)
+    works.refresh_from_db()
+    assert works.valid_to is None and works.source_fact_id is None
+    assert works.source_chunk.document.locator == site.base + "/about"
+
+    # A fact states it again; the page goes: the fact holds it now.
+    again = state("Dana Scully still works at Acme Robotics")
+    site.remove("/about")
+    site.page("/", "<h1>Welcome</h1>")
+    recrawl(source)
+    works.refresh_from_db()
+    assert works.valid_to is None and works.source_fact_id == again.pk and works.source_chunk_id is None
+    based = Relation.objects.filter(tenant=tenant).get(type="based_in")
+    assert based.valid_to is not None and based.closed_reason == "retired"  # nothing else states that one
