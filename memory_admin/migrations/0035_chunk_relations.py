@@ -82,4 +82,10 @@ class Migration(migrations.Migration):
                 name="relation_closed_reason_valid",
             ),
         ),
+        # The chunks drawn before relations were: drawn again (idempotent for their entities) by their
+        # source's next `knowledge.entities` task, so the relations they state join the graph.
+        migrations.RunSQL(
+            "UPDATE memory_admin_knowledgechunk SET entities_drawn_at = NULL WHERE status = 'active'",
+            reverse_sql=migrations.RunSQL.noop,
+        ),
     ]
