@@ -68,7 +68,7 @@ _RULES: list[tuple[re.Pattern[str], str, str, str | None, str]] = [
         "The user's timezone is {0}.",
     ),
     (
-        re.compile(rf"^i(?:'m| am) (?:based|located) in\s+{_VALUE}{_END}", re.I),
+        re.compile(rf"^i(?:'m| am) (?:based|located|headquartered) in\s+{_VALUE}{_END}", re.I),
         "personal",
         "fact",
         "user.location",

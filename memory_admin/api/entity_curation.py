@@ -25,9 +25,9 @@ from memory_admin.api.schemas import (
     EntitySplitOut,
     RelationOut,
 )
-from memory_admin.models import EntityMerge, EntityMergeReview, Relation
+from memory_admin.models import EntityMerge, EntityMergeReview
 from memory_admin.selectors.access import get_visible
-from memory_admin.selectors.entities import entity_get_for, merge_review_queue
+from memory_admin.selectors.entities import entity_get_for, merge_review_queue, relations_with_sources
 from memory_admin.services.entity_curation import (
     entity_merge,
     entity_rename,
@@ -89,8 +89,7 @@ def rename_entity(request, entity_id: UUID, payload: EntityRenameIn):
 
 
 def _relation_out(request, relation_id: int) -> dict:
-    relations = Relation.objects.select_related("subject", "object")
-    return RelationOut.of(get_visible(request.principal, relations, pk=relation_id))
+    return RelationOut.of(get_visible(request.principal, relations_with_sources(request.principal), pk=relation_id))
 
 
 @router.post("/relations/{relation_id}/close", response=RelationOut)

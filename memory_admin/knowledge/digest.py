@@ -30,9 +30,10 @@ from memory_admin import embedding
 from memory_admin.errors import Blocked
 from memory_admin.knowledge import conf
 from memory_admin.knowledge.chunking import Chunk, chunk_text
-from memory_admin.models import KnowledgeChunk, KnowledgeDocument
+from memory_admin.models import KnowledgeChunk, KnowledgeDocument, RelationEnd
 from memory_admin.selectors.access import Principal
 from memory_admin.services import guard
+from memory_admin.services.entities import relations_end
 from memory_admin.services.screening import screen_text
 from memory_admin.services.settings import tenant_settings
 
@@ -177,6 +178,10 @@ def digest_document(
                     updated_at=timezone.now(),
                 )
                 outcome.superseded += 1
+        # What the old chunks stated ends; the new chunks' drawing states what still holds again.
+        retired = [old.pk for old in gone if not rows]
+        relations_end(chunk_ids=retired, reason=RelationEnd.RETIRED)
+        relations_end(chunk_ids=[old.pk for old in gone if rows], reason=RelationEnd.SUPERSEDED)
         document.version = version
         document.changed_at = fetched_at
         document.title = (title or document.title)[:500]
@@ -197,9 +202,14 @@ def digest_document(
 def retire_document(document: KnowledgeDocument, *, reason: str) -> int:
     """The document is gone from its source: it and its live chunks are retired (kept as history)."""
     with transaction.atomic():
-        count = KnowledgeChunk.objects.filter(
+        live = KnowledgeChunk.objects.filter(
             document=document, status__in=[KnowledgeChunk.Status.ACTIVE, KnowledgeChunk.Status.QUARANTINED]
-        ).update(status=KnowledgeChunk.Status.RETIRED, status_reason=reason[:300], updated_at=timezone.now())
+        )
+        ids = list(live.values_list("pk", flat=True))
+        count = KnowledgeChunk.objects.filter(pk__in=ids).update(
+            status=KnowledgeChunk.Status.RETIRED, status_reason=reason[:300], updated_at=timezone.now()
+        )
+        relations_end(chunk_ids=ids, reason=RelationEnd.RETIRED)
         document.status = KnowledgeDocument.Status.RETIRED
         document.error = ""
         document.save(update_fields=["status", "error"])

@@ -18,9 +18,17 @@ from memory_admin.knowledge.crawl import crawl_begin, ingestion_enabled
 from memory_admin.knowledge.errors import KnowledgeError
 from memory_admin.knowledge.fetch import check_url, resolve_checked
 from memory_admin.knowledge.parsing import doc_type
-from memory_admin.models import KnowledgeChunk, KnowledgeDocument, KnowledgeSettings, KnowledgeSource, MemoryUser
+from memory_admin.models import (
+    KnowledgeChunk,
+    KnowledgeDocument,
+    KnowledgeSettings,
+    KnowledgeSource,
+    MemoryUser,
+    RelationEnd,
+)
 from memory_admin.selectors.access import ADMIN, Principal, get_visible, require_tenant_wide, require_write_to
 from memory_admin.services.audit import audit
+from memory_admin.services.entities import relations_end
 
 CRAWL_TASK = "knowledge.crawl"
 
@@ -203,9 +211,15 @@ def source_delete(principal: Principal, source_id, *, reason: str = "") -> int:
     source = _writable(principal, source_id)
     before = _snapshot(source)
     now = timezone.now()
-    retired = KnowledgeChunk.objects.filter(
-        source=source, status__in=[KnowledgeChunk.Status.ACTIVE, KnowledgeChunk.Status.QUARANTINED]
-    ).update(status=KnowledgeChunk.Status.RETIRED, status_reason="its source was deleted", updated_at=now)
+    ids = list(
+        KnowledgeChunk.objects.filter(
+            source=source, status__in=[KnowledgeChunk.Status.ACTIVE, KnowledgeChunk.Status.QUARANTINED]
+        ).values_list("pk", flat=True)
+    )
+    retired = KnowledgeChunk.objects.filter(pk__in=ids).update(
+        status=KnowledgeChunk.Status.RETIRED, status_reason="its source was deleted", updated_at=now
+    )
+    relations_end(chunk_ids=ids, reason=RelationEnd.RETIRED)  # the relations its documents stated end
     KnowledgeDocument.objects.filter(source=source).update(status=KnowledgeDocument.Status.RETIRED)
     source.status = KnowledgeSource.Status.DELETED
     source.state = KnowledgeSource.State.IDLE

@@ -130,9 +130,10 @@ RELATION_TYPE_PATTERN = r"^[a-z][a-z0-9_]{0,39}$"
 
 
 class RelationEnd(models.TextChoices):
-    """Why a relation was closed: its source fact stopped being true, by one of these doors."""
+    """Why a relation was closed: its source fact (or document chunk) stopped being true, by one of these
+    doors."""
 
-    SUPERSEDED = "superseded"  # a newer version replaced the fact (`invalidated_by` names it)
+    SUPERSEDED = "superseded"  # a newer version replaced the fact (`invalidated_by` names it) or the chunk
     FORGOTTEN = "forgotten"  # DELETE /facts/{id}
     CAPPED = "capped"  # evicted by the per-user cap
     HARD_TTL = "hard_ttl"  # the daily GC's rules (selectors.lifecycle.GC_RULES keys)
@@ -140,20 +141,27 @@ class RelationEnd(models.TextChoices):
     LOW_CONFIDENCE = "low_confidence"
     REVIEW_EVICTED = "review_evicted"  # a reviewer confirmed an eviction candidate
     QUARANTINED = "quarantined"  # a release was undone: the fact is back in quarantine
+    RETIRED = "retired"  # the chunk's page or file is gone, or its source was deleted
 
 
 class Relation(models.Model):
-    """subject -[type]-> object, drawn from `source_fact`, true from `valid_from` until closed."""
+    """subject -[type]-> object, drawn from `source_fact` or from a document's `source_chunk` (exactly
+    one), true from `valid_from` until closed."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="relations")
-    # The owner of the source fact (null: an org fact): what the access check filters on.
+    # The owner of the source fact or chunk (null: an org fact, a shared source): what the access check filters on.
     memory_user = models.ForeignKey(
         MemoryUser, on_delete=models.CASCADE, null=True, blank=True, related_name="relations"
     )
     subject = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_out")
     object = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="relations_in")
     type = models.CharField(max_length=40)
-    source_fact = models.ForeignKey(Fact, on_delete=models.PROTECT, related_name="relations")
+    source_fact = models.ForeignKey(Fact, on_delete=models.PROTECT, null=True, blank=True, related_name="relations")
+    # A document chunk that states it (knowledge/entities.py). Chunks are retired, never deleted in normal
+    # operation; a hard delete (the tenant's, a user's erase) takes the relations they stated with them.
+    source_chunk = models.ForeignKey(
+        "memory_admin.KnowledgeChunk", on_delete=models.CASCADE, null=True, blank=True, related_name="relations"
+    )
     valid_from = models.DateTimeField()
     valid_to = models.DateTimeField(null=True, blank=True)
     invalidated_by = models.ForeignKey(
@@ -162,6 +170,10 @@ class Relation(models.Model):
     # Every fact that states it (`source_fact`, the first, included): while one of them is still
     # true the relation holds, so ending one fact hands the relation to another instead of closing it.
     stated_by = models.ManyToManyField(Fact, related_name="stated_relations", blank=True)
+    # The same for document chunks: an active one keeps the relation open as an active fact does.
+    stated_by_chunks = models.ManyToManyField(
+        "memory_admin.KnowledgeChunk", related_name="stated_relations", blank=True
+    )
     # What closed it ("" while open, or when closed by hand); a superseding fact is also `invalidated_by`.
     closed_reason = models.CharField(max_length=20, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
@@ -171,9 +183,15 @@ class Relation(models.Model):
             models.Index(fields=["subject", "valid_from"], name="relation_subject"),
             models.Index(fields=["object", "valid_from"], name="relation_object"),
             models.Index(fields=["source_fact"], name="relation_open_by_fact", condition=Q(valid_to__isnull=True)),
+            models.Index(fields=["source_chunk"], name="relation_open_by_chunk", condition=Q(valid_to__isnull=True)),
         ]
         constraints = [
             models.CheckConstraint(condition=~Q(subject=F("object")), name="relation_not_to_itself"),
+            models.CheckConstraint(
+                condition=(Q(source_fact__isnull=False) & Q(source_chunk__isnull=True))
+                | (Q(source_fact__isnull=True) & Q(source_chunk__isnull=False)),
+                name="relation_one_source",
+            ),
             models.CheckConstraint(condition=Q(type__regex=RELATION_TYPE_PATTERN), name="relation_type_shape"),
             models.CheckConstraint(
                 condition=Q(valid_to__isnull=True) | Q(valid_to__gte=F("valid_from")), name="relation_time_order"

@@ -19,6 +19,7 @@ from memory_admin.models import (
     Episode,
     Fact,
     FactEntity,
+    KnowledgeChunk,
     MemoryUser,
     Relation,
     Thread,
@@ -62,8 +63,15 @@ def entity_survivor(principal: Principal, entity: Entity) -> tuple[Entity, Entit
     return survivor, merge
 
 
-def _relations(principal: Principal) -> QuerySet[Relation]:
-    return visible(principal, Relation.objects.select_related("subject", "object"))
+def relations_with_sources(principal: Principal) -> QuerySet[Relation]:
+    """The relations the principal reads, with their entities and, for one a document states, its chunk
+    and document (the provenance shown beside it), in one statement."""
+    return visible(
+        principal,
+        Relation.objects.select_related("subject", "object", "source_chunk__document").defer(
+            *(f"source_chunk__{name}" for name in KnowledgeChunk.VECTORS)
+        ),
+    )
 
 
 @dataclass
@@ -75,7 +83,7 @@ class EntityDetail:
 
 def entity_detail(principal: Principal, entity: Entity) -> EntityDetail:
     mentions = visible(principal, FactEntity.objects.filter(entity=entity).select_related("fact"))
-    relations = _relations(principal).select_related("source_fact", "invalidated_by")
+    relations = relations_with_sources(principal).select_related("source_fact", "invalidated_by")
     relations = relations.filter(Q(subject=entity) | Q(object=entity))
     return EntityDetail(
         entity,
@@ -134,7 +142,8 @@ def entity_graph(principal: Principal, entity: Entity, *, depth: int = 1, as_of:
     """The entities up to `depth` relations away and the relations between them that held at `as_of`
     (default now): valid_from <= as_of < valid_to. A closed relation shows as of a date it held."""
     as_of = as_of or timezone.now()
-    held = _relations(principal).filter(valid_from__lte=as_of).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
+    held = relations_with_sources(principal).filter(valid_from__lte=as_of)
+    held = held.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=as_of))
     reached, frontier, edges = {entity.pk}, {entity.pk}, {}
     for _ in range(max(1, min(depth, MAX_GRAPH_DEPTH))):
         step = held.filter(Q(subject_id__in=frontier) | Q(object_id__in=frontier)).order_by("valid_from", "pk")
@@ -174,7 +183,7 @@ def entity_counts(principal: Principal, entity_ids: list) -> dict:
         .values_list("entity_id", "n")
     )
     relations: dict = {}
-    open_ = _relations(principal).filter(valid_to__isnull=True)
+    open_ = relations_with_sources(principal).filter(valid_to__isnull=True)
     for side in ("subject_id", "object_id"):
         rows = open_.filter(**{f"{side}__in": entity_ids}).values(side).annotate(n=Count("pk")).values_list(side, "n")
         for entity_id, n in rows:

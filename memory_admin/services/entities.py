@@ -328,7 +328,7 @@ def relations_close(*, old: Fact, by: Fact) -> int:
         )
         return 0
     ending = Relation.objects.filter(source_fact_id=old.pk, valid_to__isnull=True)
-    kept = _hand_over(ending, [old.pk])
+    kept = _hand_over(ending, fact_ids=[old.pk])
     return ending.exclude(pk__in=kept).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")),
         invalidated_by_id=by.pk,
@@ -343,34 +343,51 @@ def _stated_by(relation_ids: Sequence[int], fact_id: object) -> None:
     )
 
 
-def _hand_over(ending: QuerySet[Relation], fact_ids: Sequence[object]) -> set[int]:
-    """Of the open relations whose source fact ends, those another still-active fact also states pass
-    to that fact (the oldest) and stay open: ending one statement of an edge does not end the edge.
-    Returns the ids of the relations handed over (one statement when there are none)."""
-    heirs: dict[int, tuple[object, int | None]] = {}
-    stating = (
+def _hand_over(
+    ending: QuerySet[Relation], *, fact_ids: Sequence[object] = (), chunk_ids: Sequence[object] = ()
+) -> set[int]:
+    """Of the open relations whose source (facts `fact_ids`, document chunks `chunk_ids`) ends, those
+    another still-active fact or chunk also states pass to it (the oldest fact, else the oldest chunk)
+    and stay open: ending one statement of an edge does not end the edge. Returns the ids of the
+    relations handed over (one statement when there are none)."""
+    heirs: dict[int, tuple[object, object, int | None]] = {}
+    facts = (
         Relation.stated_by.through.objects.filter(relation__in=ending, fact__status=Fact.Status.ACTIVE)
-        .exclude(fact_id__in=fact_ids)
+        .exclude(fact_id__in=list(fact_ids))
         .order_by("relation_id", "fact__valid_from", "fact_id")
         .values_list("relation_id", "fact_id", "fact__memory_user_id")
     )
-    for relation_id, fact_id, owner in stating:
-        heirs.setdefault(relation_id, (fact_id, owner))
-    for relation_id, (fact_id, owner) in heirs.items():
-        Relation.objects.filter(pk=relation_id).update(source_fact_id=fact_id, memory_user_id=owner)
+    for relation_id, fact_id, owner in facts:
+        heirs.setdefault(relation_id, (fact_id, None, owner))
+    chunks = (
+        Relation.stated_by_chunks.through.objects.filter(relation__in=ending, knowledgechunk__status="active")
+        .exclude(knowledgechunk_id__in=list(chunk_ids))
+        .order_by("relation_id", "knowledgechunk__created_at", "knowledgechunk_id")
+        .values_list("relation_id", "knowledgechunk_id", "knowledgechunk__memory_user_id")
+    )
+    for relation_id, chunk_id, owner in chunks:
+        heirs.setdefault(relation_id, (None, chunk_id, owner))
+    for relation_id, (fact_id, chunk_id, owner) in heirs.items():
+        Relation.objects.filter(pk=relation_id).update(
+            source_fact_id=fact_id, source_chunk_id=chunk_id, memory_user_id=owner
+        )
     return set(heirs)
 
 
-def relations_end(*, fact_ids: Iterable, reason: RelationEnd) -> int:
-    """Facts stopped being true with no successor (forgotten, evicted by the cap, the GC, a reviewer):
-    the relations they stated end now, with the reason; never deleted, so the graph as of an earlier
-    date still shows them. An undo that serves the fact again calls `relations_reopen`. Returns the
-    relations closed (one statement)."""
-    ids = list(fact_ids)
-    if not ids:
+def relations_end(*, fact_ids: Iterable = (), chunk_ids: Iterable = (), reason: RelationEnd) -> int:
+    """Facts stopped being true with no successor (forgotten, evicted by the cap, the GC, a reviewer), or
+    document chunks stopped being current (superseded by a re-crawl, their page or source gone): the
+    relations they stated end now, with the reason, unless another active fact or chunk still states
+    them; never deleted, so the graph as of an earlier date still shows them. An undo that serves a fact
+    again calls `relations_reopen`. Returns the relations closed (one statement)."""
+    facts, chunks = list(fact_ids), list(chunk_ids)
+    if not facts and not chunks:
         return 0
-    ending = Relation.objects.filter(source_fact_id__in=ids, valid_to__isnull=True)
-    kept = _hand_over(ending, ids)
+    source = Q(source_fact_id__in=facts) if facts else Q(source_chunk_id__in=chunks)
+    if facts and chunks:
+        source |= Q(source_chunk_id__in=chunks)
+    ending = Relation.objects.filter(source, valid_to__isnull=True)
+    kept = _hand_over(ending, fact_ids=facts, chunk_ids=chunks)
     return ending.exclude(pk__in=kept).update(
         valid_to=Greatest(Value(timezone.now()), F("valid_from")), closed_reason=reason
     )

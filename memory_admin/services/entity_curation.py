@@ -399,6 +399,11 @@ def relation_reopen(*, principal: Principal, relation_id: int | str, note: str =
     if relation.closed_reason:
         # Its fact stopped being true (forgotten, evicted, expired): bring the fact back to reopen it.
         reason = relation.closed_reason.replace("_", " ")
+        if relation.source_chunk_id is not None:
+            raise Invalid(
+                f"This relation closed with its document ({reason}); re-crawl the source to state it again.",
+                code="relation_corrected",
+            )
         raise Invalid(
             f"This relation closed with its fact ({reason}); restore the fact to reopen it.", code="relation_corrected"
         )

@@ -238,6 +238,13 @@ def draw(text: str) -> tuple[list[EntityMention], list[RelationDraft]]:
         if stated:  # "Ada lives in Lisbon": a rule holds of Ada, the subject, a person
             subject = opener
             shown.setdefault(fold_name(opener), opener)
+            # ...unless its name says it is an organisation ("Acme Robotics is based in Lisbon"): a
+            # company is based in a place, it does not live there.
+            if kind_of(opener, "") == "company":
+                kinds[fold_name(opener)] = "company"
+                stated = tuple(
+                    RelationDraft(r.subject, "based_in", r.object) if r.type == "lives_in" else r for r in stated
+                )
         else:
             mentions, stated = clause_graph(first)
         for mention in mentions:

@@ -128,7 +128,10 @@ def _export_graph(memory_user: MemoryUser) -> dict[str, list[dict[str, Any]]]:
         FactEntity.objects.filter(fact__memory_user=memory_user).order_by("fact__created_at", "fact_id", "entity_id")
     )
     relations = list(
-        Relation.objects.filter(memory_user=memory_user).prefetch_related("stated_by").order_by("valid_from", "pk")
+        # A relation a document states is not the user's statement: its source's next crawl draws it again.
+        Relation.objects.filter(memory_user=memory_user, source_fact__isnull=False)
+        .prefetch_related("stated_by")
+        .order_by("valid_from", "pk")
     )
     involved = {m.entity_id for m in mentions} | {r.subject_id for r in relations} | {r.object_id for r in relations}
     entities = Entity.objects.filter(Q(pk__in=involved) | Q(memory_user=memory_user)).order_by("first_seen", "pk")

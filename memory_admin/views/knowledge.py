@@ -20,7 +20,7 @@ from memory_admin.errors import DomainError, NotFound
 from memory_admin.inputs import whole_number
 from memory_admin.knowledge import conf, selectors, services
 from memory_admin.knowledge.crawl import ingestion_enabled
-from memory_admin.knowledge.entities import chunk_entities
+from memory_admin.knowledge.entities import chunk_entities, chunk_relations
 from memory_admin.models import KnowledgeChunk, KnowledgeDocument, KnowledgeSource
 from memory_admin.selectors.access import ADMIN, CURATE, get_visible
 from memory_admin.views.base import safe_next, tenant_view
@@ -142,6 +142,7 @@ def document(request: HttpRequest, document_id) -> HttpResponse:
             "document": page["document"],
             "chunks": page["items"],
             "entities": chunk_entities(c.pk for c in page["items"]),
+            "relations": chunk_relations(request.principal, [c.pk for c in page["items"]]),
             "source": found.source,
             "status": status,
             "statuses": KnowledgeChunk.Status.values,

@@ -1773,7 +1773,7 @@ export interface components {
              * @default
              * @enum {string}
              */
-            closed_reason?: "" | "superseded" | "forgotten" | "capped" | "hard_ttl" | "soft_ttl_unread" | "low_confidence" | "review_evicted" | "quarantined";
+            closed_reason?: "" | "superseded" | "forgotten" | "capped" | "hard_ttl" | "soft_ttl_unread" | "low_confidence" | "review_evicted" | "quarantined" | "retired";
             /**
              * Stated By
              * @default []
@@ -2494,6 +2494,37 @@ export interface components {
              */
             created_at: string;
         };
+        /**
+         * RelationChunkOut
+         * @description The document chunk that states a relation: its document, the URL or file, the section.
+         */
+        RelationChunkOut: {
+            /**
+             * Chunk Id
+             * Format: uuid
+             */
+            chunk_id: string;
+            /**
+             * Document Id
+             * Format: uuid
+             */
+            document_id: string;
+            /**
+             * Source Id
+             * Format: uuid
+             */
+            source_id: string;
+            /** Title */
+            title: string;
+            /** Locator */
+            locator: string;
+            /** Section */
+            section: string[];
+            /** Document Version */
+            document_version: number;
+            /** Status */
+            status: string;
+        };
         /** RelationOut */
         RelationOut: {
             /** Id */
@@ -2509,11 +2540,9 @@ export interface components {
             valid_from: string;
             /** Valid To */
             valid_to: string | null;
-            /**
-             * Source Fact Id
-             * Format: uuid
-             */
-            source_fact_id: string;
+            /** Source Fact Id */
+            source_fact_id: string | null;
+            source_chunk?: components["schemas"]["RelationChunkOut"] | null;
             /** Invalidated By Id */
             invalidated_by_id: string | null;
             /** Closed Reason */

@@ -59,6 +59,7 @@ from memory_admin.api.schemas.entities import (
     GraphFilters,
     MentionOut,
     MergedInOut,
+    RelationChunkOut,
     RelationOut,
 )
 from memory_admin.api.schemas.export import (
@@ -247,6 +248,7 @@ __all__ = [
     "PromoteIn",
     "QueryText",
     "READABLE_PATTERN",
+    "RelationChunkOut",
     "RelationOut",
     "Role",
     "ScoreOut",

@@ -69,6 +69,32 @@ class EntityOut(Schema):
         }
 
 
+class RelationChunkOut(Schema):
+    """The document chunk that states a relation: its document, the URL or file, the section."""
+
+    chunk_id: UUID
+    document_id: UUID
+    source_id: UUID
+    title: str
+    locator: str  # the page's URL, or the file's path or name
+    section: list[str]  # the headings above the chunk, outermost first
+    document_version: int
+    status: str  # active, superseded, retired
+
+    @staticmethod
+    def of(chunk: Any) -> dict[str, Any]:
+        return {
+            "chunk_id": chunk.pk,
+            "document_id": chunk.document_id,
+            "source_id": chunk.source_id,
+            "title": chunk.document.title,
+            "locator": chunk.document.locator,
+            "section": chunk.heading_path,
+            "document_version": chunk.document_version,
+            "status": chunk.status,
+        }
+
+
 class RelationOut(Schema):
     id: int
     type: str
@@ -76,10 +102,12 @@ class RelationOut(Schema):
     object: EntityRefOut
     valid_from: datetime
     valid_to: datetime | None  # null: still holds
-    source_fact_id: UUID
+    # Exactly one of the two: the fact that states it, or the document chunk that does.
+    source_fact_id: UUID | None
+    source_chunk: RelationChunkOut | None = None
     invalidated_by_id: UUID | None  # the fact that closed it
     # Why it closed ("" while open): superseded, forgotten, capped, a GC rule (hard_ttl,
-    # soft_ttl_unread, low_confidence), review_evicted, quarantined.
+    # soft_ttl_unread, low_confidence), review_evicted, quarantined, retired (its document is gone).
     closed_reason: str
 
     @staticmethod
@@ -92,6 +120,7 @@ class RelationOut(Schema):
             "valid_from": relation.valid_from,
             "valid_to": relation.valid_to,
             "source_fact_id": relation.source_fact_id,
+            "source_chunk": RelationChunkOut.of(relation.source_chunk) if relation.source_chunk_id else None,
             "invalidated_by_id": relation.invalidated_by_id,
             "closed_reason": relation.closed_reason,
         }

@@ -137,9 +137,10 @@ def _relation_for(replay: _Replay, item: dict[str, Any], ends: tuple[str, str], 
 
 def _stated(replay: _Replay, relation: Relation, item: dict[str, Any]) -> Relation:
     """The facts (here) that state the relation: its source fact and the export's others."""
-    facts = {str(relation.source_fact_id)}
+    facts = {str(relation.source_fact_id)} if relation.source_fact_id else set()  # else a document states it
     facts |= {replay.fact_ids[str(f)] for f in item.get("stated_by", ()) if str(f) in replay.fact_ids}
-    relation.stated_by.add(*facts)
+    if facts:
+        relation.stated_by.add(*facts)
     return relation
 
 

@@ -439,8 +439,23 @@ class Entity:
 
 
 @dataclass(frozen=True)
+class RelationChunk:
+    """The document chunk that states a relation: its document's title, URL or file, and section."""
+
+    chunk_id: str
+    document_id: str
+    source_id: str
+    title: str = ""
+    locator: str = ""
+    section: list[str] = field(default_factory=list)
+    document_version: int = 0
+    status: str = ""
+
+
+@dataclass(frozen=True)
 class Relation:
-    """subject -[type]-> object, true from `valid_from` until `valid_to` (None: still holds)."""
+    """subject -[type]-> object, true from `valid_from` until `valid_to` (None: still holds), stated by
+    a fact (`source_fact_id`) or by a document chunk (`source_chunk`)."""
 
     id: int
     type: str
@@ -449,6 +464,7 @@ class Relation:
     valid_from: datetime | None = None
     valid_to: datetime | None = None
     source_fact_id: str | None = None
+    source_chunk: RelationChunk | None = None
     invalidated_by_id: str | None = None
     closed_reason: str = ""
 
