@@ -5,12 +5,17 @@ the facts and messages together.
 
 What a message is to the ranking: its cosine distance to the query (its embedding, filled by the worker:
 services/message_index.py), the query lexemes its text holds, its lexemes, its age from `created_at` (the
-time it was said), no entities, importance MESSAGE_IMPORTANCE and a constant confidence MESSAGE_CONFIDENCE
-(what the user said, taken as a statement they made).
+time it was said), importance MESSAGE_IMPORTANCE, a constant confidence MESSAGE_CONFIDENCE (what the user
+said, taken as a statement they made), and the entities the query names that it mentions, counted from its
+text as drawing a fact of that text would link them (`mentions_of`): a fact naming the person asked about
+is lifted by the entity factor, so a message naming them is too (LoCoMo dev, messages path, pooled R@10
+0.748 -> 0.791).
 
-Deduplication (`dedupe`): a message from which a fact was extracted (`Fact.message`) is dropped from the
-hits when that fact is among them, unless the message says more: when it holds more than SAYS_MORE
-lexemes that none of its facts among the hits holds, both are kept.
+Deduplication (`dedupe`): a message and the facts extracted from it (`Fact.message`) are one hit. The
+group takes the place of its best-ranked member, which stands for it, unless that is a message that says
+no more than its facts among the candidates (no more than SAYS_MORE lexemes none of them holds): then the
+best of its facts stands. So the ten best say ten things, not one thing twice (LoCoMo dev: 823 of 7,600
+places held a second copy of a turn; pooled R@10 0.741 -> 0.748).
 
 Access: the messages are read through `visible()`, the one access check (tenant, and the users a
 restricted key reaches), of the one memory user searched.
@@ -25,15 +30,17 @@ from datetime import datetime
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
-from memory_admin.models import Fact, MemoryUser, Message
-from memory_admin.retrieval.candidates import MAX_LEXEMES, Candidate
-from memory_admin.retrieval.names import or_tsquery
+from memory_admin.models import Entity, Fact, MemoryUser, Message
+from memory_admin.retrieval.candidates import MAX_LEXEMES, MAX_QUERY_ENTITIES, Candidate, _mention_column
+from memory_admin.retrieval.names import name_keys, or_tsquery
 from memory_admin.selectors.access import Principal, visible
+from memory_admin.services.entity_draw import drawn_names
 
 # The `src` of a message candidate (a fact's is its branch, 0 or more).
 MESSAGE_SRC = -1
@@ -49,7 +56,8 @@ KEYWORD_SCAN = 500
 # extractor wrote 80 facts; 1.0 once rules-v2 wrote 732 (pooled R@10 0.714 -> 0.742 at 150 nearest).
 MESSAGE_CONFIDENCE = 1.0
 MESSAGE_IMPORTANCE = 0.5
-# A message with more than this many lexemes that its facts among the hits lack says more: kept.
+# A message with more than this many lexemes that its facts among the candidates lack says more: it may
+# stand for them.
 SAYS_MORE = 3
 DEDUPE_WINDOW = 3
 
@@ -120,7 +128,8 @@ def message_candidates(
         return []
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][0] or ())}
     query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
-    return [
+    named = named_entities(principal, memory_user, query)
+    rows = [
         Candidate(
             id=message_candidate_id(pk),
             src=MESSAGE_SRC,
@@ -133,12 +142,33 @@ def message_candidates(
             matched=sum(map(bits.__getitem__, query_lexemes & (lexemes or ()))),
             doc_len=doc_len,
             lexemes=lexemes,
-            ent=None,
+            ent=mentions_of(shown[-1], named) if named else None,
             due=None,
             carried=(pk, *shown),
         )
         for _, pk, distance, age_days, doc_len, lexemes, *shown in result
     ]
+    return rows
+
+
+def named_entities(principal: Principal, memory_user: MemoryUser, query: str) -> list[set[str]]:
+    """The alias keys of the entities the query names by alias (the user's own or the tenant's), in the
+    order the fact candidates number them (by id), so that a message's entity column counts with theirs;
+    none when no alias matches (the facts' fallback by embedding is not followed for messages)."""
+    keys = name_keys(query)
+    if not keys:
+        return []
+    owner = Q(memory_user_id=memory_user.pk) | Q(memory_user__isnull=True)
+    entities = visible(principal, Entity.objects.filter(owner, merged_into__isnull=True, alias_keys__overlap=keys))
+    found = sorted(entities.values_list("id", "alias_keys")[:MAX_QUERY_ENTITIES])
+    return [set(alias_keys) for _, alias_keys in found]
+
+
+def mentions_of(text: str, named: list[set[str]]) -> tuple[int, int, int]:
+    """A message's entity column, counted from its text as drawing a fact of it would link it (the named
+    entities it mentions, those it is about; no neighbours)."""
+    mentions, _ = drawn_names(text)
+    return _mention_column(mentions, {}, named, set())
 
 
 def is_message(row: Candidate) -> bool:
@@ -196,38 +226,41 @@ def says_more(message: Candidate, facts: list[Candidate]) -> bool:
 
 
 def dedupe(ranked: list[Candidate], k: int, message_of: int | None = None) -> list[Candidate]:
-    """The k best of `ranked` (best first) without the messages whose facts among the k best say what
-    they say (module docstring). A fact that enters as a dropped message leaves room can drop another.
-    `message_of`: the position of a fact's `message_id` among the columns fact candidates carry, if they
-    do (else it is read)."""
-    # Within the first DEDUPE_WINDOW × k: far enough for every drop to be refilled in practice.
+    """The k best of `ranked` (best first), a message and the facts extracted from it counted as one hit
+    (module docstring): the group takes the place of its best-ranked member, and that member stands for
+    it, unless it is a message that says no more than its facts among the candidates, which yields to the
+    best of them. `message_of`: the position of a fact's `message_id` among the columns fact candidates
+    carry, if they do (else it is read)."""
+    # Within the first DEDUPE_WINDOW × k: far enough for every group to be whole in practice.
     window = ranked[: DEDUPE_WINDOW * k]
-    messages = [message_id_of(r) for r in window if is_message(r)]
+    messages = {message_id_of(r): r for r in window if is_message(r)}
     if not messages:
         return ranked[:k]
     if message_of is None:
-        source = facts_from([r.id for r in window if not is_message(r)], messages)
+        source = facts_from([r.id for r in window if not is_message(r)], list(messages))
     else:
-        wanted = set(messages)
         source = {
             r.id: r.carried[message_of]
             for r in window
-            if not is_message(r) and r.carried and r.carried[message_of] in wanted
+            if not is_message(r) and r.carried and r.carried[message_of] in messages
         }
     if not source:
         return ranked[:k]
-    dropped: set = set()
-    while True:
-        top = [r for r in ranked if r.id not in dropped][:k]
-        hit_facts: dict[int, list[Candidate]] = {}
-        for row in top:
-            if row.id in source:
-                hit_facts.setdefault(source[row.id], []).append(row)
-        drop = {
-            r.id
-            for r in top
-            if is_message(r) and message_id_of(r) in hit_facts and not says_more(r, hit_facts[message_id_of(r)])
-        }
-        if not drop:
-            return top
-        dropped |= drop
+    facts_of: dict[int, list[Candidate]] = {}
+    for row in window:
+        if row.id in source:
+            facts_of.setdefault(source[row.id], []).append(row)
+    top: list[Candidate] = []
+    seen: set = set()
+    for row in ranked:
+        group = message_id_of(row) if is_message(row) else source.get(row.id, row.id)
+        if group in seen:
+            continue
+        seen.add(group)
+        facts = facts_of.get(group)
+        if facts and is_message(row) and not says_more(row, facts):
+            row = facts[0]
+        top.append(row)
+        if len(top) == k:
+            break
+    return top
