@@ -169,7 +169,9 @@ def _named(alias_keys_json: str | None) -> list[re.Pattern]:
     patterns = []
     for alias_keys in json.loads(alias_keys_json):
         names = sorted({r"\W+".join(map(re.escape, WORD.findall(key))) for key in alias_keys} - {""}, key=len)
-        patterns.append(re.compile(r"(?<![^\W_])(?:" + "|".join(reversed(names)) + r")(?![^\W_])"))
+        # An entity without a word in its names (never made by drawing) keeps its bit and matches nothing.
+        alternatives = "|".join(reversed(names)) or r"(?!)"
+        patterns.append(re.compile(r"(?<![^\W_])(?:" + alternatives + r")(?![^\W_])"))
     return patterns
 
 
