@@ -11,6 +11,10 @@ A hit counts for a turn when it is that turn's message, or a fact extracted from
 searchable) and the default kinds (facts and messages ranked together, deduplicated).
 
     .venv/bin/python bench/messages_locomo.py [--data /work/shared/eval/locomo-dev] [--k 20] [--reuse]
+        [--kinds "fact;fact,message"]
+
+A `--reuse` run reads the facts again, and reads raise their effective confidence: compare two trees on
+one database with runs taken back to back.
 """
 
 from __future__ import annotations
@@ -150,6 +154,9 @@ def main() -> int:
     parser.add_argument("--k", type=int, default=20)
     parser.add_argument("--db", default="bench_messages_locomo")
     parser.add_argument("--reuse", action="store_true", help="keep the database of a previous run (skip posting)")
+    parser.add_argument(
+        "--kinds", default="fact;fact,message", help="the kinds searched, one evaluation each, separated by ';'"
+    )
     args = parser.parse_args()
 
     turns, questions = load(args.data)
@@ -186,7 +193,7 @@ def main() -> int:
             for fid, mid in Fact.objects.filter(message__isnull=False).values_list("id", "message_id")
         }
         print(f"{len(dia_of_message)} messages, {len(dia_of_fact)} facts extracted from them")
-        for kinds in ("fact", "fact,message"):
+        for kinds in args.kinds.split(";"):
             per_cat, latencies, shown = evaluate(
                 server.port, key, questions, dia_of_message, dia_of_fact, args.k, kinds
             )

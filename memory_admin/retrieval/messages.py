@@ -5,12 +5,16 @@ the facts and messages together.
 
 What a message is to the ranking: its cosine distance to the query (its embedding, filled by the worker:
 services/message_index.py), the query lexemes its text holds, its lexemes, its age from `created_at` (the
-time it was said), no entities, importance MESSAGE_IMPORTANCE and a constant confidence MESSAGE_CONFIDENCE
-(what the user said, taken as a statement they made).
+time it was said), importance MESSAGE_IMPORTANCE, a constant confidence MESSAGE_CONFIDENCE (what the user
+said, taken as a statement they made), and the entities the query names by alias that it mentions, read
+from its words (`mentions_of`): a fact naming the person asked about is lifted by the entity factor, so a
+message naming them is too (LoCoMo dev, messages path, pooled R@10 0.748 -> 0.789).
 
-Deduplication (`dedupe`): a message from which a fact was extracted (`Fact.message`) is dropped from the
-hits when that fact is among them, unless the message says more: when it holds more than SAYS_MORE
-lexemes that none of its facts among the hits holds, both are kept.
+Deduplication (`dedupe`): a message and the facts extracted from it (`Fact.message`) are one hit. The
+group takes the place of its best-ranked member, which stands for it, unless that is a message that says
+no more than its facts among the candidates (no more than SAYS_MORE lexemes none of them holds): then the
+best of its facts stands. So the ten best say ten things, not one thing twice (LoCoMo dev: 823 of 7,600
+places held a second copy of a turn; pooled R@10 0.741 -> 0.748).
 
 Access: the messages are read through `visible()`, the one access check (tenant, and the users a
 restricted key reaches), of the one memory user searched.
@@ -19,20 +23,23 @@ restricted key reaches), of the one memory user searched.
 from __future__ import annotations
 
 import functools
+import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection
+from django.db.models import Q
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
-from memory_admin.models import Fact, MemoryUser, Message
-from memory_admin.retrieval.candidates import MAX_LEXEMES, Candidate
-from memory_admin.retrieval.names import or_tsquery
+from memory_admin.models import Entity, Fact, MemoryUser, Message
+from memory_admin.retrieval.candidates import MAX_LEXEMES, MAX_QUERY_ENTITIES, Candidate
+from memory_admin.retrieval.names import WORD, name_keys, or_tsquery
 from memory_admin.selectors.access import Principal, visible
 
 # The `src` of a message candidate (a fact's is its branch, 0 or more).
@@ -49,7 +56,8 @@ KEYWORD_SCAN = 500
 # extractor wrote 80 facts; 1.0 once rules-v2 wrote 732 (pooled R@10 0.714 -> 0.742 at 150 nearest).
 MESSAGE_CONFIDENCE = 1.0
 MESSAGE_IMPORTANCE = 0.5
-# A message with more than this many lexemes that its facts among the hits lack says more: kept.
+# A message with more than this many lexemes that its facts among the candidates lack says more: it may
+# stand for them.
 SAYS_MORE = 3
 DEDUPE_WINDOW = 3
 
@@ -57,6 +65,9 @@ _USER_SENTINEL = -7_340_041
 _QUERY_SENTINEL = "\x00message-query\x00"
 _VECTOR_SENTINEL = object()
 _TSQ_SENTINEL = "\x00message-tsquery\x00"
+_KEYS_SENTINEL = "\x00message-name-keys\x00"
+# What may precede a message's first word (a name opening it is what the message is about).
+_NOT_WORD = "".join(chr(c) for c in range(128) if not (chr(c).isalnum() or chr(c) == "_"))
 
 
 def message_candidate_id(message_id: int) -> uuid.UUID:
@@ -86,17 +97,24 @@ def _statement(principal: Principal, has_text: bool) -> tuple[str, tuple]:
             )
         )
     union = " UNION ALL ".join(f"(SELECT b.* FROM ({sql}) AS b)" for sql, _ in branches)
+    # The entities the query names by alias (the user's own or the tenant's), as the fact candidates'
+    # `search_alias` finds them and numbers them (by id): their alias keys, once, on every row.
+    keys = RawSQL("%s::varchar(200)[]", (_KEYS_SENTINEL,))  # noqa: S611 - a bound parameter
+    owner = Q(memory_user_id=_USER_SENTINEL) | Q(memory_user__isnull=True)
+    named = visible(principal, Entity.objects.filter(owner, merged_into__isnull=True, alias_keys__overlap=keys))
+    named_sql, named_params = compiled(named.values("id", "alias_keys")[:MAX_QUERY_ENTITIES])
     statement = (
         "WITH message_qv AS (SELECT %s::vector AS v),"
         f" message_lx AS (SELECT (tsvector_to_array(to_tsvector('english', %s)))[1:{MAX_LEXEMES}] AS q)"
-        " SELECT (SELECT q FROM message_lx), m.id, m.distance,"
+        " SELECT (SELECT q FROM message_lx),"
+        f" (SELECT json_agg(e.alias_keys ORDER BY e.id)::text FROM ({named_sql}) AS e), m.id, m.distance,"
         " GREATEST(0, date_part('epoch', now() - m.created_at) / 86400.0)::float8,"
         " COALESCE(length(m.search_vector), 0), tsvector_to_array(m.search_vector),"
         # What a hit shows of it, carried (as the fact candidates carry theirs): no second statement.
         " m.thread__external_id, m.role, m.created_at, m.content"
         f" FROM (SELECT DISTINCT ON (u.id) * FROM ({union}) AS u ORDER BY u.id) AS m"
     )
-    return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *(p for _, ps in branches for p in ps))
+    return statement, (_VECTOR_SENTINEL, _QUERY_SENTINEL, *named_params, *(p for _, ps in branches for p in ps))
 
 
 def message_candidates(
@@ -112,6 +130,7 @@ def message_candidates(
         _QUERY_SENTINEL: query[:2000],
         _VECTOR_SENTINEL: Vector(vector),
         _TSQ_SENTINEL: tsq,
+        _KEYS_SENTINEL: name_keys(query),
     }
     with vector_cursor(binary_results=True, prepared=True) as cursor:
         cursor.execute(statement, bind(params, values))
@@ -120,6 +139,7 @@ def message_candidates(
         return []
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][0] or ())}
     query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
+    named = _named(result[0][1])
     return [
         Candidate(
             id=message_candidate_id(pk),
@@ -133,12 +153,44 @@ def message_candidates(
             matched=sum(map(bits.__getitem__, query_lexemes & (lexemes or ()))),
             doc_len=doc_len,
             lexemes=lexemes,
-            ent=None,
+            ent=mentions_of(shown[-1], named) if named else None,
             due=None,
             carried=(pk, *shown),
         )
-        for _, pk, distance, age_days, doc_len, lexemes, *shown in result
+        for _, _, pk, distance, age_days, doc_len, lexemes, *shown in result
     ]
+
+
+def _named(alias_keys_json: str | None) -> list[re.Pattern]:
+    """For each entity the query names, in order, a pattern finding any of its names among a text's words
+    (casefolded, as alias keys are)."""
+    if not alias_keys_json:
+        return []
+    patterns = []
+    for alias_keys in json.loads(alias_keys_json):
+        names = sorted({r"\W+".join(map(re.escape, WORD.findall(key))) for key in alias_keys} - {""}, key=len)
+        # An entity without a word in its names (never made by drawing) keeps its bit and matches nothing.
+        alternatives = "|".join(reversed(names)) or r"(?!)"
+        patterns.append(re.compile(r"(?<![^\W_])(?:" + alternatives + r")(?![^\W_])"))
+    return patterns
+
+
+def mentions_of(text: str, named: list[re.Pattern]) -> tuple[int, int, int]:
+    """A message's entity column (as the candidate statement gives a fact's: the named entities it
+    mentions, bit i for the i-th; those it is about; no neighbours): it mentions an entity when one of
+    its names occurs among its words, and is about it when it opens with that name (its speaker, or the
+    subject of its first sentence). Read from the words, not drawn: entity drawing costs ~1 ms a text, too
+    much for the hundred and more messages of a search (LoCoMo dev: pooled R@10 0.789 read, 0.791 drawn)."""
+    folded = text.casefold()
+    opening = len(folded) - len(folded.lstrip(_NOT_WORD))
+    mask = subject = 0
+    for bit, pattern in enumerate(named):
+        found = pattern.search(folded)
+        if found is not None:
+            mask |= 1 << bit
+            if found.start() == opening:
+                subject |= 1 << bit
+    return mask, subject, 0
 
 
 def is_message(row: Candidate) -> bool:
@@ -196,38 +248,41 @@ def says_more(message: Candidate, facts: list[Candidate]) -> bool:
 
 
 def dedupe(ranked: list[Candidate], k: int, message_of: int | None = None) -> list[Candidate]:
-    """The k best of `ranked` (best first) without the messages whose facts among the k best say what
-    they say (module docstring). A fact that enters as a dropped message leaves room can drop another.
-    `message_of`: the position of a fact's `message_id` among the columns fact candidates carry, if they
-    do (else it is read)."""
-    # Within the first DEDUPE_WINDOW × k: far enough for every drop to be refilled in practice.
+    """The k best of `ranked` (best first), a message and the facts extracted from it counted as one hit
+    (module docstring): the group takes the place of its best-ranked member, and that member stands for
+    it, unless it is a message that says no more than its facts among the candidates, which yields to the
+    best of them. `message_of`: the position of a fact's `message_id` among the columns fact candidates
+    carry, if they do (else it is read)."""
+    # Within the first DEDUPE_WINDOW × k: far enough for every group to be whole in practice.
     window = ranked[: DEDUPE_WINDOW * k]
-    messages = [message_id_of(r) for r in window if is_message(r)]
+    messages = {message_id_of(r): r for r in window if is_message(r)}
     if not messages:
         return ranked[:k]
     if message_of is None:
-        source = facts_from([r.id for r in window if not is_message(r)], messages)
+        source = facts_from([r.id for r in window if not is_message(r)], list(messages))
     else:
-        wanted = set(messages)
         source = {
             r.id: r.carried[message_of]
             for r in window
-            if not is_message(r) and r.carried and r.carried[message_of] in wanted
+            if not is_message(r) and r.carried and r.carried[message_of] in messages
         }
     if not source:
         return ranked[:k]
-    dropped: set = set()
-    while True:
-        top = [r for r in ranked if r.id not in dropped][:k]
-        hit_facts: dict[int, list[Candidate]] = {}
-        for row in top:
-            if row.id in source:
-                hit_facts.setdefault(source[row.id], []).append(row)
-        drop = {
-            r.id
-            for r in top
-            if is_message(r) and message_id_of(r) in hit_facts and not says_more(r, hit_facts[message_id_of(r)])
-        }
-        if not drop:
-            return top
-        dropped |= drop
+    facts_of: dict[int, list[Candidate]] = {}
+    for row in window:
+        if row.id in source:
+            facts_of.setdefault(source[row.id], []).append(row)
+    top: list[Candidate] = []
+    seen: set = set()
+    for row in ranked:
+        group = message_id_of(row) if is_message(row) else source.get(row.id, row.id)
+        if group in seen:
+            continue
+        seen.add(group)
+        facts = facts_of.get(group)
+        if facts and is_message(row) and not says_more(row, facts):
+            row = facts[0]
+        top.append(row)
+        if len(top) == k:
+            break
+    return top
