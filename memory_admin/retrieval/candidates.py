@@ -24,7 +24,7 @@ from weakref import WeakKeyDictionary
 import numpy as np
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
@@ -60,9 +60,17 @@ N_DESCRIBED = len(Candidate._fields) - 1  # the statement's columns before the c
 NO_ENTITY = (0, 0, 0)  # what `ent` means when it is None
 
 
-# A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
-# pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
-OWN_EXACT_LIMIT = 5000
+# A user's own facts are ranked exactly (every one a candidate) while the user has at most
+# OWN_EXACT_LIMIT of them in the statuses and period searched: every LoCoMo dev user (at most 680 turns)
+# and every user of the scale benches (100 facts). Above it, where ranking each candidate in Python would
+# cost per row (bench/knowledge_search_latency.py's user of 10,000 facts), a search considers the
+# OWN_NEAREST facts nearest the query, for each of the query's lexemes the OWN_KEYWORD nearest facts that
+# hold it, and the OWN_ENTITY nearest facts that mention an entity the query names or one a relation away
+# (messages are capped alike: retrieval/messages.py).
+OWN_EXACT_LIMIT = 1000
+OWN_NEAREST = 300
+OWN_KEYWORD = 20
+OWN_ENTITY = 100
 SHARED_KEYWORD_SCAN = 300
 MAX_LEXEMES = 32
 # The entities a query names: by alias at most MAX_QUERY_ENTITIES, those one relation away at most
@@ -169,7 +177,6 @@ class _Shape:
     has_vector: bool
     has_text: bool
     n_shared: int  # rows of each shared branch; 0: none
-    own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
     entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
     carry: tuple[str, ...] = ()  # more fact columns at the end of each row (the context block's lines)
     as_of: bool = False  # only the facts valid at a time (`_in_time`)
@@ -202,26 +209,78 @@ def _in_time(facts: QuerySet, shape: _Shape) -> QuerySet:
     return facts
 
 
-def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
-    """One user's own facts (the user a sentinel), nearest first when there is a vector."""
+def _own_facts(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> QuerySet:
+    """One user's own facts (the user a sentinel) in the statuses and period searched, with their distance."""
     own = _in_time(visible(principal, Fact.objects.for_user(sentinel).filter(status__in=shape.statuses)), shape)
-    if shape.own_by_keyword:
-        # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
-        own = own.filter(search_vector=SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english"))
-    own = own.annotate(distance=distance)
-    if shape.has_vector and not shape.own_by_keyword:
-        own = own.order_by("distance")
-    return compiled(own.values(*_CARRIED, *_more(shape), "distance")[:OWN_EXACT_LIMIT])
+    return own.annotate(distance=distance)
 
 
-def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
-    """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the users
-    and the tsquery as sentinels: one branch per user, then the shared ones."""
+def _own_size(principal: Principal, shape: _Shape, i: int) -> tuple[str, tuple]:
+    """The CTE `own_big_i`: whether user i has more than OWN_EXACT_LIMIT own facts to search (counted
+    up to one more, through the index on the user's facts)."""
+    sql, params = compiled(_own_facts(principal, shape, _USER_SENTINEL - i, RawSQL("NULL", ())).values("id"))
+    return (
+        f", own_big_{i} AS MATERIALIZED (SELECT count(*) > {OWN_EXACT_LIMIT} AS big"
+        f" FROM ({sql} LIMIT {OWN_EXACT_LIMIT + 1}) AS n)",
+        params,
+    )
+
+
+def _own_branches(principal: Principal, shape: _Shape, i: int, distance: RawSQL) -> list[tuple[str, tuple]]:
+    """User i's own facts: all of them (nearest first) while the user has at most OWN_EXACT_LIMIT; above
+    it (`own_big_i`), the nearest, the keyword matches and the entity-anchored ones (OWN_EXACT_LIMIT's
+    comment)."""
+    own = _own_facts(principal, shape, _USER_SENTINEL - i, distance)
+    values = (*_CARRIED, *_more(shape), "distance")
+    big = f"(SELECT big FROM own_big_{i})"
+    if not shape.has_vector:
+        # No nearness to cut by: the first OWN_EXACT_LIMIT, and the keyword matches beyond them.
+        sql, params = compiled(own.values(*values)[:OWN_EXACT_LIMIT])
+        branches = [(sql, params)]
+    else:
+        sql, params = compiled(own.order_by("distance").values(*values))
+        limit = f"CASE WHEN {big} THEN {OWN_NEAREST} ELSE {OWN_EXACT_LIMIT} END"
+        branches = [(f"SELECT * FROM ({sql}) AS o LIMIT ({limit})", params)]
+    # Below: read only for a user above the limit (`big` is evaluated once; false skips the branch).
+    if shape.has_text:
+        # Per query lexeme its OWN_KEYWORD matches nearest the query: a rare word's few matches all come
+        # in, however many facts a common word of the same query matches (ts_rank has no IDF to prefer it).
+        holds = RawSQL(  # noqa: S611 - constant SQL
+            "memory_admin_fact.search_vector @@ plainto_tsquery('simple', l.lx)", (), output_field=BooleanField()
+        )
+        matching = own.filter(holds)
+        if shape.has_vector:
+            matching = matching.order_by("distance")
+        sql, params = compiled(matching.values(*values)[:OWN_KEYWORD])
+        branches.append(
+            (
+                f"SELECT m.* FROM unnest((SELECT q FROM search_lx)) AS l(lx), LATERAL ({sql}) AS m WHERE {big}",
+                params,
+            )
+        )
+    if shape.entities:
+        mentioning = RawSQL(  # noqa: S611 - constant SQL
+            "SELECT fe.fact_id FROM memory_admin_factentity fe, search_ids ids"
+            " WHERE fe.entity_id = ANY(ids.ent) OR fe.entity_id = ANY(ids.hop)",
+            (),
+        )
+        anchored = own.filter(pk__in=mentioning)
+        if shape.has_vector:
+            anchored = anchored.order_by("distance")
+        sql, params = compiled(anchored.values(*values)[:OWN_ENTITY])
+        branches.append((f"SELECT * FROM ({sql}) AS a WHERE {big}", params))
+    return branches
+
+
+def _branches(principal: Principal, shape: _Shape) -> list[tuple[int, tuple[str, tuple]]]:
+    """The candidate branches as (src, (SQL, params)), each built by the ORM from `visible()`, with the
+    users and the tsquery as sentinels: user i's own branches (src i), then the shared ones."""
     distance = RawSQL(_DISTANCE if shape.has_vector else "NULL::float8", ())  # noqa: S611 - constant
-    branches = [_own_branch(principal, shape, _USER_SENTINEL - i, distance) for i in range(shape.n_users)]
+    branches = [(i, branch) for i in range(shape.n_users) for branch in _own_branches(principal, shape, i, distance)]
     n_shared = shape.n_shared
-    if not n_shared or shape.own_by_keyword:
+    if not n_shared:
         return branches
+    src = shape.n_users
     shared = _in_time(visible(principal, Fact.objects.filter(memory_user__isnull=True)), shape)
     if shape.has_vector:
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
@@ -231,7 +290,8 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
             .order_by("distance")
             .values(*_CARRIED, *_more(shape), "distance")[:n_shared]
         )
-        branches.append(compiled(nearest))
+        branches.append((src, compiled(nearest)))
+        src += 1
     if shape.has_text:
         sq = SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english")
         # Rank only a bounded number of matches (a common word can match most of a large org scope),
@@ -240,9 +300,12 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
         sql, params = compiled(matching.values(*_CARRIED, *_more(shape), "distance")[:SHARED_KEYWORD_SCAN])
         branches.append(
             (
-                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
-                f" DESC LIMIT {int(n_shared)}",
-                (*params, _TSQ_SENTINEL),
+                src,
+                (
+                    f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+                    f" DESC LIMIT {int(n_shared)}",
+                    (*params, _TSQ_SENTINEL),
+                ),
             )
         )
     return branches
@@ -326,9 +389,7 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     the whole (frozen) principal, so any field the access check reads gets its own entry."""
     branches = _branches(principal, shape)
     columns = ", ".join(f"b.{name}" for name in (*_CARRIED, *_more(shape), "distance"))
-    union = " UNION ALL ".join(
-        f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)" for i, (sql, _) in enumerate(branches)
-    )
+    union = " UNION ALL ".join(f"(SELECT {columns}, {src} AS src FROM ({sql}) AS b)" for src, (sql, _) in branches)
     rows_sql = _ROW_SQL.format(
         eff_conf=scoring.effective_confidence_sql("c"),
         stale=scoring.staleness_sql("c"),
@@ -341,8 +402,11 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
         + "".join(f", c.{name}" for name in shape.carry),
     )
     entities, e_params = _entity_ctes(principal) if shape.entities else ("", ())
-    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, entities=entities, rows=rows_sql)
-    return statement, (*e_params, *(p for _, ps in branches for p in ps))
+    sizes = [_own_size(principal, shape, i) for i in range(shape.n_users)]
+    statement = _STATEMENT.format(
+        lexemes=_LEXEMES_CTE, entities=entities + "".join(sql for sql, _ in sizes), rows=rows_sql
+    )
+    return statement, (*e_params, *(p for _, ps in sizes for p in ps), *(p for _, (_, ps) in branches for p in ps))
 
 
 def _bind(
@@ -373,7 +437,6 @@ def candidates(
     vector: list[float] | None,
     statuses: tuple[str, ...],
     n_shared: int,
-    own_by_keyword: bool = False,
     carry: tuple[str, ...] = (),
     entity_vector: list[float] | None = None,
     as_of: datetime | None = None,
@@ -384,16 +447,15 @@ def candidates(
     them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
     given). `as_of` and `between` filter them by time (`_in_time`)."""
     tsq = or_tsquery(query) if query else ""
-    keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
+    keys = name_keys(query) if query and len(memory_users) == 1 else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
-    entities = bool(keys) or (vector is not None and len(memory_users) == 1 and not own_by_keyword)
+    entities = bool(keys) or (vector is not None and len(memory_users) == 1)
     shape = _Shape(
         statuses,
         len(memory_users),
         vector is not None,
         bool(tsq),
         n_shared,
-        own_by_keyword,
         entities,
         carry,
         as_of is not None,

@@ -18,7 +18,7 @@ from memory_admin import metrics
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.candidates import Candidate, candidates
 from memory_admin.retrieval.chunks import chunk_ranking
 from memory_admin.retrieval.decompose import QueryShape, shape_of
 from memory_admin.retrieval.expand import keyword_text
@@ -227,21 +227,6 @@ def fact_ranking(
         as_of=as_of,
         between=between,
     )
-    if query and sum(1 for r in rows if r.src == 0) == OWN_EXACT_LIMIT:
-        seen = {r.id for r in rows}
-        _, more = candidates(
-            principal,
-            [memory_user],
-            query=keywords,
-            vector=vec,
-            statuses=statuses,
-            n_shared=0,
-            own_by_keyword=True,
-            carry=carry,
-            as_of=as_of,
-            between=between,
-        )
-        rows += [r for r in more if r.id not in seen]
     weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
@@ -515,23 +500,8 @@ def fact_search_users(
     by_branch: dict[int, list[Candidate]] = {}
     for row in rows:
         by_branch.setdefault(row.src, []).append(row)
-    tops: dict[int, list[Scored]] = {}
+    tops = {user.pk: score(by_branch.get(i, []), weights, negated=negated)[:k] for i, user in enumerate(memory_users)}
     out: dict[int, list[Hit]] = {}
-    for i, memory_user in enumerate(memory_users):
-        own = by_branch.get(i, [])
-        if query and len(own) == OWN_EXACT_LIMIT:  # a pathological user: fact_search's extra keyword pass
-            out[memory_user.pk] = fact_search(
-                principal=principal,
-                memory_user=memory_user,
-                query=query,
-                k=k,
-                include=include,
-                query_vector=vec,
-                shared=False,
-                record=False,
-            ).hits
-        else:
-            tops[memory_user.pk] = score(own, weights, negated=negated)[:k]
     facts = _facts_by_id(
         principal,
         [row.id for top in tops.values() for _, row, _ in top],
