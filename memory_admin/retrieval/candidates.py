@@ -31,7 +31,7 @@ from pgvector import Vector
 from memory_admin import embedding, scoring
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
-from memory_admin.models import Entity, Fact, MemoryUser, Relation
+from memory_admin.models import Entity, Fact, KnowledgeChunk, MemoryUser, Message, Relation
 from memory_admin.retrieval.names import name_keys, or_tsquery
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.entity_draw import drawn_names
@@ -140,7 +140,7 @@ _STATEMENT = (
     # The weights ride on every candidate row (an InitPlan, evaluated once); a search without candidates
     # reads them from the settings instead (`_weights`). A LEFT JOIN to one row, which gave them even then,
     # cost Postgres ~0.4 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
-    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.* FROM ({rows}) AS r"
+    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.*{present} FROM ({rows}) AS r"
 )
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -168,6 +168,16 @@ _KEYS_SENTINEL = "\x00search-entity-keys\x00"
 _EVEC_SENTINEL = "\x00search-entity-vector\x00"
 
 
+# The other kinds of hits whose presence a search can ask the candidate statement for (`probe`).
+PROBED = ("message", "chunk")
+
+
+class Gathered(NamedTuple):
+    weights: str | None  # the tenant's search weights (JSON text); None without candidates
+    rows: list[Candidate]
+    present: frozenset[str] | None  # of PROBED, the kinds that may have candidates; None: not known
+
+
 @dataclass(frozen=True)
 class _Shape:
     """What decides the candidate statement's SQL (the cache key, beside the principal)."""
@@ -179,6 +189,7 @@ class _Shape:
     n_shared: int  # rows of each shared branch; 0: none
     entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
     carry: tuple[str, ...] = ()  # more fact columns at the end of each row (the context block's lines)
+    present: bool = False  # each row ends with `_present`: which other kinds may have candidates
     as_of: bool = False  # only the facts valid at a time (`_in_time`)
     between: bool = False  # only the facts observed within a period (`_in_time`)
 
@@ -382,6 +393,25 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     return sql, (_EVEC_SENTINEL, *e_params, _KEYS_SENTINEL, *n_params, *r_params)
 
 
+def _present(principal: Principal) -> tuple[str, tuple]:
+    """The column `present`: [whether the user has an indexed message the principal can see, whether the
+    tenant or the user has an active document chunk]. Each kind's own statement reads a subset of these
+    rows (retrieval/messages.py, retrieval/chunks.py), so a kind found absent here, in the same snapshot,
+    has no candidates: its statement need not be sent. Two index probes, evaluated once per statement."""
+    messages, m_params = compiled(
+        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False)).values("id")
+    )
+    chunks, c_params = compiled(
+        visible(
+            principal,
+            KnowledgeChunk.objects.filter(
+                Q(memory_user__isnull=True) | Q(memory_user_id=_USER_SENTINEL), status=KnowledgeChunk.Status.ACTIVE
+            ),
+        ).values("id")
+    )
+    return f", ARRAY[EXISTS ({messages}), EXISTS ({chunks})] AS present", (*m_params, *c_params)
+
+
 @functools.lru_cache(maxsize=256)
 def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     """The whole candidate statement and its parameters after the first three (vector, query text,
@@ -403,10 +433,16 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     )
     entities, e_params = _entity_ctes(principal) if shape.entities else ("", ())
     sizes = [_own_size(principal, shape, i) for i in range(shape.n_users)]
+    present, p_params = _present(principal) if shape.present else ("", ())
     statement = _STATEMENT.format(
-        lexemes=_LEXEMES_CTE, entities=entities + "".join(sql for sql, _ in sizes), rows=rows_sql
+        lexemes=_LEXEMES_CTE, entities=entities + "".join(sql for sql, _ in sizes), present=present, rows=rows_sql
     )
-    return statement, (*e_params, *(p for _, ps in sizes for p in ps), *(p for _, (_, ps) in branches for p in ps))
+    return statement, (
+        *e_params,
+        *(p for _, ps in sizes for p in ps),
+        *p_params,
+        *(p for _, (_, ps) in branches for p in ps),
+    )
 
 
 def _bind(
@@ -441,25 +477,29 @@ def candidates(
     entity_vector: list[float] | None = None,
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
-) -> tuple[str | None, list[Candidate]]:
-    """(tenant search weights as JSON text, None without candidates; the candidates) in one statement.
-    Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches come after
-    them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
-    given). `as_of` and `between` filter them by time (`_in_time`)."""
+    probe: bool = False,
+) -> Gathered:
+    """The candidates in one statement, with the tenant's search weights (JSON text; None without
+    candidates). Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches
+    come after them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector`
+    when not given). `as_of` and `between` filter them by time (`_in_time`). `probe` (one user): which of
+    PROBED may have candidates for that user (`_present`), read in the same statement."""
     tsq = or_tsquery(query) if query else ""
     keys = name_keys(query) if query and len(memory_users) == 1 else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
     entities = bool(keys) or (vector is not None and len(memory_users) == 1)
+    probe = probe and len(memory_users) == 1
     shape = _Shape(
-        statuses,
-        len(memory_users),
-        vector is not None,
-        bool(tsq),
-        n_shared,
-        entities,
-        carry,
-        as_of is not None,
-        between is not None,
+        statuses=statuses,
+        n_users=len(memory_users),
+        has_vector=vector is not None,
+        has_text=bool(tsq),
+        n_shared=n_shared,
+        entities=entities,
+        carry=carry,
+        present=probe,
+        as_of=as_of is not None,
+        between=between is not None,
     )
     statement, cached = _statement(principal, shape)
     bound = _as_vector(vector)
@@ -484,22 +524,28 @@ def candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    rows = _matched(result)
-    return weights, undrawn_entities(rows, keys, entity_vector or vector) if entities else rows
+    rows = _matched(result, probe)
+    if entities:
+        rows = undrawn_entities(rows, keys, entity_vector or vector)
+    # Without a row, nothing is known of the other kinds: their statements are sent as ever.
+    kinds = frozenset(k for k, found in zip(PROBED, result[0][-1], strict=True) if found) if probe and result else None
+    return Gathered(weights, rows, kinds)
 
 
-def _matched(result: list[tuple]) -> list[Candidate]:
+def _matched(result: list[tuple], present: bool = False) -> list[Candidate]:
     """The candidates of the statement's result, `matched` set: bit i when the fact's lexemes hold the
     query's i-th lexeme (the query's lexemes are every result row's second column). A result row is
-    (weights, the query's lexemes, the N_DESCRIBED described columns, the carried ones)."""
+    (weights, the query's lexemes, the N_DESCRIBED described columns, the carried ones, and `present`
+    when asked for)."""
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][1] or ())} if result else {}
     query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
     end = 2 + N_DESCRIBED
+    stop = -1 if present else None
     out = []
     for row in result:
         # (id .. distance), matched, (doc_len .. due), carried
         mask = sum(map(bits.__getitem__, query_lexemes & (row[12] or ()))) if bits else row[10]
-        out.append(Candidate(*row[2:10], mask, *row[11:end], row[end:]))
+        out.append(Candidate(*row[2:10], mask, *row[11:end], row[end:stop]))
     return out
 
 

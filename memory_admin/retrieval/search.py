@@ -104,6 +104,7 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     # (lowest, highest) cosine of the fact candidates: the scale other kinds' vector component shares.
     cosines: tuple[float, float] | None = None
+    present: frozenset[str] | None = None  # Ranking.present
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -173,6 +174,7 @@ class Ranking:
     candidates: int
     weights: dict[str, float]
     timings: dict[str, float]
+    present: frozenset[str] | None = None  # the kinds the candidate statement found may have hits (PROBED)
 
 
 def fact_ranking(
@@ -215,7 +217,7 @@ def fact_ranking(
     n_shared = n_shared if query else 0
     shape, keywords = read_query(query)
 
-    weights_json, rows = candidates(
+    weights_json, rows, present = candidates(
         principal,
         [memory_user],
         query=keywords,
@@ -226,19 +228,21 @@ def fact_ranking(
         entity_vector=whole,
         as_of=as_of,
         between=between,
+        probe=messages and bool(query),
     )
     weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
-    if messages and query:
+    # Not sent when the candidate statement found that the user has no indexed message.
+    if messages and query and (present is None or "message" in present):
         at = time.perf_counter()
         rows += _in_period(message_candidates(principal, memory_user, query=keywords, vector=vec), as_of, between)
         timings["messages_ms"] = (time.perf_counter() - at) * 1000
     matched = time_of(query, rows, as_of) if query else None
     scored = score(rows, weights, matched, negated=negated_lexemes(shape))
-    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings)
+    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings, present=present)
 
 
 def read_query(query: str) -> tuple[QueryShape, str]:
@@ -360,6 +364,7 @@ def fact_search(
         weights=ranking.weights,
         timings=rounded,
         cosines=(min(cosines), max(cosines)) if cosines else None,
+        present=ranking.present,
     )
 
 
@@ -403,7 +408,8 @@ def memory_search(
             between=between,
         )
         hits += result.hits
-    if "chunk" in kinds:
+    # Not sent when the candidate statement found no active chunk of the tenant's or the user's.
+    if "chunk" in kinds and (result.present is None or "chunk" in result.present):
         chunk_started = time.perf_counter()
         chunks = chunk_ranking(
             principal, memory_user, query=query, vector=whole, weights=result.weights, facts_cosines=result.cosines
@@ -492,7 +498,7 @@ def fact_search_users(
         vec, whole = search_vectors(query)
     vec = vec if query else None
     shape, keywords = read_query(query)
-    weights_json, rows = candidates(
+    weights_json, rows, _ = candidates(
         principal, memory_users, query=keywords, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
     )
     negated = negated_lexemes(shape)
