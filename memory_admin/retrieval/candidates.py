@@ -401,15 +401,17 @@ def _present(principal: Principal) -> tuple[str, tuple]:
     messages, m_params = compiled(
         visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False)).values("id")
     )
-    chunks, c_params = compiled(
-        visible(
-            principal,
-            KnowledgeChunk.objects.filter(
-                Q(memory_user__isnull=True) | Q(memory_user_id=_USER_SENTINEL), status=KnowledgeChunk.Status.ACTIVE
-            ),
-        ).values("id")
+    # The tenant's shared chunks and the user's own, each an equality on the index `kchunk_owner_status`.
+    shared, own = (
+        compiled(
+            visible(principal, KnowledgeChunk.objects.filter(owner, status=KnowledgeChunk.Status.ACTIVE)).values("id")
+        )
+        for owner in (Q(memory_user__isnull=True), Q(memory_user_id=_USER_SENTINEL))
     )
-    return f", ARRAY[EXISTS ({messages}), EXISTS ({chunks})] AS present", (*m_params, *c_params)
+    return (
+        f", ARRAY[EXISTS ({messages}), EXISTS ({shared[0]}) OR EXISTS ({own[0]})] AS present",
+        (*m_params, *shared[1], *own[1]),
+    )
 
 
 @functools.lru_cache(maxsize=256)
