@@ -5,15 +5,17 @@ them) is digested once through the real pipeline (chunked, screened, embedded); 
 repeated, each copy with its embedding moved by a little Gaussian noise (renormalised) and bulk-inserted
 with COPY, until --chunks chunks are stored: digesting 100,000 chunks one by one takes hours on this
 shared machine. The HNSW and GIN indexes on chunks are built once, after the load. Facts: --own facts of
-the user searched and --shared org facts (synthetic sentences and clustered vectors, bench/scale.py's),
-bulk-loaded the same way.
+the user searched (dana), --large facts of a second user (lee: above the exact limit of a user's own facts,
+retrieval/candidates.py) and --shared org facts (synthetic sentences and clustered vectors, bench/scale.py's),
+bulk-loaded the same way (every one observed at the same instant).
 
-Then the bench's questions (bench/knowledge_retrieval.py) are asked through gunicorn, with kinds=fact
-and with every kind, alternately; it prints the server-side p50/p95 without the query's embedding (the
-Server-Timing header) of each, and the chunk statement's own time.
+Then the bench's questions (bench/knowledge_retrieval.py) are asked through gunicorn for each user, with
+kinds=fact and with every kind, alternately; it prints the server-side p50/p95 without the query's embedding
+(the Server-Timing header) of each, and the chunk statement's own time.
 
-    .venv/bin/python bench/knowledge_search_latency.py                      # 100,000 chunks, 10,000 facts
+    .venv/bin/python bench/knowledge_search_latency.py                      # 100,000 chunks, 20,000 facts
     .venv/bin/python bench/knowledge_search_latency.py --reuse              # skip loading
+    .venv/bin/python bench/knowledge_search_latency.py --reuse --questions 10 --rounds 1   # a shorter run
 """
 
 from __future__ import annotations
@@ -197,6 +199,7 @@ def main() -> None:
     parser.add_argument("--shared", type=int, default=9_000)
     parser.add_argument("--large", type=int, default=10_000, help="own facts of a second user, lee")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=0, help="ask only the first N questions (0: all 30)")
     parser.add_argument("--db", default="bench_knowledge_latency")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument(
@@ -213,6 +216,8 @@ def main() -> None:
         load(url, args)
     from knowledge_retrieval import QUESTIONS
 
+    questions = QUESTIONS[: args.questions or None]
+
     from memory_admin.models import Fact, KnowledgeChunk
 
     print(
@@ -225,12 +230,12 @@ def main() -> None:
     chunk_ms: list[float] = []
     with Server(url, workers=1, threads=2) as server:
         client = Client(server.port, key)
-        for _, _, question in QUESTIONS[:5]:  # warm: compiled statements, connection settings
+        for _, _, question in questions[:3]:  # warm: compiled statements, connection settings
             for user in users:
                 for kinds in ("fact", "fact,message,chunk"):
                     client.request("GET", f"/api/v1/users/{user}/search", params={"q": question, "kinds": kinds})
         for _ in range(args.rounds):
-            for _, _, question in QUESTIONS:
+            for _, _, question in questions:
                 for user in users:
                     for name, kinds in (("fact", "fact"), ("all", "fact,message,chunk")):
                         status, body, headers = client.request(
