@@ -1,9 +1,10 @@
 """The candidate statement (SPEC §6): which facts a search scores, and what it knows of each.
 
-One statement gathers and describes every candidate: a user's own facts (all of them, exactly), the
-nearest shared (org/global) facts through the partial HNSW index `fact_shared_embedding_hnsw`, and the
-best shared full-text matches through the partial GIN index `fact_shared_search_gin`; every branch is built
-by the ORM from `visible()`, the one access check. Each candidate comes back as a `Candidate`: ranking
+One statement gathers and describes every candidate: a user's own facts (all of them, exactly, up to
+OWN_EXACT_LIMIT; above it the nearest, the keyword matches and the entity-anchored ones), the nearest
+shared (org/global) facts through the partial HNSW index `fact_shared_embedding_hnsw`, and the best shared
+full-text matches through the partial GIN index `fact_shared_search_gin`; every branch is built by the ORM
+from `visible()`, the one access check. Each candidate comes back as a `Candidate`: ranking
 reads its fields by name, never by position.
 
 The statement is compiled once per principal and shape and bound per request (`db.compiled`'s sentinels);
@@ -92,8 +93,8 @@ def hnsw_ef_search(n: int) -> int:
 
 # --- The candidate statement --------------------------------------------------------------------
 #
-# One statement gathers and describes every candidate: the user's own facts (exact), the nearest shared
-# facts (HNSW) and the best shared full-text matches (GIN), each branch built by the ORM from
+# One statement gathers and describes every candidate: the user's own facts (exact up to OWN_EXACT_LIMIT),
+# the nearest shared facts (HNSW) and the best shared full-text matches (GIN), each branch built by the ORM from
 # `visible()` so the access check stays the one of selectors.access. The query vector is bound once
 # (binary, through pgvector's psycopg dumper) and the query's lexemes are computed once; the per-row
 # numbers (effective confidence and staleness in scoring's SQL form, age, cosine distance, which lexemes
