@@ -5,15 +5,17 @@ them) is digested once through the real pipeline (chunked, screened, embedded); 
 repeated, each copy with its embedding moved by a little Gaussian noise (renormalised) and bulk-inserted
 with COPY, until --chunks chunks are stored: digesting 100,000 chunks one by one takes hours on this
 shared machine. The HNSW and GIN indexes on chunks are built once, after the load. Facts: --own facts of
-the user searched and --shared org facts (synthetic sentences and clustered vectors, bench/scale.py's),
-bulk-loaded the same way.
+the user searched (dana), --large facts of a second user (lee: above the exact limit of a user's own facts,
+retrieval/candidates.py) and --shared org facts (synthetic sentences and clustered vectors, bench/scale.py's),
+bulk-loaded the same way (every one observed at the same instant).
 
-Then the bench's questions (bench/knowledge_retrieval.py) are asked through gunicorn, with kinds=fact
-and with every kind, alternately; it prints the server-side p50/p95 without the query's embedding (the
-Server-Timing header) of each, and the chunk statement's own time.
+Then the bench's questions (bench/knowledge_retrieval.py) are asked through gunicorn for each user, with
+kinds=fact and with every kind, alternately; it prints the server-side p50/p95 without the query's embedding
+(the Server-Timing header) of each, and the chunk statement's own time.
 
-    .venv/bin/python bench/knowledge_search_latency.py                      # 100,000 chunks, 10,000 facts
+    .venv/bin/python bench/knowledge_search_latency.py                      # 100,000 chunks, 20,000 facts
     .venv/bin/python bench/knowledge_search_latency.py --reuse              # skip loading
+    .venv/bin/python bench/knowledge_search_latency.py --reuse --questions 10 --rounds 1   # a shorter run
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ def load(url: str, args) -> None:
     tenant = tenant_create(slug="bench-knowledge-latency")
     principal = Principal.system(tenant.pk, actor="bench")
     dana = memory_user_for(principal, "dana", create=True)
+    lee = memory_user_for(principal, "lee", create=True)
     source = KnowledgeSource.objects.create(tenant=tenant, kind="file", name="package descriptions", state="idle")
     t0 = time.time()
     if args.from_db:
@@ -168,7 +171,7 @@ def load(url: str, args) -> None:
         for name, _ in heavy:
             conn.execute(f'DROP INDEX "{name}"')
         words, pyrng = vocabulary(random.Random(7)), random.Random(8)
-        owners = [(dana.pk, "user")] * args.own + [(None, "org")] * args.shared
+        owners = [(dana.pk, "user")] * args.own + [(lee.pk, "user")] * args.large + [(None, "org")] * args.shared
         vectors = Vectors(seed=11).sample(len(owners))
         columns = "id, tenant_id, memory_user_id, scope, task_ref, content, content_hash, category, kind, confidence"
         columns += ", importance, source, status, status_reason, version, embedding, pinned, contested, valid_from"
@@ -194,7 +197,9 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--own", type=int, default=1_000)
     parser.add_argument("--shared", type=int, default=9_000)
+    parser.add_argument("--large", type=int, default=10_000, help="own facts of a second user, lee")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--questions", type=int, default=0, help="ask only the first N questions (0: all 30)")
     parser.add_argument("--db", default="bench_knowledge_latency")
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument(
@@ -211,6 +216,8 @@ def main() -> None:
         load(url, args)
     from knowledge_retrieval import QUESTIONS
 
+    questions = QUESTIONS[: args.questions or None]
+
     from memory_admin.models import Fact, KnowledgeChunk
 
     print(
@@ -218,27 +225,30 @@ def main() -> None:
         f"{Fact.objects.count():,} facts"
     )
     key = Path(args.key_file).read_text().strip()
-    times: dict[str, list[float]] = {"fact": [], "all": []}
+    users = ("dana", "lee") if args.large else ("dana",)
+    times: dict[tuple[str, str], list[float]] = {(user, name): [] for user in users for name in ("fact", "all")}
     chunk_ms: list[float] = []
     with Server(url, workers=1, threads=2) as server:
         client = Client(server.port, key)
-        for _, _, question in QUESTIONS[:5]:  # warm: compiled statements, connection settings
-            for kinds in ("fact", "fact,message,chunk"):
-                client.request("GET", "/api/v1/users/dana/search", params={"q": question, "kinds": kinds})
+        for _, _, question in questions[:3]:  # warm: compiled statements, connection settings
+            for user in users:
+                for kinds in ("fact", "fact,message,chunk"):
+                    client.request("GET", f"/api/v1/users/{user}/search", params={"q": question, "kinds": kinds})
         for _ in range(args.rounds):
-            for _, _, question in QUESTIONS:
-                for name, kinds in (("fact", "fact"), ("all", "fact,message,chunk")):
-                    status, body, headers = client.request(
-                        "GET", "/api/v1/users/dana/search", params={"q": question, "k": 10, "kinds": kinds}
-                    )
-                    assert status == 200, body
-                    timing = server_timing(headers)
-                    times[name].append(timing["server_ms_excluding_embed"])
-                    if name == "all":
-                        chunk_ms.append(timing.get("chunks_ms", float("nan")))
-    for name, values in times.items():
+            for _, _, question in questions:
+                for user in users:
+                    for name, kinds in (("fact", "fact"), ("all", "fact,message,chunk")):
+                        status, body, headers = client.request(
+                            "GET", f"/api/v1/users/{user}/search", params={"q": question, "k": 10, "kinds": kinds}
+                        )
+                        assert status == 200, body
+                        timing = server_timing(headers)
+                        times[user, name].append(timing["server_ms_excluding_embed"])
+                        if name == "all":
+                            chunk_ms.append(timing.get("chunks_ms", float("nan")))
+    for (user, name), values in times.items():
         print(
-            f"search kinds={name:4}: server ms excluding embedding p50 {statistics.median(values):.1f}, "
+            f"{user} search kinds={name:4}: server ms excluding embedding p50 {statistics.median(values):.1f}, "
             f"p95 {percentile(values, 95):.1f} ({len(values)} searches)"
         )
     print(f"  of which the chunk statement and scoring, p50 {statistics.median(chunk_ms):.1f} ms")

@@ -1,9 +1,10 @@
 """The candidate statement (SPEC §6): which facts a search scores, and what it knows of each.
 
-One statement gathers and describes every candidate: a user's own facts (all of them, exactly), the
-nearest shared (org/global) facts through the partial HNSW index `fact_shared_embedding_hnsw`, and the
-best shared full-text matches through the partial GIN index `fact_shared_search_gin`; every branch is built
-by the ORM from `visible()`, the one access check. Each candidate comes back as a `Candidate`: ranking
+One statement gathers and describes every candidate: a user's own facts (all of them, exactly, up to
+OWN_EXACT_LIMIT; above it the nearest, the keyword matches and the entity-anchored ones), the nearest
+shared (org/global) facts through the partial HNSW index `fact_shared_embedding_hnsw`, and the best shared
+full-text matches through the partial GIN index `fact_shared_search_gin`; every branch is built by the ORM
+from `visible()`, the one access check. Each candidate comes back as a `Candidate`: ranking
 reads its fields by name, never by position.
 
 The statement is compiled once per principal and shape and bound per request (`db.compiled`'s sentinels);
@@ -24,14 +25,14 @@ from weakref import WeakKeyDictionary
 import numpy as np
 from django.contrib.postgres.search import SearchQuery
 from django.db import connection, transaction
-from django.db.models import Q, QuerySet
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from pgvector import Vector
 
 from memory_admin import embedding, scoring
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.cursors import vector_cursor
-from memory_admin.models import Entity, Fact, MemoryUser, Relation
+from memory_admin.models import Entity, Fact, KnowledgeChunk, MemoryUser, Message, Relation
 from memory_admin.retrieval.names import name_keys, or_tsquery
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.entity_draw import drawn_names
@@ -60,9 +61,17 @@ N_DESCRIBED = len(Candidate._fields) - 1  # the statement's columns before the c
 NO_ENTITY = (0, 0, 0)  # what `ent` means when it is None
 
 
-# A user's own facts above this many are cut to the nearest ones plus the keyword matches: keeps a
-# pathological user (hundreds of thousands of rows of history) from turning a search into a scan.
-OWN_EXACT_LIMIT = 5000
+# A user's own facts are ranked exactly (every one a candidate) while the user has at most
+# OWN_EXACT_LIMIT of them in the statuses and period searched: every LoCoMo dev user (at most 680 turns)
+# and every user of the scale benches (100 facts). Above it, where ranking each candidate in Python would
+# cost per row (bench/knowledge_search_latency.py's user of 10,000 facts), a search considers the
+# OWN_NEAREST facts nearest the query, for each of the query's lexemes the OWN_KEYWORD nearest facts that
+# hold it, and the OWN_ENTITY nearest facts that mention an entity the query names or one a relation away
+# (messages are capped alike: retrieval/messages.py).
+OWN_EXACT_LIMIT = 1000
+OWN_NEAREST = 300
+OWN_KEYWORD = 20
+OWN_ENTITY = 100
 SHARED_KEYWORD_SCAN = 300
 MAX_LEXEMES = 32
 # The entities a query names: by alias at most MAX_QUERY_ENTITIES, those one relation away at most
@@ -84,8 +93,8 @@ def hnsw_ef_search(n: int) -> int:
 
 # --- The candidate statement --------------------------------------------------------------------
 #
-# One statement gathers and describes every candidate: the user's own facts (exact), the nearest shared
-# facts (HNSW) and the best shared full-text matches (GIN), each branch built by the ORM from
+# One statement gathers and describes every candidate: the user's own facts (exact up to OWN_EXACT_LIMIT),
+# the nearest shared facts (HNSW) and the best shared full-text matches (GIN), each branch built by the ORM from
 # `visible()` so the access check stays the one of selectors.access. The query vector is bound once
 # (binary, through pgvector's psycopg dumper) and the query's lexemes are computed once; the per-row
 # numbers (effective confidence and staleness in scoring's SQL form, age, cosine distance, which lexemes
@@ -132,7 +141,7 @@ _STATEMENT = (
     # The weights ride on every candidate row (an InitPlan, evaluated once); a search without candidates
     # reads them from the settings instead (`_weights`). A LEFT JOIN to one row, which gave them even then,
     # cost Postgres ~0.4 ms of planning and execution per search at 1.1M facts (bench/README.md, round 8).
-    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.* FROM ({rows}) AS r"
+    "{entities} SELECT (SELECT w FROM search_weights), (SELECT q FROM search_lx), r.*{present} FROM ({rows}) AS r"
 )
 _ef_defaults: WeakKeyDictionary = WeakKeyDictionary()
 
@@ -160,6 +169,16 @@ _KEYS_SENTINEL = "\x00search-entity-keys\x00"
 _EVEC_SENTINEL = "\x00search-entity-vector\x00"
 
 
+# The other kinds of hits whose presence a search can ask the candidate statement for (`probe`).
+PROBED = ("message", "chunk")
+
+
+class Gathered(NamedTuple):
+    weights: str | None  # the tenant's search weights (JSON text); None without candidates
+    rows: list[Candidate]
+    present: frozenset[str] | None  # of PROBED, the kinds that may have candidates; None: not known
+
+
 @dataclass(frozen=True)
 class _Shape:
     """What decides the candidate statement's SQL (the cache key, beside the principal)."""
@@ -169,9 +188,9 @@ class _Shape:
     has_vector: bool
     has_text: bool
     n_shared: int  # rows of each shared branch; 0: none
-    own_by_keyword: bool  # a pathological user's second pass: its keyword matches beyond the nearest
     entities: bool = False  # the query may name entities (one user only): the entity CTEs and columns are computed
     carry: tuple[str, ...] = ()  # more fact columns at the end of each row (the context block's lines)
+    present: bool = False  # each row ends with `_present`: which other kinds may have candidates
     as_of: bool = False  # only the facts valid at a time (`_in_time`)
     between: bool = False  # only the facts observed within a period (`_in_time`)
 
@@ -202,26 +221,78 @@ def _in_time(facts: QuerySet, shape: _Shape) -> QuerySet:
     return facts
 
 
-def _own_branch(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> tuple[str, tuple]:
-    """One user's own facts (the user a sentinel), nearest first when there is a vector."""
+def _own_facts(principal: Principal, shape: _Shape, sentinel: int, distance: RawSQL) -> QuerySet:
+    """One user's own facts (the user a sentinel) in the statuses and period searched, with their distance."""
     own = _in_time(visible(principal, Fact.objects.for_user(sentinel).filter(status__in=shape.statuses)), shape)
-    if shape.own_by_keyword:
-        # A pathological user (more than OWN_EXACT_LIMIT facts): the keyword matches beyond the nearest.
-        own = own.filter(search_vector=SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english"))
-    own = own.annotate(distance=distance)
-    if shape.has_vector and not shape.own_by_keyword:
-        own = own.order_by("distance")
-    return compiled(own.values(*_CARRIED, *_more(shape), "distance")[:OWN_EXACT_LIMIT])
+    return own.annotate(distance=distance)
 
 
-def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
-    """The candidate branches as (SQL, params), each built by the ORM from `visible()`, with the users
-    and the tsquery as sentinels: one branch per user, then the shared ones."""
+def _own_size(principal: Principal, shape: _Shape, i: int) -> tuple[str, tuple]:
+    """The CTE `own_big_i`: whether user i has more than OWN_EXACT_LIMIT own facts to search (counted
+    up to one more, through the index on the user's facts)."""
+    sql, params = compiled(_own_facts(principal, shape, _USER_SENTINEL - i, RawSQL("NULL", ())).values("id"))
+    return (
+        f", own_big_{i} AS MATERIALIZED (SELECT count(*) > {OWN_EXACT_LIMIT} AS big"
+        f" FROM ({sql} LIMIT {OWN_EXACT_LIMIT + 1}) AS n)",
+        params,
+    )
+
+
+def _own_branches(principal: Principal, shape: _Shape, i: int, distance: RawSQL) -> list[tuple[str, tuple]]:
+    """User i's own facts: all of them (nearest first) while the user has at most OWN_EXACT_LIMIT; above
+    it (`own_big_i`), the nearest, the keyword matches and the entity-anchored ones (OWN_EXACT_LIMIT's
+    comment)."""
+    own = _own_facts(principal, shape, _USER_SENTINEL - i, distance)
+    values = (*_CARRIED, *_more(shape), "distance")
+    big = f"(SELECT big FROM own_big_{i})"
+    if not shape.has_vector:
+        # No nearness to cut by: the first OWN_EXACT_LIMIT, and the keyword matches beyond them.
+        sql, params = compiled(own.values(*values)[:OWN_EXACT_LIMIT])
+        branches = [(sql, params)]
+    else:
+        sql, params = compiled(own.order_by("distance").values(*values))
+        limit = f"CASE WHEN {big} THEN {OWN_NEAREST} ELSE {OWN_EXACT_LIMIT} END"
+        branches = [(f"SELECT * FROM ({sql}) AS o LIMIT ({limit})", params)]
+    # Below: read only for a user above the limit (`big` is evaluated once; false skips the branch).
+    if shape.has_text:
+        # Per query lexeme its OWN_KEYWORD matches nearest the query: a rare word's few matches all come
+        # in, however many facts a common word of the same query matches (ts_rank has no IDF to prefer it).
+        holds = RawSQL(  # noqa: S611 - constant SQL
+            "memory_admin_fact.search_vector @@ plainto_tsquery('simple', l.lx)", (), output_field=BooleanField()
+        )
+        matching = own.filter(holds)
+        if shape.has_vector:
+            matching = matching.order_by("distance")
+        sql, params = compiled(matching.values(*values)[:OWN_KEYWORD])
+        branches.append(
+            (
+                f"SELECT m.* FROM unnest((SELECT q FROM search_lx)) AS l(lx), LATERAL ({sql}) AS m WHERE {big}",
+                params,
+            )
+        )
+    if shape.entities:
+        mentioning = RawSQL(  # noqa: S611 - constant SQL
+            "SELECT fe.fact_id FROM memory_admin_factentity fe, search_ids ids"
+            " WHERE fe.entity_id = ANY(ids.ent) OR fe.entity_id = ANY(ids.hop)",
+            (),
+        )
+        anchored = own.filter(pk__in=mentioning)
+        if shape.has_vector:
+            anchored = anchored.order_by("distance")
+        sql, params = compiled(anchored.values(*values)[:OWN_ENTITY])
+        branches.append((f"SELECT * FROM ({sql}) AS a WHERE {big}", params))
+    return branches
+
+
+def _branches(principal: Principal, shape: _Shape) -> list[tuple[int, tuple[str, tuple]]]:
+    """The candidate branches as (src, (SQL, params)), each built by the ORM from `visible()`, with the
+    users and the tsquery as sentinels: user i's own branches (src i), then the shared ones."""
     distance = RawSQL(_DISTANCE if shape.has_vector else "NULL::float8", ())  # noqa: S611 - constant
-    branches = [_own_branch(principal, shape, _USER_SENTINEL - i, distance) for i in range(shape.n_users)]
+    branches = [(i, branch) for i in range(shape.n_users) for branch in _own_branches(principal, shape, i, distance)]
     n_shared = shape.n_shared
-    if not n_shared or shape.own_by_keyword:
+    if not n_shared:
         return branches
+    src = shape.n_users
     shared = _in_time(visible(principal, Fact.objects.filter(memory_user__isnull=True)), shape)
     if shape.has_vector:
         # The condition matches the partial HNSW index (memory_user IS NULL AND status = 'active').
@@ -231,7 +302,8 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
             .order_by("distance")
             .values(*_CARRIED, *_more(shape), "distance")[:n_shared]
         )
-        branches.append(compiled(nearest))
+        branches.append((src, compiled(nearest)))
+        src += 1
     if shape.has_text:
         sq = SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english")
         # Rank only a bounded number of matches (a common word can match most of a large org scope),
@@ -240,9 +312,12 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[str, tuple]]:
         sql, params = compiled(matching.values(*_CARRIED, *_more(shape), "distance")[:SHARED_KEYWORD_SCAN])
         branches.append(
             (
-                f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
-                f" DESC LIMIT {int(n_shared)}",
-                (*params, _TSQ_SENTINEL),
+                src,
+                (
+                    f"SELECT * FROM ({sql}) AS m ORDER BY ts_rank(m.search_vector, to_tsquery('english', %s))"
+                    f" DESC LIMIT {int(n_shared)}",
+                    (*params, _TSQ_SENTINEL),
+                ),
             )
         )
     return branches
@@ -319,6 +394,27 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     return sql, (_EVEC_SENTINEL, *e_params, _KEYS_SENTINEL, *n_params, *r_params)
 
 
+def _present(principal: Principal) -> tuple[str, tuple]:
+    """The column `present`: [whether the user has an indexed message the principal can see, whether the
+    tenant or the user has an active document chunk]. Each kind's own statement reads a subset of these
+    rows (retrieval/messages.py, retrieval/chunks.py), so a kind found absent here, in the same snapshot,
+    has no candidates: its statement need not be sent. Two index probes, evaluated once per statement."""
+    messages, m_params = compiled(
+        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False)).values("id")
+    )
+    # The tenant's shared chunks and the user's own, each an equality on the index `kchunk_owner_status`.
+    shared, own = (
+        compiled(
+            visible(principal, KnowledgeChunk.objects.filter(owner, status=KnowledgeChunk.Status.ACTIVE)).values("id")
+        )
+        for owner in (Q(memory_user__isnull=True), Q(memory_user_id=_USER_SENTINEL))
+    )
+    return (
+        f", ARRAY[EXISTS ({messages}), EXISTS ({shared[0]}) OR EXISTS ({own[0]})] AS present",
+        (*m_params, *shared[1], *own[1]),
+    )
+
+
 @functools.lru_cache(maxsize=256)
 def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     """The whole candidate statement and its parameters after the first three (vector, query text,
@@ -326,9 +422,7 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
     the whole (frozen) principal, so any field the access check reads gets its own entry."""
     branches = _branches(principal, shape)
     columns = ", ".join(f"b.{name}" for name in (*_CARRIED, *_more(shape), "distance"))
-    union = " UNION ALL ".join(
-        f"(SELECT {columns}, {i} AS src FROM ({sql}) AS b)" for i, (sql, _) in enumerate(branches)
-    )
+    union = " UNION ALL ".join(f"(SELECT {columns}, {src} AS src FROM ({sql}) AS b)" for src, (sql, _) in branches)
     rows_sql = _ROW_SQL.format(
         eff_conf=scoring.effective_confidence_sql("c"),
         stale=scoring.staleness_sql("c"),
@@ -341,8 +435,17 @@ def _statement(principal: Principal, shape: _Shape) -> tuple[str, tuple]:
         + "".join(f", c.{name}" for name in shape.carry),
     )
     entities, e_params = _entity_ctes(principal) if shape.entities else ("", ())
-    statement = _STATEMENT.format(lexemes=_LEXEMES_CTE, entities=entities, rows=rows_sql)
-    return statement, (*e_params, *(p for _, ps in branches for p in ps))
+    sizes = [_own_size(principal, shape, i) for i in range(shape.n_users)]
+    present, p_params = _present(principal) if shape.present else ("", ())
+    statement = _STATEMENT.format(
+        lexemes=_LEXEMES_CTE, entities=entities + "".join(sql for sql, _ in sizes), present=present, rows=rows_sql
+    )
+    return statement, (
+        *e_params,
+        *(p for _, ps in sizes for p in ps),
+        *p_params,
+        *(p for _, (_, ps) in branches for p in ps),
+    )
 
 
 def _bind(
@@ -373,31 +476,33 @@ def candidates(
     vector: list[float] | None,
     statuses: tuple[str, ...],
     n_shared: int,
-    own_by_keyword: bool = False,
     carry: tuple[str, ...] = (),
     entity_vector: list[float] | None = None,
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
-) -> tuple[str | None, list[Candidate]]:
-    """(tenant search weights as JSON text, None without candidates; the candidates) in one statement.
-    Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches come after
-    them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector` when not
-    given). `as_of` and `between` filter them by time (`_in_time`)."""
+    probe: bool = False,
+) -> Gathered:
+    """The candidates in one statement, with the tenant's search weights (JSON text; None without
+    candidates). Branch i (the row's `src`) holds the own facts of memory_users[i]; the shared branches
+    come after them. Entities are recognised by `entity_vector` (the whole query's embedding; `vector`
+    when not given). `as_of` and `between` filter them by time (`_in_time`). `probe` (one user): which of
+    PROBED may have candidates for that user (`_present`), read in the same statement."""
     tsq = or_tsquery(query) if query else ""
-    keys = name_keys(query) if query and len(memory_users) == 1 and not own_by_keyword else []
+    keys = name_keys(query) if query and len(memory_users) == 1 else []
     # Entities are looked for whenever one user's query has words or a vector (alias match, then embedding).
-    entities = bool(keys) or (vector is not None and len(memory_users) == 1 and not own_by_keyword)
+    entities = bool(keys) or (vector is not None and len(memory_users) == 1)
+    probe = probe and len(memory_users) == 1
     shape = _Shape(
-        statuses,
-        len(memory_users),
-        vector is not None,
-        bool(tsq),
-        n_shared,
-        own_by_keyword,
-        entities,
-        carry,
-        as_of is not None,
-        between is not None,
+        statuses=statuses,
+        n_users=len(memory_users),
+        has_vector=vector is not None,
+        has_text=bool(tsq),
+        n_shared=n_shared,
+        entities=entities,
+        carry=carry,
+        present=probe,
+        as_of=as_of is not None,
+        between=between is not None,
     )
     statement, cached = _statement(principal, shape)
     bound = _as_vector(vector)
@@ -422,22 +527,28 @@ def candidates(
             cursor.execute(statement, params)
             result = cursor.fetchall()
     weights = result[0][0] if result else None
-    rows = _matched(result)
-    return weights, undrawn_entities(rows, keys, entity_vector or vector) if entities else rows
+    rows = _matched(result, probe)
+    if entities:
+        rows = undrawn_entities(rows, keys, entity_vector or vector)
+    # Without a row, nothing is known of the other kinds: their statements are sent as ever.
+    kinds = frozenset(k for k, found in zip(PROBED, result[0][-1], strict=True) if found) if probe and result else None
+    return Gathered(weights, rows, kinds)
 
 
-def _matched(result: list[tuple]) -> list[Candidate]:
+def _matched(result: list[tuple], present: bool = False) -> list[Candidate]:
     """The candidates of the statement's result, `matched` set: bit i when the fact's lexemes hold the
     query's i-th lexeme (the query's lexemes are every result row's second column). A result row is
-    (weights, the query's lexemes, the N_DESCRIBED described columns, the carried ones)."""
+    (weights, the query's lexemes, the N_DESCRIBED described columns, the carried ones, and `present`
+    when asked for)."""
     bits = {lexeme: 1 << i for i, lexeme in enumerate(result[0][1] or ())} if result else {}
     query_lexemes = bits.keys()  # lexemes are distinct within a tsvector: the common ones' bits sum to the mask
     end = 2 + N_DESCRIBED
+    stop = -1 if present else None
     out = []
     for row in result:
         # (id .. distance), matched, (doc_len .. due), carried
         mask = sum(map(bits.__getitem__, query_lexemes & (row[12] or ()))) if bits else row[10]
-        out.append(Candidate(*row[2:10], mask, *row[11:end], row[end:]))
+        out.append(Candidate(*row[2:10], mask, *row[11:end], row[end:stop]))
     return out
 
 

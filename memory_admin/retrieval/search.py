@@ -18,7 +18,7 @@ from memory_admin import metrics
 from memory_admin.db.compiled import bind, compiled
 from memory_admin.db.hydrate import hydrate
 from memory_admin.models import Fact, MemoryUser
-from memory_admin.retrieval.candidates import OWN_EXACT_LIMIT, Candidate, candidates
+from memory_admin.retrieval.candidates import Candidate, candidates
 from memory_admin.retrieval.chunks import chunk_ranking
 from memory_admin.retrieval.decompose import QueryShape, shape_of
 from memory_admin.retrieval.expand import keyword_text
@@ -104,6 +104,7 @@ class SearchResult:
     timings: dict[str, float] = field(default_factory=dict)
     # (lowest, highest) cosine of the fact candidates: the scale other kinds' vector component shares.
     cosines: tuple[float, float] | None = None
+    present: frozenset[str] | None = None  # Ranking.present
 
 
 def parse_include(include: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
@@ -173,6 +174,7 @@ class Ranking:
     candidates: int
     weights: dict[str, float]
     timings: dict[str, float]
+    present: frozenset[str] | None = None  # the kinds the candidate statement found may have hits (PROBED)
 
 
 def fact_ranking(
@@ -215,7 +217,7 @@ def fact_ranking(
     n_shared = n_shared if query else 0
     shape, keywords = read_query(query)
 
-    weights_json, rows = candidates(
+    weights_json, rows, present = candidates(
         principal,
         [memory_user],
         query=keywords,
@@ -226,34 +228,21 @@ def fact_ranking(
         entity_vector=whole,
         as_of=as_of,
         between=between,
+        probe=messages and bool(query),
     )
-    if query and sum(1 for r in rows if r.src == 0) == OWN_EXACT_LIMIT:
-        seen = {r.id for r in rows}
-        _, more = candidates(
-            principal,
-            [memory_user],
-            query=keywords,
-            vector=vec,
-            statuses=statuses,
-            n_shared=0,
-            own_by_keyword=True,
-            carry=carry,
-            as_of=as_of,
-            between=between,
-        )
-        rows += [r for r in more if r.id not in seen]
     weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
 
     if exclude_ids:
         rows = [r for r in rows if r.id not in exclude_ids]
-    if messages and query:
+    # Not sent when the candidate statement found that the user has no indexed message.
+    if messages and query and (present is None or "message" in present):
         at = time.perf_counter()
         rows += _in_period(message_candidates(principal, memory_user, query=keywords, vector=vec), as_of, between)
         timings["messages_ms"] = (time.perf_counter() - at) * 1000
     matched = time_of(query, rows, as_of) if query else None
     scored = score(rows, weights, matched, negated=negated_lexemes(shape))
-    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings)
+    return Ranking(scored=scored, candidates=len(rows), weights=weights, timings=timings, present=present)
 
 
 def read_query(query: str) -> tuple[QueryShape, str]:
@@ -375,6 +364,7 @@ def fact_search(
         weights=ranking.weights,
         timings=rounded,
         cosines=(min(cosines), max(cosines)) if cosines else None,
+        present=ranking.present,
     )
 
 
@@ -418,7 +408,8 @@ def memory_search(
             between=between,
         )
         hits += result.hits
-    if "chunk" in kinds:
+    # Not sent when the candidate statement found no active chunk of the tenant's or the user's.
+    if "chunk" in kinds and (result.present is None or "chunk" in result.present):
         chunk_started = time.perf_counter()
         chunks = chunk_ranking(
             principal, memory_user, query=query, vector=whole, weights=result.weights, facts_cosines=result.cosines
@@ -507,7 +498,7 @@ def fact_search_users(
         vec, whole = search_vectors(query)
     vec = vec if query else None
     shape, keywords = read_query(query)
-    weights_json, rows = candidates(
+    weights_json, rows, _ = candidates(
         principal, memory_users, query=keywords, vector=vec, statuses=statuses, n_shared=0, entity_vector=whole
     )
     negated = negated_lexemes(shape)
@@ -515,23 +506,8 @@ def fact_search_users(
     by_branch: dict[int, list[Candidate]] = {}
     for row in rows:
         by_branch.setdefault(row.src, []).append(row)
-    tops: dict[int, list[Scored]] = {}
+    tops = {user.pk: score(by_branch.get(i, []), weights, negated=negated)[:k] for i, user in enumerate(memory_users)}
     out: dict[int, list[Hit]] = {}
-    for i, memory_user in enumerate(memory_users):
-        own = by_branch.get(i, [])
-        if query and len(own) == OWN_EXACT_LIMIT:  # a pathological user: fact_search's extra keyword pass
-            out[memory_user.pk] = fact_search(
-                principal=principal,
-                memory_user=memory_user,
-                query=query,
-                k=k,
-                include=include,
-                query_vector=vec,
-                shared=False,
-                record=False,
-            ).hits
-        else:
-            tops[memory_user.pk] = score(own, weights, negated=negated)[:k]
     facts = _facts_by_id(
         principal,
         [row.id for top in tops.values() for _, row, _ in top],

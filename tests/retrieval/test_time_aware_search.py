@@ -154,7 +154,7 @@ def test_a_query_that_names_no_time_ranks_exactly_as_without_time_matching(api, 
     user = MemoryUser.objects.get(tenant=tenant, external_id="zoe")
     principal = Principal.system(tenant.pk)
     vector, whole = search_vectors(q)
-    weights_json, rows = candidates(
+    weights_json, rows, _ = candidates(
         principal, [user], query=q, vector=vector, statuses=DEFAULT_STATUSES, n_shared=20, entity_vector=whole
     )
     plain = score(rows, weights_of(weights_json))
