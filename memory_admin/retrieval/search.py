@@ -191,6 +191,7 @@ def fact_ranking(
     as_of: datetime | None = None,
     between: tuple[datetime, datetime] | None = None,
     messages: bool = False,
+    probe: bool | None = None,
 ) -> Ranking:
     """All of the user's own candidates and `n_shared` shared ones of each kind (nearest, full text),
     scored and ranked, without reading the facts themselves (fact_search reads its k best; the context
@@ -200,7 +201,8 @@ def fact_ranking(
     valid at that time (superseded ones included), `between` those observed within [from, until); the
     times the query names are matched against when facts were observed (`time_of`). `messages` ranks the
     user's indexed messages with the facts (retrieval/messages.py), under the same time filters (a message
-    counts from when it was said). Timings in ms, not rounded."""
+    counts from when it was said). `probe` asks the candidate statement which other kinds the user
+    could have hits of (`Ranking.present`; by default when `messages` is asked). Timings in ms, not rounded."""
     started = time.perf_counter()
     timings: dict[str, float] = {}
     if "quarantined" in include:
@@ -228,7 +230,7 @@ def fact_ranking(
         entity_vector=whole,
         as_of=as_of,
         between=between,
-        probe=messages and bool(query),
+        probe=(messages if probe is None else probe) and bool(query),
     )
     weights = _weights(weights_json, principal.tenant_id)
     timings["candidates_ms"] = (time.perf_counter() - started) * 1000 - timings.get("embed_ms", 0.0)
@@ -320,7 +322,8 @@ def fact_search(
     `n_shared` bounds the shared candidates of each kind (nearest, full text); by default 2k (at least 20).
     `as_of` and `between` filter by time (`fact_ranking`). `kinds` (KINDS) are the kinds of hits
     returned: with "message", the user's messages are ranked with the facts (the facts are ranked even
-    when not shown, so a message scores as it would beside them)."""
+    when not shown, so a message scores as it would beside them); with "chunk", the candidate statement also
+    says whether a chunk is there to find (`SearchResult.present`), which `memory_search` reads."""
     started = time.perf_counter()
     with_notebook = "superseded" in include
     ranking = fact_ranking(
@@ -335,6 +338,7 @@ def fact_search(
         as_of=as_of,
         between=between,
         messages="message" in kinds,
+        probe="message" in kinds or "chunk" in kinds,
         whole_vector=whole_vector,
     )
     timings = ranking.timings
@@ -403,7 +407,7 @@ def memory_search(
             query_vector=vector,
             whole_vector=whole,
             record=False,
-            kinds=ranked,
+            kinds=tuple(kind for kind in kinds if kind in KINDS),  # a chunk: only probed for there
             as_of=as_of,
             between=between,
         )

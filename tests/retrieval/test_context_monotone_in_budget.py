@@ -162,7 +162,7 @@ def test_a_block_costs_the_same_few_statements_whatever_the_budget_and_the_memor
     # One for the notebooks, pinned facts, skill paths and episodes; the chosen skill's content; the
     # entities the task names ("ferry" could be a name: one lookup, no relations read as none matched);
     # the ranking (which carries what the ranked facts' lines need: they are not read again); the related
-    # memory of the best; the document chunks the task is about (retrieval/chunks.py, whatever the budget).
-    # At 100 tokens the notebooks and the pinned fact fill the block: no ranked fact is reached, so no
-    # related memory is read.
-    assert {budget: len(sqls) for budget, sqls in counts.items()} == {100: 5, 500: 6, 2000: 6, 4000: 6}, counts
+    # memory of the best. The tenant has no document chunk (the ranking's statement says so), so the chunks'
+    # statement is not sent. At 100 tokens the notebooks and the pinned fact fill the block: no ranked fact
+    # is reached, so no related memory is read.
+    assert {budget: len(sqls) for budget, sqls in counts.items()} == {100: 4, 500: 5, 2000: 5, 4000: 5}, counts

@@ -68,3 +68,41 @@ def test_another_users_message_does_not_make_a_search_read_messages(api):
     assert sent == ["WITH search_qv"]
     _, sent = candidate_statements(api, "rex", "who keeps animals")
     assert sent == ["WITH search_qv", "WITH message_qv"]
+
+
+def context_statements(api, user: str, task: str) -> tuple[dict, list[str]]:
+    """The body of a context block and the candidate statements it sent (by their first CTE)."""
+    with CaptureQueriesContext(connection) as ctx:
+        r = api.get(f"users/{user}/context", task=task)
+    assert r.status_code == 200, r.content
+    firsts = ("WITH search_qv", "WITH message_qv", "WITH chunk_qv")
+    sent = [q["sql"].split(" AS ")[0] for q in ctx.captured_queries if q["sql"].startswith(firsts)]
+    return r.json(), sent
+
+
+def test_a_context_block_reads_the_chunks_only_when_there_is_one_to_cite(api, tenant):
+    r = api.post("users/pia/facts", {"content": "Pia keeps bees behind the orchard", "source": "user_stated"})
+    assert r.status_code in (200, 201), r.content
+    api.get("users/pia/context", task="bees")  # warm
+    body, sent = context_statements(api, "pia", "look after the bees")
+    assert sent == ["WITH search_qv"]
+    assert "orchard" in body["text"] and "Documents" not in body["text"]
+
+    # A document digested since: the next block reads the chunks and cites it.
+    source = KnowledgeSource.objects.create(tenant=tenant, kind="file", name="beekeeping", state="idle")
+    document = KnowledgeDocument.objects.create(source=source, tenant=tenant, locator="hives.md")
+    digest_document(
+        Principal.system(tenant.pk), document, "# Hives\n\nA swarm of bees leaves the hive with the old queen.\n"
+    )
+    body, sent = context_statements(api, "pia", "why do bees swarm from the hive")
+    assert sent == ["WITH search_qv", "WITH chunk_qv"]
+    assert "old queen" in body["text"] and "hives.md" in body["text"]
+
+
+def test_a_search_for_facts_and_chunks_alone_still_skips_an_absent_kind(api):
+    r = api.post("users/pia/facts", {"content": "Pia keeps bees behind the orchard", "source": "user_stated"})
+    assert r.status_code in (200, 201), r.content
+    with CaptureQueriesContext(connection) as ctx:
+        r = api.get("users/pia/search", q="where are the bees", kinds="fact,chunk")
+    assert r.status_code == 200, r.content
+    assert not [q for q in ctx.captured_queries if q["sql"].startswith("WITH chunk_qv")]

@@ -77,9 +77,9 @@ def test_a_search_sends_one_statement_per_kind_of_candidate(api, tenant):
     assert len(sent) == 2, sent
     assert all(table in sent[0] for table in ("memory_admin_apikey", "throttlewindow", "memory_admin_memoryuser"))
     assert sent[1].startswith("WITH search_qv")
-    # Facts and document chunks: the chunks' candidates are one statement more (retrieval/chunks.py).
+    # Facts and document chunks: the tenant has none (the candidate statement says so): no statement more.
     _, sent = _sent(api, "sam", "where does the garden grow", k=5, kinds="fact,chunk")
-    assert len(sent) == 3 and sent[2].startswith("WITH chunk_qv"), sent
+    assert len(sent) == 2 and sent[1].startswith("WITH search_qv"), sent
     assert {h["fact"]["content"] for h in r.json()["hits"]} >= {
         "Sam keeps bees in the garden",
         "The office has a rooftop garden",

@@ -421,6 +421,8 @@ def _gather_documents(
     """The chunks the task is about, on the facts' scale (`retrieval.chunks`), as cited items (documents.py)."""
     if float(conf.CONTEXT_SHARE()) <= 0:
         return
+    if ranking.present is not None and "chunk" not in ranking.present:
+        return  # the candidate statement found no active chunk this user can read (same snapshot)
     started = time.perf_counter()
     cosines = [parts["cosine"] for _, _, parts in ranking.scored]
     hits = chunk_ranking(
@@ -461,6 +463,7 @@ def gather_sections(
         exclude_ids=pinned,
         n_shared=SHARED_CANDIDATES,
         carry=_CARRY,
+        probe=float(conf.CONTEXT_SHARE()) > 0,  # whether a chunk statement is worth sending
     )
     if embedded:
         ranking.timings = {**embedded, **ranking.timings}
