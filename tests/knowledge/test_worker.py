@@ -160,7 +160,9 @@ def test_worker_crawls_a_site_in_steps_and_beat_refreshes_it(admin_api, worker, 
 
 def test_a_long_crawl_does_not_starve_conversation_extraction(admin_api, api, tenant, worker, wsite):
     _wiki(wsite, PAGES)
-    wsite.delay = 0.4  # every page takes a while: the crawl lasts several seconds on one worker process
+    # Every page takes a while: the crawl lasts ~13 s on one worker process, a margin the extraction (debounce
+    # 1 s) keeps on a loaded machine too (at 0.4 s a page it once lost the race while a suite ran beside it).
+    wsite.delay = 0.8
     TenantSettings.objects.filter(tenant=tenant).update(debounce_seconds=1)
     r = admin_api.post("knowledge/sources", {"kind": "site", "location": wsite.base + "/", "max_pages": 50})
     source_id = r.json()["id"]
