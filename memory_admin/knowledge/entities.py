@@ -45,7 +45,14 @@ from memory_admin.models import ChunkEntity, Entity, KnowledgeChunk, Relation
 from memory_admin.models.entities import fold_name
 from memory_admin.selectors.access import Principal, visible
 from memory_admin.services.agent_text import agent_text_ok
-from memory_admin.services.entities import SELF_NAME, EntityMention, entity_create, entity_find, relation_type
+from memory_admin.services.entities import (
+    SELF_NAME,
+    EntityMention,
+    entity_create,
+    entity_find,
+    open_relation,
+    relation_type,
+)
 from memory_admin.services.entity_draw import draw, names
 from memory_admin.services.facts import lock_memory_user
 
@@ -59,20 +66,17 @@ DRAW_CHUNKS = 50  # chunks per transaction (and per task): the owner's writes wa
 def _relate(chunk: KnowledgeChunk, subject: Entity, object_: Entity, kind: str) -> Relation | None:
     """The open relation subject -[kind]-> object, stated by this chunk (its source unless a fact or
     another chunk stated it first): one edge however many statements hold it."""
-    if subject.pk == object_.pk:
-        return None
-    relation, _ = Relation.objects.get_or_create(
-        subject=subject,
-        type=kind,
-        object=object_,
-        valid_to__isnull=True,
-        defaults={
-            "tenant_id": chunk.tenant_id,
-            "memory_user_id": chunk.memory_user_id,
-            "source_chunk": chunk,
-            "valid_from": chunk.fetched_at,
-        },
+    relation = open_relation(
+        subject,
+        object_,
+        kind,
+        tenant_id=chunk.tenant_id,
+        memory_user_id=chunk.memory_user_id,
+        source_chunk=chunk,
+        valid_from=chunk.fetched_at,
     )
+    if relation is None:
+        return None
     relation.stated_by_chunks.add(chunk)
     return relation
 

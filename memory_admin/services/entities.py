@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db.models import F, Q, QuerySet, Value
@@ -239,22 +240,30 @@ def _share_kinds() -> bool:
     return bool(getattr(settings, "ENTITY_SHARED_KINDS", False))
 
 
-def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation | None:
-    """The open relation subject -[kind]-> object, stated by this fact unless another one already does."""
+def open_relation(subject: Entity, object_: Entity, kind: str, **new: Any) -> Relation | None:
+    """The open relation subject -[kind]-> object, one edge however many statements hold it: made from
+    `new` (its owner, source and start) when there is none; None for an entity related to itself."""
     if subject.pk == object_.pk:
         return None
     relation, _ = Relation.objects.get_or_create(
-        subject=subject,
-        type=kind,
-        object=object_,
-        valid_to__isnull=True,
-        defaults={
-            "tenant_id": fact.tenant_id,
-            "memory_user_id": fact.memory_user_id,
-            "source_fact": fact,
-            "valid_from": fact.valid_from,
-        },
+        subject=subject, type=kind, object=object_, valid_to__isnull=True, defaults=new
     )
+    return relation
+
+
+def _relate(fact: Fact, subject: Entity, object_: Entity, kind: str) -> Relation | None:
+    """The open relation subject -[kind]-> object, stated by this fact unless another one already does."""
+    relation = open_relation(
+        subject,
+        object_,
+        kind,
+        tenant_id=fact.tenant_id,
+        memory_user_id=fact.memory_user_id,
+        source_fact=fact,
+        valid_from=fact.valid_from,
+    )
+    if relation is None:
+        return None
     relation.stated_by.add(fact)  # a second fact stating it keeps it open when the first ends
     return relation
 
