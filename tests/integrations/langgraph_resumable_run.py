@@ -45,7 +45,10 @@ def main() -> None:
     with MemoryAdmin(url, key) as client:
         app = graph.compile(checkpointer=MemoryAdminSaver(client))
         config = {"configurable": {"thread_id": thread_id, "user_id": "rita"}}
-        resuming = app.get_state(config).next
+        # A run is unfinished while its latest state has a task to run or a task whose result is saved but not yet
+        # folded into a checkpoint: between those two saves LangGraph's `next` is empty although the run is not over.
+        state = app.get_state(config)
+        resuming = bool(state.next or state.tasks)
         out = app.invoke(None if resuming else {"topic": "moving house", "steps": []}, config)
         print("done", ",".join(out["steps"]), flush=True)
 

@@ -21,7 +21,7 @@ from langgraph.graph import END, START, StateGraph
 from memory_admin_client import MemoryAdmin, NotFound
 from memory_admin_client.checkpoint import MemoryAdminSaver
 
-from memory_admin.models import Checkpoint, Thread
+from memory_admin.models import Checkpoint, CheckpointWrite, Thread
 from memory_admin.services.tenants import tenant_create
 from tests.integrations.conftest import CLIENT_SRC, ROOT
 
@@ -95,11 +95,17 @@ def test_a_graph_killed_between_nodes_resumes_from_its_last_checkpoint_in_a_new_
     first = subprocess.Popen([*args, "hang"], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert first.stdout.readline().strip() == "working"  # plan is done, work is running
-        # LangGraph's default durability saves a step's checkpoint while the next step runs: kill once the
-        # checkpoint after plan (step 0) is on the server, as a crash at that moment would find it.
+        # LangGraph's default durability ("async") saves in the background while the next node runs, and a crash
+        # can lose what was not saved yet. Plan ran from the checkpoint of step 0; its result is saved as that
+        # checkpoint's pending writes (they may arrive before the checkpoint itself), then folded into step 1's.
+        # Kill as soon as step 0 and plan's writes are both on the server, whether or not step 1 is.
         deadline = time.monotonic() + 30
-        while not Checkpoint.objects.filter(thread__external_id=thread, metadata__step=0).exists():
-            assert time.monotonic() < deadline, "the checkpoint after plan never arrived"
+        ours = {"thread__external_id": thread}
+        while not (
+            Checkpoint.objects.filter(**ours, metadata__step=0).exists()
+            and CheckpointWrite.objects.filter(**ours, channel="branch:to:work").exists()
+        ):
+            assert time.monotonic() < deadline, "plan's result never reached the server"
             time.sleep(0.05)
         os.kill(first.pid, signal.SIGKILL)
     finally:
