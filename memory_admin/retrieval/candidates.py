@@ -230,7 +230,9 @@ def _own_facts(principal: Principal, shape: _Shape, sentinel: int, distance: Raw
 def _own_size(principal: Principal, shape: _Shape, i: int) -> tuple[str, tuple]:
     """The CTE `own_big_i`: whether user i has more than OWN_EXACT_LIMIT own facts to search (counted
     up to one more, through the index on the user's facts)."""
-    sql, params = compiled(_own_facts(principal, shape, _USER_SENTINEL - i, RawSQL("NULL", ())).values("id"))
+    sql, params = compiled(
+        _own_facts(principal, shape, _USER_SENTINEL - i, RawSQL("NULL", ())).values("id"), tenant_id=principal.tenant_id
+    )
     return (
         f", own_big_{i} AS MATERIALIZED (SELECT count(*) > {OWN_EXACT_LIMIT} AS big"
         f" FROM ({sql} LIMIT {OWN_EXACT_LIMIT + 1}) AS n)",
@@ -247,10 +249,10 @@ def _own_branches(principal: Principal, shape: _Shape, i: int, distance: RawSQL)
     big = f"(SELECT big FROM own_big_{i})"
     if not shape.has_vector:
         # No nearness to cut by: the first OWN_EXACT_LIMIT, and the keyword matches beyond them.
-        sql, params = compiled(own.values(*values)[:OWN_EXACT_LIMIT])
+        sql, params = compiled(own.values(*values)[:OWN_EXACT_LIMIT], tenant_id=principal.tenant_id)
         branches = [(sql, params)]
     else:
-        sql, params = compiled(own.order_by("distance").values(*values))
+        sql, params = compiled(own.order_by("distance").values(*values), tenant_id=principal.tenant_id)
         limit = f"CASE WHEN {big} THEN {OWN_NEAREST} ELSE {OWN_EXACT_LIMIT} END"
         branches = [(f"SELECT * FROM ({sql}) AS o LIMIT ({limit})", params)]
     # Below: read only for a user above the limit (`big` is evaluated once; false skips the branch).
@@ -263,7 +265,7 @@ def _own_branches(principal: Principal, shape: _Shape, i: int, distance: RawSQL)
         matching = own.filter(holds)
         if shape.has_vector:
             matching = matching.order_by("distance")
-        sql, params = compiled(matching.values(*values)[:OWN_KEYWORD])
+        sql, params = compiled(matching.values(*values)[:OWN_KEYWORD], tenant_id=principal.tenant_id)
         branches.append(
             (
                 f"SELECT m.* FROM unnest((SELECT q FROM search_lx)) AS l(lx), LATERAL ({sql}) AS m WHERE {big}",
@@ -279,7 +281,7 @@ def _own_branches(principal: Principal, shape: _Shape, i: int, distance: RawSQL)
         anchored = own.filter(pk__in=mentioning)
         if shape.has_vector:
             anchored = anchored.order_by("distance")
-        sql, params = compiled(anchored.values(*values)[:OWN_ENTITY])
+        sql, params = compiled(anchored.values(*values)[:OWN_ENTITY], tenant_id=principal.tenant_id)
         branches.append((f"SELECT * FROM ({sql}) AS a WHERE {big}", params))
     return branches
 
@@ -302,14 +304,16 @@ def _branches(principal: Principal, shape: _Shape) -> list[tuple[int, tuple[str,
             .order_by("distance")
             .values(*_CARRIED, *_more(shape), "distance")[:n_shared]
         )
-        branches.append((src, compiled(nearest)))
+        branches.append((src, compiled(nearest, tenant_id=principal.tenant_id)))
         src += 1
     if shape.has_text:
         sq = SearchQuery(_TSQ_SENTINEL, search_type="raw", config="english")
         # Rank only a bounded number of matches (a common word can match most of a large org scope),
         # and keep only the best n of them.
         matching = shared.filter(status__in=shape.statuses, search_vector=sq).annotate(distance=distance)
-        sql, params = compiled(matching.values(*_CARRIED, *_more(shape), "distance")[:SHARED_KEYWORD_SCAN])
+        sql, params = compiled(
+            matching.values(*_CARRIED, *_more(shape), "distance")[:SHARED_KEYWORD_SCAN], tenant_id=principal.tenant_id
+        )
         branches.append(
             (
                 src,
@@ -355,7 +359,8 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
     tenant's, through `visible()`) and those one open relation away from them (`search_hop`)."""
     owner = Q(memory_user_id=_USER_SENTINEL) | Q(memory_user__isnull=True)
     entities, e_params = compiled(
-        visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys")
+        visible(principal, Entity.objects.filter(owner, merged_into__isnull=True)).values("id", "alias_keys"),
+        tenant_id=principal.tenant_id,
     )
     # The user's own entities are few (exact, through `entity_owner_seen`); the tenant's can be many
     # (the partial HNSW index `entity_org_embedding_hnsw`, like the shared facts' index).
@@ -365,13 +370,15 @@ def _entity_ctes(principal: Principal) -> tuple[str, tuple]:
             visible(principal, Entity.objects.filter(mine, merged_into__isnull=True, embedding__isnull=False))
             .annotate(distance=near_distance)
             .order_by("distance")
-            .values("id", "distance")[:MAX_EMBEDDED_ENTITIES]
+            .values("id", "distance")[:MAX_EMBEDDED_ENTITIES],
+            tenant_id=principal.tenant_id,
         )
         for mine in (Q(memory_user_id=_USER_SENTINEL), Q(memory_user__isnull=True))
     ]
     n_params = (*near[0][1], *near[1][1])
     relations, r_params = compiled(
-        visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id")
+        visible(principal, Relation.objects.filter(owner, valid_to__isnull=True)).values("subject_id", "object_id"),
+        tenant_id=principal.tenant_id,
     )
     sql = (
         # The whole query's embedding (the vector component's leaves the names out, see search_vectors).
@@ -400,12 +407,14 @@ def _present(principal: Principal) -> tuple[str, tuple]:
     rows (retrieval/messages.py, retrieval/chunks.py), so a kind found absent here, in the same snapshot,
     has no candidates: its statement need not be sent. Two index probes, evaluated once per statement."""
     messages, m_params = compiled(
-        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False)).values("id")
+        visible(principal, Message.objects.filter(memory_user_id=_USER_SENTINEL, embedding__isnull=False)).values("id"),
+        tenant_id=principal.tenant_id,
     )
     # The tenant's shared chunks and the user's own, each an equality on the index `kchunk_owner_status`.
     shared, own = (
         compiled(
-            visible(principal, KnowledgeChunk.objects.filter(owner, status=KnowledgeChunk.Status.ACTIVE)).values("id")
+            visible(principal, KnowledgeChunk.objects.filter(owner, status=KnowledgeChunk.Status.ACTIVE)).values("id"),
+            tenant_id=principal.tenant_id,
         )
         for owner in (Q(memory_user__isnull=True), Q(memory_user_id=_USER_SENTINEL))
     )
