@@ -90,6 +90,9 @@ def test_a_worker_drains_a_burst_once_each_and_runs_control_and_interactive_work
     time.sleep(0.5)
     labels = ran.read_text().split()
     assert sorted(labels) == sorted([f"bulk-{i}" for i in range(BURST)] + ["control", "interactive"])
-    assert labels.index("control") < 4 and labels.index("interactive") < 4, labels[:10]
+    # Fetched first (the broker's order), they run among the first few of 502, not behind the backlog. Their
+    # exact place depends on the pool: each of the default two children takes one of the first fetch, and a
+    # child still starting on a loaded machine holds its task while the other runs a few bulk ones (seen: 6th).
+    assert labels.index("control") < 10 and labels.index("interactive") < 10, labels[:12]
     assert queue_stats()["bulk"] == {"depth": 0, "oldest_age_seconds": None}
     print(f"\n{BURST + 2} tasks ran {drained:.1f} s after the first")
