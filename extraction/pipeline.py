@@ -525,8 +525,6 @@ def _link_entities(principal: Principal, fact: Fact, candidate: _Candidate, batc
 def _commit(
     batch_id: int, token: int, candidates: list[_Candidate], skipped: dict[int, str], *, model: str
 ) -> BatchOutcome:
-    pass
-
     # Drop what carries no information (a redacted placeholder) before paying for embeddings.
     candidates = [c for c in candidates if "[REDACTED:" not in c.content and c.content.strip()]
     # Embeddings outside the transaction: the row locks below are held for as short a time as possible.

@@ -982,8 +982,6 @@ _RELATIONS: dict[str, tuple[str, str, int]] = {
 
 
 def _not_a_tool(groups: list[str]) -> bool:
-    pass
-
     return kind_of(_WHEN.sub("", groups[-1]).strip(" .,;:!")) != "tool"
 
 

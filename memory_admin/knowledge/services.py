@@ -34,8 +34,6 @@ CRAWL_TASK = "knowledge.crawl"
 
 
 def _dispatch(source_id) -> None:
-    pass
-
     transaction.on_commit(lambda: celery.dispatch(CRAWL_TASK, str(source_id)))
 
 

@@ -14,8 +14,6 @@ from memory_admin.knowledge.crawl import crawl_step
 
 @shared_task(name="knowledge.crawl", ignore_result=True)
 def crawl(source_id: str) -> bool:
-    pass
-
     more = crawl_step(source_id)
     # The next step, or, the walk done, the drawing of the new chunks' entities (bulk queue too).
     celery.dispatch(services.CRAWL_TASK if more else knowledge_entities.TASK, source_id)
@@ -26,8 +24,6 @@ def crawl(source_id: str) -> bool:
 def entities(source_id: str) -> bool:
     _drawn, more = knowledge_entities.chunks_draw(source_id)
     if more:
-        pass
-
         celery.dispatch(knowledge_entities.TASK, source_id)
     return more
 

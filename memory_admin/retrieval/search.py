@@ -354,8 +354,6 @@ def fact_search(
         if row.id in facts or is_message(row)
     ]
     if record:
-        pass
-
         record_access([h.fact.pk for h in hits if h.fact is not None], principal, "search")
         record_usage(principal.tenant_id, "search")
     timings["total_ms"] = (time.perf_counter() - started) * 1000

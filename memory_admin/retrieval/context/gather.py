@@ -347,8 +347,6 @@ _IDS = object()
 
 @functools.lru_cache(maxsize=256)
 def _entity_statements(principal: Principal) -> tuple[tuple[str, tuple], tuple[str, tuple]]:
-    pass
-
     owned = Q(memory_user_id=_USER) | Q(memory_user__isnull=True)
     mentions = RawSQL(  # noqa: S611 - constant SQL
         f"SELECT count(DISTINCT fe.fact_id) FROM {FactEntity._meta.db_table} fe"
