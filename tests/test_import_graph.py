@@ -220,3 +220,15 @@ def test_the_inner_import_count_sees_an_added_one(tmp_path):
     inner = inner_project_imports(tmp_path, ("memory_admin",))
     assert [(path.name, line) for path, line, _ in inner] == [("a.py", 2), ("b.py", 6)]
     assert ["#" in said for _, _, said in inner] == [False, True]
+
+
+MAX_MODULE_LINES = 800  # issue 30: a module longer than this is split by topic into a package
+
+
+def test_no_module_of_the_project_is_over_800_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _modules(ROOT, PACKAGES).values()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by topic): {long}"
