@@ -13,6 +13,7 @@ from django.conf import settings
 
 from extraction import llm
 from memory_admin.services.agent_text import agent_text_problem
+from memory_admin.speakers import speaker_of
 
 NEGATIONS = {
     "not",
@@ -127,21 +128,99 @@ NEGATIONS |= {stem(w) for w in NEGATIONS}
 _STOP |= {stem(w) for w in _STOP}
 
 
+# A negation word negates the words that follow it in its clause, up to NEGATION_SCOPE content words
+# ("does not like tea": like, tea); "the user likes tea" then says the opposite of a negated word.
+NEGATION_SCOPE = 3
+# The words that negate by themselves (two of them in one reach cancel out); the other NEGATIONS reinforce
+# one ("no longer", "not ... anymore") or are negative verbs ("stopped", "dislikes").
+_NEGATORS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "cannot", "without"})
+# A clause ends at these as at punctuation ("I haven't read it yet but I will check it out").
+_CONJUNCTIONS = frozenset("but and so because though although while whereas yet".split())
+# Words that state nothing by themselves: particles, light verbs, quantifiers, pronouns. "Never give up" and "keep it
+# up" share "up", "don't let anything stop you" and "let's go" share "let": no claim is opposed there.
+_LIGHT = frozenset(
+    """up out off down away back around along gonna wanna gotta let get got go going gone make made take took
+    keep kept come came put thing things anything anyone anybody something someone everything everyone
+    lot lots way ways just even ever again too much many more most any some one ones all yet already
+    them you your yours yourself we us our ours him hers theirs themselves""".split()
+)
+_CLAUSE_BREAK = re.compile(r"[,;:!?()\[\]\u2014\u2013-]+\s|[.!?]+(?:\s|$)|\s-\s")
+_QUESTION = re.compile(r"[^.!?]*\?")
+
+
+# Turns of phrase whose negation negates nothing ("can't wait to see it" is looking forward to it).
+_IDIOMS = re.compile(
+    r"\b(?:can(?:'|’)?t|cannot|couldn(?:'|’)?t) (?:wait|believe|stop|help)\b|\blong time no see\b|"
+    r"\bno (?:matter|problem|worries|doubt)\b|\bnot (?:bad|only)\b|\bnever mind\b|\bnothing but\b",
+    re.I,
+)
+
+
+def _claims(text: str) -> str:
+    """The text without its questions ("What's up?" asks, it does not state) and without the turns of
+    phrase whose negation negates nothing."""
+    return _IDIOMS.sub(" ", _QUESTION.sub(" ", text))
+
+
+def _negated(text: str) -> set[str]:
+    """The content words a negation governs in `text` (NEGATION_SCOPE of them after each negation word,
+    within its clause)."""
+    out: set[str] = set()
+    for clause in _CLAUSE_BREAK.split(text):
+        left, previous = 0, ""
+        for token in _tokens(clause):
+            if token in NEGATIONS:
+                # A second negation within the first's reach cancels it ("couldn't have done it without you");
+                # "no longer", "not ... anymore" and a negative verb ("stopped") only say it again.
+                cancels = left and token in _NEGATORS and previous in _NEGATORS
+                left, previous = (0, "") if cancels else (NEGATION_SCOPE, token)
+            elif token in _CONJUNCTIONS:
+                left = 0
+            elif left and token not in _STOP:
+                out.add(token)
+                left -= 1
+    return out
+
+
+def _values(text: str) -> dict[str, str | None]:
+    """Each one-valued predicate of the statement and the first content word after it ("The user's favourite
+    colour is teal": favourite → colour, is → teal)."""
+    out: dict[str, str | None] = {}
+    for match in _EXCLUSIVE.finditer(text):
+        after = _tokens(text[match.end() :])
+        value = next((t for t in after if t not in _STOP and t not in NEGATIONS and t not in _LIGHT), None)
+        out.setdefault(stem(match.group().lower()), value)
+    return out
+
+
 def rules_judge(a: str, b: str) -> Verdict:
+    speaker_a, a = speaker_of(a)
+    speaker_b, b = speaker_of(b)
+    if speaker_a and speaker_b and speaker_a.casefold() != speaker_b.casefold():
+        return Verdict(False, "said by different speakers", "rules")
+    a, b = _claims(a), _claims(b)
     ta, tb = _tokens(a), _tokens(b)
-    neg_a = bool(NEGATIONS & set(ta))
-    neg_b = bool(NEGATIONS & set(tb))
     content_a = {t for t in ta if t not in _STOP and t not in NEGATIONS}
     content_b = {t for t in tb if t not in _STOP and t not in NEGATIONS}
     shared = content_a & content_b
     if not shared:
         return Verdict(False, "no shared subject", "rules")
     overlap = len(shared) / max(1, min(len(content_a), len(content_b)))
-    if neg_a != neg_b and overlap >= 0.6:
+    # A shared word one statement negates and the other states: "likes tea" / "does not like tea". A
+    # negation elsewhere ("can't wait to see it", "never give up" beside "keep going") opposes nothing.
+    negated_a, negated_b = _negated(a), _negated(b)
+    opposed = (((shared & negated_a) - negated_b) | ((shared & negated_b) - negated_a)) - _LIGHT
+    if opposed and overlap >= 0.6:
         return Verdict(True, "one statement negates the other", "rules")
-    only_a, only_b = content_a - content_b, content_b - content_a
+    only_a, only_b = content_a - content_b - _LIGHT, content_b - content_a - _LIGHT
     exclusive = _EXCLUSIVE.search(a) and _EXCLUSIVE.search(b)
     if exclusive and only_a and only_b and len(only_a) <= 3 and len(only_b) <= 3 and overlap >= 0.4:
+        # The values differ, not only the details around them: "moved to Lisbon in May" and "moved to
+        # Lisbon without a job offer" give one place.
+        values_a, values_b = _values(a), _values(b)
+        common = values_a.keys() & values_b.keys()
+        if common and all(values_a[p] == values_b[p] for p in common):
+            return Verdict(False, "compatible statements", "rules")
         pred = _EXCLUSIVE.search(a).group().lower()
         return Verdict(True, f"same one-valued predicate ('{pred}') with different values", "rules")
     return Verdict(False, "compatible statements", "rules")

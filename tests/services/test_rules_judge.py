@@ -1,0 +1,86 @@
+"""The offline contradiction judge calls two statements contradictory only when one negates what the other
+states, or gives a one-valued predicate another value; small talk, questions and two people's words are
+not contradictions. A false "contradiction" is not harmless: the write path supersedes the fact with
+lower confidence (SPEC step 5) or sends the pair to the review queue, and a contested fact ranks lower.
+
+The two corpora were written for this test (third-person facts as agents write them, and transcript lines
+as a relayed two-person chat stores them); none is taken from the LoCoMo evaluation data."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_admin.services.judge import rules_judge
+
+CONTRADICTIONS = [
+    ("The user likes green tea", "The user does not like green tea"),
+    ("The user lives in Madrid", "The user no longer lives in Madrid"),
+    ("The user drinks coffee before work", "The user stopped drinking coffee before work"),
+    ("The user is vegetarian", "The user isn't vegetarian"),
+    ("The user eats fish on Fridays", "The user never eats fish on Fridays"),
+    ("The user likes olives", "The user dislikes olives"),
+    ("The user owns a motorbike", "The user doesn't own a motorbike anymore"),
+    ("The user can drive", "The user cannot drive"),
+    ("The user has a cat", "The user has no cat"),
+    ("Priya works at Initech", "Priya no longer works at Initech"),
+    ("The user is allergic to peanuts", "The user is not allergic to peanuts"),
+    ("The user speaks Portuguese", "The user doesn't speak Portuguese"),
+    ("The user enjoys running marathons", "The user hates running marathons"),
+    ("The user wants a standing desk", "The user does not want a standing desk"),
+    ("The user takes the train to the office", "The user never takes the train to the office"),
+    ("Omar: I love camping by the lake", "Omar: I don't love camping by the lake"),
+    ("The user uses dark mode in the editor", "The user doesn't use dark mode in the editor"),
+    ("The user prefers vim", "The user prefers emacs"),
+    ("The user lives in Oslo", "The user lives in Bergen"),
+    ("The user's favourite colour is teal", "The user's favourite colour is orange"),
+    ("The user likes tea, but not coffee", "The user likes coffee"),
+    ("The user is married", "The user is not married"),
+]
+
+NOT_CONTRADICTIONS = [
+    # Small talk whose negation negates nothing the other line states.
+    ("Sam: Can't wait to see the new studio!", "Sam: See you on Saturday!"),
+    ("Lea: Never give up on it, you're nearly there!", "Lea: Keep it up!"),
+    ("Ravi: Don't forget to rest this weekend.", "Ravi: Take care and rest well."),
+    ("Kim: Hey Jo, long time no see! How was the trip?", "Kim: See you soon, Jo!"),
+    ("Ben: Thanks a lot, I couldn't have finished without your help.", "Ben: Thanks, your help means a lot to me!"),
+    ("Mia: No worries at all, happy to help.", "Mia: Happy to help with the move!"),
+    ("Tom: I haven't tried it yet, but I'll check them out.", "Tom: I'll check them out this week. Thanks!"),
+    ("Ana: I'm not gonna let anything stop me now.", "Ana: I'm gonna make it happen this year."),
+    ("Joe: I just can't stop painting lately.", "Joe: Painting keeps me calm lately."),
+    ("Eve: Not bad at all, the new job is great.", "Eve: The new job is really great."),
+    # Questions ask; they state nothing.
+    ("Noa: Did you not get my message about the party?", "Noa: I sent you a message about the party."),
+    ("The user asked: isn't the meeting on Monday?", "The meeting is on Monday"),
+    # Two people's words: each statement is about its own speaker.
+    ("Ana: I don't live in Porto any more.", "Ben: I live in Porto."),
+    ("Gil: I never drink coffee.", "Hana: I drink coffee every morning."),
+    # A negation about something the other statement does not mention.
+    ("The user likes tea but not coffee", "The user likes tea"),
+    ("The user plays chess, never poker", "The user plays chess on Sundays"),
+    ("The user does not own a car", "The user rides a bike to work"),
+    ("The user moved to Lisbon without a job offer", "The user moved to Lisbon in May"),
+    # Statements that simply agree.
+    ("The user likes hiking", "The user enjoys hiking in the Alps"),
+    ("The user works at Globex", "The user works at Globex as a designer"),
+]
+
+
+@pytest.mark.parametrize(("a", "b"), CONTRADICTIONS)
+def test_a_statement_and_its_negation_or_another_value_are_contradictory(a, b):
+    assert rules_judge(a, b).contradictory, (a, b)
+    assert rules_judge(b, a).contradictory, (b, a)
+
+
+@pytest.mark.parametrize(("a", "b"), NOT_CONTRADICTIONS)
+def test_small_talk_questions_and_other_speakers_are_not_contradictions(a, b):
+    verdict = rules_judge(a, b)
+    assert not verdict.contradictory, (a, b, verdict.reason)
+    assert not rules_judge(b, a).contradictory, (b, a)
+
+
+def test_two_speakers_are_told_apart_and_the_reason_says_so():
+    verdict = rules_judge("Ana: I don't live in Porto any more.", "Ben: I live in Porto.")
+    assert verdict.reason == "said by different speakers"
+    # The same speaker's lines are still compared.
+    assert rules_judge("Ana: I live in Porto.", "Ana: I don't live in Porto any more.").contradictory
