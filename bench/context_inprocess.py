@@ -99,20 +99,24 @@ def evaluate(questions: list[dict], dia_ids_of: dict[str, set], budgets: tuple[i
         previous, before = -1.0, set()
         for budget in budgets:
             block = context_block(
-                principal=principal, memory_user=users[q["sample_id"]], task=q["question"], budget_tokens=budget, record=False
+                principal=principal,
+                memory_user=users[q["sample_id"]],
+                task=q["question"],
+                budget_tokens=budget,
+                record=False,
             )
             over += block["tokens"] > budget
             ids = whole(block)
             found = set().union(*(dia_ids_of.get(i, set()) for i in ids)) if ids else set()
             share = len(evidence & found) / len(evidence)
-            rows.append((q["sample_id"], q["category"], budget, share, block["tokens"]))
+            missing = sorted(evidence - found)
+            rows.append((q["sample_id"], q["category"], budget, share, block["tokens"], q["qa_index"], missing))
             dips += share < previous - 1e-12
             previous = share
             now = held(block)
             lost += not before <= now
             before = now
             if dump:
-                missing = sorted(evidence - found)
                 dump.write(
                     json.dumps(
                         {
@@ -129,6 +133,53 @@ def evaluate(questions: list[dict], dia_ids_of: dict[str, set], budgets: tuple[i
                     + "\n"
                 )
     return {"rows": rows, "dips": dips, "lost": lost, "over": over}
+
+
+POSITIONS = (20, 40, 80, 160)
+
+
+def _session(dia_id: str) -> str:
+    return dia_id.split(":")[0]
+
+
+def why(questions: list[dict], dia_ids_of: dict[str, set], result: dict, budget: int) -> None:
+    """Where the evidence a block of `budget` tokens misses stands: its place in the order the block
+    offers facts (`gather_sections`' sequence: the ranking with the related memory of the best), whether
+    its fact is contested (staleness then halves it in the ranking, SPEC §7), and whether it was said in a
+    session of one of the five best (what related memory and neighbour support can reach)."""
+    from memory_admin.models import Fact, MemoryUser, Tenant
+    from memory_admin.retrieval.context.gather import gather_sections
+    from memory_admin.selectors.access import Principal
+
+    tenant = Tenant.objects.get(slug="locomo")
+    principal = Principal(tenant_id=tenant.pk, role="agent", actor="agent:bench", agent_id=1, api_key_id=1)
+    users = {u.external_id: u for u in MemoryUser.objects.filter(tenant=tenant)}
+    contested = {str(pk) for pk in Fact.objects.filter(tenant=tenant, contested=True).values_list("pk", flat=True)}
+    missed = {(r[0], r[5]): r[6] for r in result["rows"] if r[2] == budget and r[6]}
+    counts: collections.Counter = collections.Counter()
+    for q in questions:
+        missing = missed.get((q["sample_id"], q["qa_index"]))
+        if not missing:
+            continue
+        sections, _ = gather_sections(principal, users[q["sample_id"]], q["question"], budget)
+        facts = next(s for s in sections if s.name == "facts")
+        place: dict[str, tuple[int, bool]] = {}
+        best_sessions: set[str] = set()
+        for n, item in zip(range(1, 2 * POSITIONS[-1] + 1), facts.sequence, strict=False):
+            for dia_id in dia_ids_of.get(str(item.id), ()):
+                place.setdefault(dia_id, (n, str(item.id) in contested))
+                if n <= 5:
+                    best_sessions.add(_session(dia_id))
+        for dia_id in missing:
+            n, is_contested = place.get(dia_id, (None, False))
+            where = next((f"<= {p}" for p in POSITIONS if n is not None and n <= p), f"> {POSITIONS[-1]}")
+            counts[f"offered at place {where}"] += 1
+            counts["contested" if is_contested else "not contested"] += 1
+            counts["said in a session of the 5 best" if _session(dia_id) in best_sessions else "another session"] += 1
+            counts["missed"] += 1
+    print(f"evidence turns missed at {budget} tokens: {counts.pop('missed', 0)}")
+    for name, count in sorted(counts.items()):
+        print(f"  {name}: {count}")
 
 
 def report(result: dict, budgets: tuple[int, ...]) -> None:
@@ -159,6 +210,7 @@ def main() -> int:
     parser.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
     parser.add_argument("--tree", type=Path, default=HERE.parent, help="the checkout whose code builds the blocks")
     parser.add_argument("--dump", type=Path, help="one JSON line per question and budget (what was missed)")
+    parser.add_argument("--why", type=int, help="where the evidence a block of this many tokens misses stands")
     args = parser.parse_args()
     budgets = tuple(sorted(int(b) for b in args.budgets.split(",")))
     setup(args.tree.resolve(), read_only_url(args.db))
@@ -178,6 +230,8 @@ def main() -> int:
         f"(evidence recall = share of a question's evidence turns whose fact the block holds whole)"
     )
     report(result, budgets)
+    if args.why:
+        why(questions, dia_ids_of, result, args.why)
     return 0
 
 
