@@ -14,7 +14,10 @@ for both and pooled, per category and budget, with the monotone checks of contex
     DATABASE_URL=postgresql://postgres:@/postgres?host=/path/to/pgdata \\
         python bench/context_inprocess.py --db r34l_locomo [--split tune] [--tree /work/main]
 
-`--tree` evaluates another checkout's code (e.g. main's) with this script, on the same database.
+`--tree` evaluates another checkout's code (e.g. main's) with this script, on the same database;
+`--why 2000` then says where the evidence the 2,000-token blocks miss stands (its place in the order the
+block offers facts, contested or not, said in a session of the five best or not); `--dump` writes one
+JSON line per question and budget.
 """
 
 from __future__ import annotations
