@@ -136,13 +136,14 @@ NEGATION_SCOPE = 3
 _NEGATORS = frozenset({"not", "no", "never", "none", "nobody", "nothing", "neither", "nor", "cannot", "without"})
 # A clause ends at these as at punctuation ("I haven't read it yet but I will check it out").
 _CONJUNCTIONS = frozenset("but and so because though although while whereas yet".split())
-# Words that state nothing by themselves: particles, light verbs, quantifiers, pronouns. "Never give up" and "keep it
-# up" share "up", "don't let anything stop you" and "let's go" share "let": no claim is opposed there.
+# Words that state nothing by themselves: particles, light verbs, quantifiers, pronouns, and what is left of
+# a contraction or a possessive once its apostrophe splits it ("it's", "I'll", "the user's"). "Never give up"
+# and "keep it up" share "up", "don't let anything stop you" and "let's go" share "let": nothing is opposed.
 _LIGHT = frozenset(
     """up out off down away back around along gonna wanna gotta let get got go going gone make made take took
     keep kept come came put thing things anything anyone anybody something someone everything everyone
     lot lots way ways just even ever again too much many more most any some one ones all yet already
-    them you your yours yourself we us our ours him hers theirs themselves""".split()
+    them you your yours yourself we us our ours him hers theirs themselves s t d ll re ve m""".split()
 )
 _CLAUSE_BREAK = re.compile(r"[,;:!?()\[\]\u2014\u2013-]+\s|[.!?]+(?:\s|$)|\s-\s")
 _QUESTION = re.compile(r"[^.!?]*\?")
@@ -219,7 +220,8 @@ def rules_judge(a: str, b: str) -> Verdict:
         # Lisbon without a job offer" give one place.
         values_a, values_b = _values(a), _values(b)
         common = values_a.keys() & values_b.keys()
-        if common and all(values_a[p] == values_b[p] for p in common):
+        # A predicate whose value one statement leaves unsaid ("is gonna make it") opposes nothing.
+        if common and not any(values_a[p] and values_b[p] and values_a[p] != values_b[p] for p in common):
             return Verdict(False, "compatible statements", "rules")
         pred = _EXCLUSIVE.search(a).group().lower()
         return Verdict(True, f"same one-valued predicate ('{pred}') with different values", "rules")

@@ -84,3 +84,18 @@ def test_two_speakers_are_told_apart_and_the_reason_says_so():
     assert verdict.reason == "said by different speakers"
     # The same speaker's lines are still compared.
     assert rules_judge("Ana: I live in Porto.", "Ana: I don't live in Porto any more.").contradictory
+
+
+def test_the_write_path_s_rewriting_of_the_first_person_does_not_make_a_contradiction():
+    """The write path names the user one way before judging ("my way" → "the user's way"): the possessive
+    and the contractions it leaves are not words a negation can oppose."""
+    from memory_admin.services.facts.subject import UserSubject
+
+    subject = UserSubject(names=("sol",))
+    a = subject.about("Sol: Thanks! It's hard when things don't go my way, but I'll keep pushing.")
+    b = subject.about("Sol: Thanks! I'll do my best and keep pushing.")
+    assert not rules_judge(a, b).contradictory
+    a = subject.about("Sol: I won't quit, even when it's hard. I'm gonna make it!")
+    b = subject.about("Sol: I won't quit. I'm gonna keep going, whatever comes my way.")
+    assert not rules_judge(a, b).contradictory
+    assert rules_judge(subject.about("I live in Quito"), subject.about("I don't live in Quito any more")).contradictory
