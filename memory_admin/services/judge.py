@@ -146,7 +146,7 @@ _LIGHT = frozenset(
     them you your yours yourself we us our ours him hers theirs themselves s t d ll re ve m""".split()
 )
 _CLAUSE_BREAK = re.compile(r"[,;:!?()\[\]\u2014\u2013-]+\s|[.!?]+(?:\s|$)|\s-\s")
-_QUESTION = re.compile(r"[^.!?]*\?")
+_SENTENCE_END = re.compile(r"(?<=[.!?])")
 
 
 # Turns of phrase whose negation negates nothing ("can't wait to see it" is looking forward to it).
@@ -160,7 +160,8 @@ _IDIOMS = re.compile(
 def _claims(text: str) -> str:
     """The text without its questions ("What's up?" asks, it does not state) and without the turns of
     phrase whose negation negates nothing."""
-    return _IDIOMS.sub(" ", _QUESTION.sub(" ", text))
+    stated = " ".join(part for part in _SENTENCE_END.split(text) if not part.endswith("?"))
+    return _IDIOMS.sub(" ", stated)
 
 
 def _negated(text: str) -> set[str]:

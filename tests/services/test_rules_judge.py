@@ -99,3 +99,25 @@ def test_the_write_path_s_rewriting_of_the_first_person_does_not_make_a_contradi
     b = subject.about("Sol: I won't quit. I'm gonna keep going, whatever comes my way.")
     assert not rules_judge(a, b).contradictory
     assert rules_judge(subject.about("I live in Quito"), subject.about("I don't live in Quito any more")).contradictory
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "word " * 1600,
+        "x" * 8000,
+        "not " * 2000,
+        "is it? " * 1100,
+        "Ana: " + "not like tea, " * 600,
+    ],
+    ids=["no punctuation", "no spaces", "negations", "questions", "speaker"],
+)
+def test_judging_two_8_kb_statements_takes_linear_time(text):
+    """A fact may be 8 KB and the judge runs on every neighbour of every write: no shape of text may make it
+    quadratic (a question pattern scanning to the end from every position took ~0.5 s a pair). A CPU-time
+    budget with ~20x headroom over the measured ~5 ms."""
+    import time
+
+    started = time.process_time()
+    rules_judge(text, text[::-1])
+    assert time.process_time() - started < 0.1
