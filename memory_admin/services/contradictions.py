@@ -1,4 +1,5 @@
-"""Resolving a contradiction from the review queue: keep A, keep B, both true, merge, dismiss.
+"""Resolving a contradiction from the review queue: keep A, keep B, both true, merge, dismiss; and judging
+again what the offline judge decided (`contradictions_rejudge`).
 
 Safe when two reviewers act at once: the row is locked and must still be open, so the second
 reviewer gets AlreadyResolved and nothing is applied twice.
@@ -10,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from memory_admin.embedding import embed_one
@@ -19,6 +21,8 @@ from memory_admin.selectors.access import CURATE, Principal, get_visible
 from memory_admin.services.audit import audit, fact_snapshot
 from memory_admin.services.entities import relations_reopen
 from memory_admin.services.facts import check_fact_size, link, refresh_contested, successor, supersede
+from memory_admin.services.facts.subject import UserSubject
+from memory_admin.services.judge import rules_judge
 from memory_admin.services.screening import screen_text
 
 ACTIONS = ("keep_a", "keep_b", "both_true", "merge", "dismiss")
@@ -187,3 +191,58 @@ def contradiction_reopen(*, principal: Principal, contradiction_id: Any, note: s
         reason=note or "undo",
     )
     return item
+
+
+# What the offline judge opened (or settled by confidence) between two facts; `rejudge` reads these again.
+_REJUDGED_DETECTORS = (Contradiction.Detector.SEMANTIC, Contradiction.Detector.SCAN)
+_SETTLED_BY_CONFIDENCE = (Contradiction.Resolution.KEEP_A, Contradiction.Resolution.KEEP_B)
+
+
+def contradictions_rejudge(*, apply: bool, tenant_id: int | None = None) -> dict[str, Any]:
+    """The contradictions the offline judge decided between two facts, judged again by today's rules (as the
+    write path judges: both statements about "the user"), so that a better judge also cleans what an older
+    one left. Those it no longer calls contradictory: an open one is dismissed; one settled by confidence
+    (the weaker fact superseded) is reopened, which makes the superseded fact active again when nothing
+    changed it since, then dismissed. Each step is audited as the review queue's own ("rejudge"). Without
+    `apply`, nothing changes and the counts say what would."""
+    items = (
+        Contradiction.objects.filter(
+            judge="rules", detector__in=_REJUDGED_DETECTORS, fact_b__isnull=False, merged_fact__isnull=True
+        )
+        .filter(
+            Q(status=Contradiction.Status.OPEN)
+            | Q(status=Contradiction.Status.AUTO_RESOLVED, resolution__in=_SETTLED_BY_CONFIDENCE)
+        )
+        .select_related("fact_a", "fact_b", "memory_user")
+        .order_by("created_at", "pk")
+    )
+    if tenant_id is not None:
+        items = items.filter(tenant_id=tenant_id)
+    counts = {"judged": 0, "still_contradictory": 0, "open_dismissed": 0, "superseded_restored": 0, "left": 0}
+    subjects: dict[int, UserSubject] = {}
+    for item in items.iterator(chunk_size=500):
+        counts["judged"] += 1
+        user = item.memory_user
+        if user.pk not in subjects:
+            subjects[user.pk] = UserSubject.of(user, known_name=UserSubject.known_name(user.pk))
+        about = subjects[user.pk].about
+        verdict = rules_judge(about(item.fact_a.content), about(item.fact_b.content))
+        if verdict.contradictory:
+            counts["still_contradictory"] += 1
+            continue
+        opened = item.status == Contradiction.Status.OPEN
+        if not apply:
+            counts["open_dismissed" if opened else "superseded_restored"] += 1
+            continue
+        principal = Principal.system(item.tenant_id, actor="rejudge")
+        note = f"The offline judge no longer calls these contradictory ({verdict.reason})."
+        try:
+            with transaction.atomic():
+                if not opened:
+                    contradiction_reopen(principal=principal, contradiction_id=item.pk, note=note)
+                contradiction_resolve(principal=principal, contradiction_id=item.pk, action="dismiss", note=note)
+        except AlreadyResolved:  # changed since (a reviewer, a later correction): left as it is
+            counts["left"] += 1
+            continue
+        counts["open_dismissed" if opened else "superseded_restored"] += 1
+    return counts
