@@ -35,21 +35,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from context_locomo import FACT_SECTIONS, held  # noqa: E402
 from retrieval_locomo import CATEGORIES, load  # noqa: E402
 
 BUDGETS = (500, 1000, 2000, 4000)
 SPLITS = {"tune": ("conv-26", "conv-30", "conv-41"), "holdout": ("conv-42", "conv-43")}
-FACT_SECTIONS = ("pinned", "facts")
-
-
-def held(block: dict) -> set[str]:
-    """Included facts, and near-duplicates collapsed into one of them (context_locomo.held)."""
-    ids = set()
-    for section in block["sections"]:
-        if section["name"] in FACT_SECTIONS:
-            ids.update(section["included"])
-            ids.update(d["id"] for d in section["dropped"] if d["reason"] == "duplicate")
-    return ids
 
 
 def whole(block: dict) -> set[str]:
