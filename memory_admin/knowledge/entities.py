@@ -8,7 +8,7 @@ tenant's. A name that resolves to none becomes a new entity (`entity_create`, th
 provenance (chunk → document → URL or file, section, version). A name not fit to reach an agent (a
 secret, instructions: services/agent_text) is dropped, as for facts.
 
-The relations the chunk states come from the same `draw` (the clause rules of extraction/rules.py, and
+The relations the chunk states come from the same `draw` (the clause rules of extraction/rules/, and
 "Acme Robotics is headquartered in Lisbon": based_in), between two of the names just linked. A relation's
 type passes the facts' shape and screen (services/entities.py `relation_type`: RELATION_TYPE_PATTERN and
 agent_text), so a document's text never becomes a type or a name an agent reads unscreened. The relation is
