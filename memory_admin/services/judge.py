@@ -189,9 +189,11 @@ def _values(text: str) -> dict[str, str | None]:
     colour is teal": favourite → colour, is → teal)."""
     out: dict[str, str | None] = {}
     for match in _EXCLUSIVE.finditer(text):
+        predicate = stem(match.group().lower())
+        if predicate in out:  # its first occurrence holds: the rest of the text is read once per predicate
+            continue
         after = _tokens(text[match.end() :])
-        value = next((t for t in after if t not in _STOP and t not in NEGATIONS and t not in _LIGHT), None)
-        out.setdefault(stem(match.group().lower()), value)
+        out[predicate] = next((t for t in after if t not in _STOP and t not in NEGATIONS and t not in _LIGHT), None)
     return out
 
 
