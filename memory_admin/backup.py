@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -400,11 +401,23 @@ def migrate_database(restored: Db) -> None:
         )
 
 
-def _other_sessions(admin: psycopg.Connection, name: str) -> int:
-    row = admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [name]
-    ).fetchone()
-    return row[0]
+SESSIONS_SETTLE_S = 3.0  # a client that just disconnected stays listed until its backend has exited
+
+
+def _other_sessions(admin: psycopg.Connection, name: str, *, settle: float = SESSIONS_SETTLE_S) -> int:
+    """Client sessions on `name` other than ours. Postgres's own workers (autovacuum after a burst
+    of writes) are not the operator's to stop and are ended at the swap; a session that is closing
+    is given `settle` seconds to go."""
+    deadline = time.monotonic() + settle
+    while True:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend'",
+            [name],
+        ).fetchone()
+        if not row[0] or time.monotonic() >= deadline:
+            return row[0]
+        time.sleep(0.1)
 
 
 def _exists(admin: psycopg.Connection, name: str) -> bool:

@@ -21,6 +21,7 @@ from django.db import connection
 
 from memory_admin.backup import (
     Db,
+    _other_sessions,
     backup_create,
     database_url,
     drop_database,
@@ -190,6 +191,24 @@ def test_restore_refuses_while_the_database_is_in_use_and_changes_nothing(scratc
     finally:
         busy.close()
     assert ORIGINAL in fact_contents(scratch)
+
+
+def test_only_client_sessions_still_open_count_as_in_use(scratch):
+    """What refuses a restore is a session someone would have to stop: a connection closed a moment
+    ago is given time to go, and Postgres's own workers (autovacuum after the writes) do not count."""
+    with scratch.named("postgres").connect(autocommit=True) as admin:
+        for _ in range(5):
+            scratch.connect().close()
+            assert _other_sessions(admin, scratch.name) == 0
+        busy = scratch.connect(autocommit=True)
+        try:
+            assert _other_sessions(admin, scratch.name, settle=0.3) == 1
+        finally:
+            busy.close()
+        workers = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type <> 'client backend' AND datname IS NOT NULL"
+        ).fetchone()[0]
+        assert _other_sessions(admin, scratch.name) == 0, f"{workers} worker session(s) counted as users"
 
 
 def test_an_older_backup_restored_on_a_new_install_is_migrated_before_it_is_swapped_in(scratch, tmp_path):
