@@ -11,6 +11,11 @@ trees can be compared question by question:
     DATABASE_URL=postgresql://postgres:@/postgres?host=/path/to/pgdata \\
         PYTHONPATH=$PWD python bench/retrieval_split.py --db r34l_locomo --out /tmp/after.jsonl
     PYTHONPATH=$OTHER python bench/retrieval_split.py --db r34l_locomo --out /tmp/before.jsonl  # another tree
+
+`--sentence-mix A` asks what a vector per sentence would add (a probe; the product stores one vector per
+fact): every fact of two sentences or more gets each sentence embedded alone (with the fact's speaker
+label), and after the candidate statement each such fact's cosine to the query becomes
+(1 - A) x its own + A x its best sentence's, before ranking. Nothing is written.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import statistics
 import sys
 import time
@@ -29,6 +35,8 @@ from retrieval_locomo import CATEGORIES, load, names_a_time
 TUNE = ("conv-26", "conv-30", "conv-41")
 HOLD_OUT = ("conv-42", "conv-43")
 CUTS = (10, 20)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+MAX_SENTENCES = 16
 
 
 def recall_rows(questions: list[dict], ranked_of: dict[int, list[set]]) -> list[dict]:
@@ -84,16 +92,69 @@ def ceiling(rows: list[dict], depths: tuple[int, ...] = (10, 20, 30, 50)) -> Non
         print(f"  d={depth:<3}" + "".join(f"  {name} {statistics.fmean(v):.3f}" for name, v in sorted(by.items())))
 
 
+def sentence_vectors() -> dict:
+    """fact id -> one row per sentence (each embedded alone, under the fact's speaker label), for the active
+    facts of two sentences or more."""
+    import numpy as np
+
+    from memory_admin.embedding import embed
+    from memory_admin.models import Fact
+    from memory_admin.speakers import SPEAKER_LINE
+
+    texts, owners = [], []
+    for fact_id, content in Fact.objects.filter(status="active").values_list("id", "content"):
+        label = SPEAKER_LINE.match(content)
+        head = label.group(0) if label else ""
+        sentences = [s for s in SENTENCE_END.split(content[len(head) :]) if s.strip()]
+        if len(sentences) > 1:
+            texts += [head + s for s in sentences[:MAX_SENTENCES]]
+            owners += [fact_id] * len(sentences[:MAX_SENTENCES])
+    rows: dict = {}
+    for fact_id, vector in zip(owners, np.asarray(embed(texts), dtype=np.float32), strict=True):
+        rows.setdefault(fact_id, []).append(vector)
+    return {fact_id: np.stack(vectors) for fact_id, vectors in rows.items()}
+
+
+def mix_in_sentences(share: float) -> None:
+    """Re-score the vector component as `--sentence-mix` describes, by wrapping the search's candidates."""
+    import numpy as np
+
+    from memory_admin.retrieval import search
+
+    vectors = sentence_vectors()
+    print(f"--sentence-mix {share}: {len(vectors)} facts of two sentences or more", file=sys.stderr)
+    candidates = search.candidates
+
+    def mixed(*args, vector=None, **kwargs):
+        weights, rows, present = candidates(*args, vector=vector, **kwargs)
+        if vector is None:
+            return weights, rows, present
+        query = np.asarray(vector, dtype=np.float32)
+        out = []
+        for row in rows:
+            sentences = vectors.get(row.id)
+            if sentences is not None and row.distance is not None:
+                cosine = (1 - share) * (1.0 - row.distance) + share * float((sentences @ query).max())
+                row = row._replace(distance=1.0 - cosine)
+            out.append(row)
+        return weights, out, present
+
+    search.candidates = mixed
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", type=Path, default=Path("/work/shared/eval/locomo-dev"))
     parser.add_argument("--db", default="bench_locomo")
     parser.add_argument("--k", type=int, default=50, help="hits asked for (the ranks of the evidence up to k)")
     parser.add_argument("--out", type=Path, help="one JSON line per question")
+    parser.add_argument("--sentence-mix", type=float, help="probe: the share of the best sentence's cosine")
     args = parser.parse_args()
     _, questions = load(args.data)
     dia_ids_of = {f: set(ids) for f, ids in json.loads(Path(f"/tmp/{args.db}_state.json").read_text())["map"].items()}
     setup_django(database_url(args.db, fresh=False))
+    if args.sentence_mix is not None:
+        mix_in_sentences(args.sentence_mix)
     from memory_admin.models import MemoryUser, Tenant
     from memory_admin.retrieval import fact_search
     from memory_admin.selectors.access import Principal
