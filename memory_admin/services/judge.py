@@ -184,16 +184,31 @@ def _negated(text: str) -> set[str]:
     return out
 
 
+# A form of "to be" gives one value when it says what someone is ("is a nurse", "is 34", "is married"),
+# not when it says how or where they are at the moment of speaking: a passing state ("I'm here for you" /
+# "I'm happy to help"), an adverb of time, or an ongoing action ("is feeling better", "is going").
+_BE = {"is", "am", "are", "was", "were"}
+_PASSING = set(
+    """here there back home away around always sometimes often good fine great ok okay well alright happy glad
+    sorry excited tired busy ready sure grateful thankful proud thrilled stoked nervous worried stressed sad
+    upset bored free available able welcome right awesome amazing cool nice lucky interested curious hopeful
+    confident keen eager gonna about""".split()
+)
+
+
 def _values(text: str) -> dict[str, str | None]:
     """Each one-valued predicate of the statement and the first content word after it ("The user's favourite
-    colour is teal": favourite → colour, is → teal)."""
+    colour is teal": favourite → colour, is → teal); a form of "to be" followed by a passing state has none."""
     out: dict[str, str | None] = {}
     for match in _EXCLUSIVE.finditer(text):
         predicate = stem(match.group().lower())
         if predicate in out:  # its first occurrence holds: the rest of the text is read once per predicate
             continue
         after = _tokens(text[match.end() :])
-        out[predicate] = next((t for t in after if t not in _STOP and t not in NEGATIONS and t not in _LIGHT), None)
+        value = next((t for t in after if t not in _STOP and t not in NEGATIONS and t not in _LIGHT), None)
+        if predicate in _BE and value and (value in _PASSING or value.endswith("ing")):
+            value = None
+        out[predicate] = value
     return out
 
 

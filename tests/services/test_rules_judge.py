@@ -35,9 +35,21 @@ CONTRADICTIONS = [
     ("The user's favourite colour is teal", "The user's favourite colour is orange"),
     ("The user likes tea, but not coffee", "The user likes coffee"),
     ("The user is married", "The user is not married"),
+    # What someone is, by a form of "to be": one value.
+    ("The user is single", "The user is married"),
+    ("The user is 34 years old", "The user is 41 years old"),
+    ("The user is a nurse", "The user is a teacher"),
+    ("The user is now a manager at the depot", "The user is an intern at the depot"),
 ]
 
 NOT_CONTRADICTIONS = [
+    # How or where someone is at the moment of speaking is not a value of what they are.
+    (
+        "Noor: Cheer up, Ben. The user is here to listen whenever you need.",
+        "Noor: Cheer up, Ben. The user is glad to listen.",
+    ),
+    ("Femi: Go, Ada! The user is here for you!", "Femi: You got this, Ada! The user is always there for you."),
+    ("Iris: Hi Tom! Hope all is good.", "Iris: Hi Tom! Hope your knee is feeling better."),
     # Small talk whose negation negates nothing the other line states.
     ("Sam: Can't wait to see the new studio!", "Sam: See you on Saturday!"),
     ("Lea: Never give up on it, you're nearly there!", "Lea: Keep it up!"),
@@ -99,6 +111,13 @@ def test_the_write_path_s_rewriting_of_the_first_person_does_not_make_a_contradi
     b = subject.about("Sol: I won't quit. I'm gonna keep going, whatever comes my way.")
     assert not rules_judge(a, b).contradictory
     assert rules_judge(subject.about("I live in Quito"), subject.about("I don't live in Quito any more")).contradictory
+    # "I'm" becomes "the user is": a passing state is still not a value of what the user is.
+    a = subject.about("Sol: Chin up, Kai. I'm here whenever you want to talk.")
+    b = subject.about("Sol: Chin up, Kai. I'm happy to talk whenever you want.")
+    assert not rules_judge(a, b).contradictory
+    assert rules_judge(
+        subject.about("I'm a nurse at the clinic"), subject.about("I'm a porter at the clinic")
+    ).contradictory
 
 
 @pytest.mark.parametrize(
