@@ -237,12 +237,15 @@ def rules_judge(a: str, b: str) -> Verdict:
         # The values differ, not only the details around them: "moved to Lisbon in May" and "moved to
         # Lisbon without a job offer" give one place.
         values_a, values_b = _values(a), _values(b)
-        common = values_a.keys() & values_b.keys()
-        # A predicate whose value one statement leaves unsaid ("is gonna make it") opposes nothing.
-        if common and not any(values_a[p] and values_b[p] and values_a[p] != values_b[p] for p in common):
-            return Verdict(False, "compatible statements", "rules")
-        pred = _EXCLUSIVE.search(a).group().lower()
-        return Verdict(True, f"same one-valued predicate ('{pred}') with different values", "rules")
+        # Only the same predicate given two values opposes: "Ana is the user's sister" and "the user's
+        # sister Ana lives in Porto" name two things, and a predicate whose value one statement leaves
+        # unsaid ("is gonna make it") opposes nothing.
+        differing = [
+            p for p in values_a.keys() & values_b.keys() if values_a[p] and values_b[p] and values_a[p] != values_b[p]
+        ]
+        if differing:  # named as statement a words it ("prefers"): the review page reads it back
+            pred = next(m.group().lower() for m in _EXCLUSIVE.finditer(a) if stem(m.group().lower()) in differing)
+            return Verdict(True, f"same one-valued predicate ('{pred}') with different values", "rules")
     return Verdict(False, "compatible statements", "rules")
 
 

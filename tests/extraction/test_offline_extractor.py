@@ -170,6 +170,15 @@ def test_the_relations_found_are_typed_in_the_users_graph(api, tenant, offline, 
     assert "The user works as a data engineer." in active()
 
 
+def test_the_facts_one_sentence_gives_do_not_contest_each_other(api, tenant, offline, dispatched):
+    """A first conversation: what it states is all active and unmarked, nothing waits for review."""
+    post(api, "t1", "My sister Ana lives in Porto and I visit her every summer. I work at Initech as a nurse.")
+    facts = active()
+    assert "Ana is the user's sister." in facts and "The user's sister Ana lives in Porto." in facts
+    assert not Contradiction.objects.exists()
+    assert not [f for f in facts.values() if f.contested]
+
+
 def test_screening_still_applies_to_what_the_extractor_states(api, tenant, offline, dispatched):
     post(api, "t1", "I work at Globex and my email is dana.scully@example.com, and I love hiking in the Alps.")
     facts = active()

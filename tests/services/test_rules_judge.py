@@ -43,6 +43,10 @@ CONTRADICTIONS = [
 ]
 
 NOT_CONTRADICTIONS = [
+    # Two one-valued predicates, one value each: nothing is said twice.
+    ("Ana is the user's sister.", "The user's sister Ana lives in Porto."),
+    ("The user is a nurse in Leeds", "The user lives in Leeds"),
+    ("Priya works at Initech in Leeds", "Priya lives in Leeds"),
     # How or where someone is at the moment of speaking is not a value of what they are.
     (
         "Noor: Cheer up, Ben. The user is here to listen whenever you need.",
@@ -89,6 +93,11 @@ def test_small_talk_questions_and_other_speakers_are_not_contradictions(a, b):
     verdict = rules_judge(a, b)
     assert not verdict.contradictory, (a, b, verdict.reason)
     assert not rules_judge(b, a).contradictory, (b, a)
+
+
+def test_the_reason_names_the_predicate_both_statements_give_a_value():
+    verdict = rules_judge("The user is a nurse and prefers vim", "The user is a nurse and prefers emacs")
+    assert verdict.contradictory and verdict.reason == "same one-valued predicate ('prefers') with different values"
 
 
 def test_two_speakers_are_told_apart_and_the_reason_says_so():
