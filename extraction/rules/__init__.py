@@ -21,6 +21,7 @@ from datetime import datetime
 
 from extraction.rules.clauses import Said, clause_graph, normal_clause, said_in, unfront
 from extraction.rules.episodes import WITHHELD_QUOTE, outcome_of, summarize
+from extraction.rules.pronouns import relatives, resolved
 from extraction.rules.sentences import CAPTION, dated, statements
 from memory_admin.services.entities import SELF_NAME, EntityMention, RelationDraft
 from memory_admin.speakers import AGENT_LABELS, USER_LABELS, speaker_of
@@ -68,9 +69,13 @@ def extract(messages: list[tuple[int, str, str]], *, times: dict[int, datetime] 
         if role not in ("user", "assistant") or (speaker is None and role != "user"):
             continue
         when = (times or {}).get(index)
+        named: dict[str, set[str]] = {"female": set(), "male": set()}  # the relatives this message named
         for clause in statements(CAPTION.sub("", words)):
-            clause = normal_clause(dated(unfront(clause), when))
-            for said in said_in(clause):
+            clause = resolved(normal_clause(dated(unfront(clause), when)), named)
+            stated = said_in(clause)
+            for gender, names in relatives(tuple(r for said in stated for r in said.relations)).items():
+                named[gender] |= names
+            for said in stated:
                 fact = _as_fact(said, speaker, index)
                 if fact.content.lower() in seen:
                     continue
@@ -85,6 +90,7 @@ def _as_fact(said: Said, speaker: str | None, index: int) -> RuleFact:
     content = said.content.replace("{S}", subject).replace("{P}", possessive)
     content = content[:1].upper() + content[1:]
     content = re.sub(r"\s+([.,!])", r"\1", re.sub(r"\s+", " ", content)).strip()
+    content = re.sub(r"[;:,]+([.!])$", r"\1", content)  # "taught them to cook;." -> "cook."
     slot = said.slot
     entities, relations = said.entities, said.relations
     if speaker:

@@ -159,6 +159,29 @@ def test_an_8_kb_message_is_extracted_quickly(shape):
     assert time.process_time() - started < 2.0  # ~50x headroom on this machine
 
 
+def test_her_and_him_are_the_relative_the_message_named_and_stay_pronouns_when_unclear():
+    assert "The user visits Ana every summer." in contents(
+        [(0, "user", "My sister Ana lives in Porto and I visit her every summer.")]
+    )
+    assert "The user loves Tom's cooking." in contents([(0, "user", "My brother Tom is a chef. I love his cooking.")])
+    assert "The user loves Ana's garden." in contents([(0, "user", "My sister Ana lives in Porto. I love her garden.")])
+    # Two women named, or none in this message: "her" is left as said, never guessed.
+    assert "The user visits her often." in contents(
+        [(0, "user", "My sister Ana and my aunt Eva live in Porto. I visit her often.")]
+    )
+    assert contents([(0, "user", "My sister Ana lives in Porto."), (1, "user", "I visit her every summer.")])[-1] == (
+        "The user visits her every summer."
+    )
+    # A relayed line's speaker keeps the relative: Ana's brother, visited by Ana.
+    assert "Ana visits Tom every winter." in contents(
+        [(0, "user", "Ana: My brother Tom moved to Oslo and I visit him every winter.")]
+    )
+    # A clause's closing semicolon does not stay before the full stop.
+    assert "The user's mother Rita taught them to cook." in contents(
+        [(0, "user", "My mom Rita taught me to cook; I miss her.")]
+    )
+
+
 def test_the_relations_found_are_typed_in_the_users_graph(api, tenant, offline, dispatched):
     post(api, "t1", "My sister Ana lives in Porto, and I work at Initech as a data engineer.")
     graph = {
