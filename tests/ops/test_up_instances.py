@@ -9,6 +9,7 @@ Bounded: about 2 minutes.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.soak import UpStack, gone
+from bench.soak import ROOT, UpStack, free_port, gone, http
 from tests.ops.cluster import embedder_cache, wait_until
 
 pytestmark = pytest.mark.slow
@@ -100,3 +101,48 @@ def test_two_instances_share_nothing_and_sigterm_leaves_no_process_behind(two):
         assert left == [], left
         assert postmaster is not None and gone(postmaster)
         assert stack.up_lines()[-1] == "up: embedded Postgres stopped"
+
+
+def test_a_second_up_on_a_taken_data_folder_or_address_stops_at_once_and_says_why(tmp_path):
+    """The newcomer's clashes: `up` started twice in one checkout, or another server already on :8000.
+    The second `up` exits with the reason before starting anything, and the first runs on untouched."""
+    first = UpStack(tmp_path / "first", env={"EMBEDDER_CACHE_DIR": embedder_cache(), "WEB_WORKERS": "1"})
+    try:
+        first.wait_ready()
+        children = {p.pid for p in psutil.Process(first.proc.pid).children()}
+        postmaster = first.postmaster().pid
+        bind = first.root.removeprefix("http://")
+        other_data = tmp_path / "other-data"
+        other_data.mkdir()
+        cases = {
+            "same data folder": (
+                {},
+                [f"--bind=127.0.0.1:{free_port()}"],
+                f"another `manage.py up` (pid {first.proc.pid})",
+            ),
+            "same address": (
+                {"MEMORY_ADMIN_DATA_DIR": str(other_data)},
+                [f"--bind={bind}"],
+                f"{bind} (web) is already in use",
+            ),
+        }
+        for case, (env, args, said) in cases.items():
+            second = subprocess.run(
+                [sys.executable, "manage.py", "up", "--no-demo", *args],
+                cwd=ROOT,
+                env={**first.env, **env},
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert second.returncode != 0, case
+            assert said in second.stderr and "Nothing was started" in second.stderr, (case, second.stderr[-800:])
+            assert "restart" not in second.stdout, case
+        # Nothing of the second was left running, and the first is whole.
+        assert not [p for p in psutil.process_iter(["cmdline"]) if str(other_data) in " ".join(p.info["cmdline"] or [])]
+        assert {p.pid for p in psutil.Process(first.proc.pid).children()} == children
+        assert first.postmaster().pid == postmaster
+        status, _ = http("GET", first.base + "health/live", timeout=5)
+        assert status == 200
+    finally:
+        first.kill_everything()

@@ -23,6 +23,7 @@ no embedding model while it supervises.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -34,11 +35,12 @@ import urllib.request
 from argparse import ArgumentParser
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from memory_admin import config, embedded_db
@@ -105,6 +107,49 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 
 
 MCP_PORT_OFFSET = 765  # BIND 127.0.0.1:8000 -> MCP on 127.0.0.1:8765
+
+
+def claim_data_dir(data: Path):
+    """Hold `up.lock` in the data folder for as long as this `up` runs (the children do not inherit it),
+    so that a second `up` on the same folder stops at once instead of fighting the first for its ports,
+    its schedule file and its database. CommandError naming the running one's pid."""
+    lock = open(data / "up.lock", "a+")  # noqa: SIM115 - held open until the process ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        pid = lock.read().strip() or "?"
+        lock.close()
+        raise CommandError(
+            f"another `manage.py up` (pid {pid}) is running on the data folder {data}: stop it first (Ctrl-C or "
+            "SIGTERM), or give this one its own MEMORY_ADMIN_DATA_DIR and --bind. Nothing was started."
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"{os.getpid()}\n")
+    lock.flush()
+    return lock
+
+
+def refuse_taken_ports(binds: dict[str, str]) -> None:
+    """CommandError when something already answers on an address `up` is about to listen on (another
+    server on :8000 is a newcomer's most common clash): said before anything starts, not found out by a
+    child that exits and is restarted in a loop."""
+    for what, bind in binds.items():
+        url = local_url(bind, "")
+        if url is None:
+            continue
+        host, _, port = url.removeprefix("http://").rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=0.5):
+                pass
+        except OSError:
+            continue
+        flag = "--bind HOST:PORT" if what == "web" else "MCP_BIND=HOST:PORT"
+        raise CommandError(
+            f"{bind} ({what}) is already in use by another program: stop it, or start on another address "
+            f"with {flag}. Nothing was started."
+        )
 
 
 def mcp_bind(bind: str) -> str:
@@ -436,6 +481,17 @@ class Command(BaseCommand):
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             self.say("note: running as root; a dedicated user is safer outside a container")
         try:
+            lock = claim_data_dir(embedded_db.data_dir(Path(settings.BASE_DIR)))
+            try:
+                refuse_taken_ports({"web": bind, "MCP": env["MCP_BIND"]})
+            except CommandError:
+                lock.close()
+                raise
+        except CommandError:
+            connection.close()
+            embedded_db.stop_if_started_here()  # the settings started it for this `up`: stopped again
+            raise
+        try:
             self.say_database()
             self.prepare_in_child(env, demo=not no_demo)
             lanes = worker_lanes(settings.WORKER_CONCURRENCY)
@@ -461,4 +517,5 @@ class Command(BaseCommand):
             connection.close()
             if embedded_db.stop_if_started_here():
                 self.say("embedded Postgres stopped")
+            lock.close()
         sys.exit(code)
