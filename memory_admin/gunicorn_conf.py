@@ -27,6 +27,10 @@ worker_class = "gthread"
 # (gunicorn's default), e.g. to reload code with HUP.
 preload_app = _config.get("WEB_PRELOAD")
 timeout = 60
+# The longest request line a valid search or context asks for: a query of MAX_QUERY_CHARS characters
+# that all need escaping (%XX) is ~6,000 bytes, over gunicorn's default 4,094, which answered such a
+# query with an HTML 414 instead of the API's JSON. 8,190 is the most gunicorn allows short of no limit.
+limit_request_line = 8190
 accesslog = _config.get("ACCESS_LOG")
 if _config.get("LOG_FORMAT") != "text":
     # gunicorn's own lines (start, workers booted or lost) in the same JSON as the application's.

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -735,6 +736,65 @@ def server_without_database():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def product_server_without_database():
+    """gunicorn with the product's own configuration (`manage.py up`'s), the database unreachable."""
+    port, dead = _free_port(), _free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{dead}/memory_admin",
+        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
+        "DB_CONN_MAX_AGE": "0",
+        "BIND": f"127.0.0.1:{port}",
+        "WEB_WORKERS": "1",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"gunicorn exited: {proc.stderr.read().decode()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail("gunicorn did not start")
+        yield f"http://127.0.0.1:{port}/api/v1/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("route,field", [("search", "q"), ("context", "task")])
+def test_the_longest_query_the_api_accepts_reaches_it_through_the_web_server(
+    product_server_without_database, route, field
+):
+    """A query of the largest allowed length whose every character needs escaping in a URL (~6 kB of
+    request line) is answered by the API in JSON, not refused by gunicorn with an HTML 414."""
+    from memory_admin.api.schemas.common import IDENTIFIER_MAX
+    from memory_admin.api.schemas.retrieval import MAX_QUERY_CHARS
+
+    params = urllib.parse.urlencode({field: "?" * MAX_QUERY_CHARS})
+    url = f"{product_server_without_database}users/{'u' * IDENTIFIER_MAX}/{route}?{params}"
+    assert len(url) > 6000
+    status, raw = _request(url, headers={"Authorization": "Bearer mem_" + "k" * 43})
+    assert status == 503, raw[:300]
+    assert json.loads(raw)["code"] == "database_unavailable"
 
 
 @pytest.mark.slow
