@@ -688,70 +688,18 @@ def _request(url: str, method: str = "GET", body: bytes | None = None, headers: 
         return e.code, e.read()
 
 
-@pytest.fixture(scope="module")
-def server_without_database():
-    """The real app under gunicorn, its DATABASE_URL pointing at a port where nothing listens."""
-    port, dead = _free_port(), _free_port()
+def _gunicorn_without_database(args: list[str], port: int, **env: str):
+    """gunicorn with `args` on 127.0.0.1:`port`, its DATABASE_URL pointing at a port where nothing listens;
+    yields the API's base URL once the port answers, and stops gunicorn afterwards."""
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{dead}/memory_admin",
+        "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{_free_port()}/memory_admin",
         "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
         "DB_CONN_MAX_AGE": "0",
-    }
-    gunicorn = Path(sys.executable).with_name("gunicorn")
-    proc = subprocess.Popen(
-        [
-            str(gunicorn),
-            "memory_admin.wsgi:application",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--timeout",
-            "60",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    base = f"http://127.0.0.1:{port}/api/v1/"
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                pytest.fail(f"gunicorn exited: {proc.stderr.read().decode()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("gunicorn did not start")
-        yield base
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-@pytest.fixture(scope="module")
-def product_server_without_database():
-    """gunicorn with the product's own configuration (`manage.py up`'s), the database unreachable."""
-    port, dead = _free_port(), _free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"postgres://memory:pw@127.0.0.1:{dead}/memory_admin",
-        "DJANGO_SETTINGS_MODULE": "memory_admin.settings",
-        "DB_CONN_MAX_AGE": "0",
-        "BIND": f"127.0.0.1:{port}",
-        "WEB_WORKERS": "1",
+        **env,
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", "python:memory_admin.gunicorn_conf"],
+        [sys.executable, "-m", "gunicorn", *args],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -777,6 +725,23 @@ def product_server_without_database():
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def server_without_database():
+    """The real app under gunicorn (its defaults), the database unreachable."""
+    port = _free_port()
+    args = ["memory_admin.wsgi:application", "--bind", f"127.0.0.1:{port}", "--workers", "1", "--timeout", "60"]
+    yield from _gunicorn_without_database(args, port)
+
+
+@pytest.fixture(scope="module")
+def product_server_without_database():
+    """gunicorn with the product's own configuration (`manage.py up`'s), the database unreachable."""
+    port = _free_port()
+    yield from _gunicorn_without_database(
+        ["-c", "python:memory_admin.gunicorn_conf"], port, BIND=f"127.0.0.1:{port}", WEB_WORKERS="1"
+    )
 
 
 @pytest.mark.slow
