@@ -434,7 +434,7 @@ def swap_databases(db: Db, restored: Db, *, terminate: bool) -> str:
         if not _exists(admin, db.name):  # a new install: nothing to keep
             admin.execute(sql.SQL("ALTER DATABASE {} RENAME TO {}").format(sql.Identifier(restored.name), current))
             return ""
-        sessions = _other_sessions(admin, db.name)
+        sessions = _other_sessions(admin, db.name, settle=0.0 if terminate else SESSIONS_SETTLE_S)
         if sessions and not terminate:
             raise BackupError(
                 f"{sessions} other session(s) use {db.name}: stop the web server, worker and beat "
