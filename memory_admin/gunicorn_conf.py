@@ -20,7 +20,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 bind = _config.get("BIND")
 workers = _config.get("WEB_WORKERS")
 threads = _config.get("WEB_THREADS")
-worker_class = "gthread"
+# gthread, with a request too large for gunicorn to read answered in the API's JSON (gunicorn_worker).
+worker_class = "memory_admin.gunicorn_worker.JsonErrorThreadWorker"
 # The application, the embedding model, the token counter and the secret scan's rules are loaded once
 # in the master and the workers forked from it share those pages (copy on write) instead of each
 # loading its own: ~170 MB a worker before, see `load_shared`. WEB_PRELOAD=0 loads them per worker
@@ -29,7 +30,8 @@ preload_app = _config.get("WEB_PRELOAD")
 timeout = 60
 # The longest request line a valid search or context asks for: a query of MAX_QUERY_CHARS characters
 # that all need escaping (%XX) is ~6,000 bytes, over gunicorn's default 4,094, which answered such a
-# query with an HTML 414 instead of the API's JSON. 8,190 is the most gunicorn allows short of no limit.
+# query with an HTML 414 instead of the API's JSON. 8,190 is the most gunicorn allows short of no limit;
+# a longer line (a long query in a non-Latin script) gets a JSON 414, `request_line_too_long`.
 limit_request_line = 8190
 accesslog = _config.get("ACCESS_LOG")
 if _config.get("LOG_FORMAT") != "text":

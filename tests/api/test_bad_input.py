@@ -763,6 +763,39 @@ def test_the_longest_query_the_api_accepts_reaches_it_through_the_web_server(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("route,field", [("search", "q"), ("context", "task")])
+def test_a_query_too_long_for_a_url_is_refused_in_json_by_the_web_server(product_server_without_database, route, field):
+    """2,000 Cyrillic characters are a query the API accepts, but escaped in a URL they are ~12 kB of request
+    line, over what gunicorn reads: the refusal is the API's JSON with a stable code and the limit, not
+    gunicorn's HTML page."""
+    from memory_admin.api.schemas.retrieval import MAX_QUERY_CHARS
+
+    params = urllib.parse.urlencode({field: "ж" * MAX_QUERY_CHARS})
+    url = f"{product_server_without_database}users/alice/{route}?{params}"
+    assert len(url) > 12000
+    status, raw = _request(url, headers={"Authorization": "Bearer mem_" + "k" * 43})
+    assert status == 414, raw[:300]
+    answer = json.loads(raw)
+    assert answer["code"] == "request_line_too_long"
+    assert answer["limit"] == 8190
+    assert "Cyrillic" in answer["detail"] and "nothing was done" in answer["detail"]
+
+
+@pytest.mark.slow
+def test_a_header_too_large_is_refused_in_json_by_the_web_server(product_server_without_database):
+    status, raw = _request(
+        f"{product_server_without_database}users/alice/search?q=tea",
+        headers={"Authorization": "Bearer mem_" + "k" * 43, "X-Trace": "t" * 9000},
+    )
+    assert status == 431, raw[:300]
+    answer = json.loads(raw)
+    assert answer["code"] == "headers_too_large" and answer["limit"] == 8190
+    # The server goes on answering.
+    status, raw = _request(f"{product_server_without_database}users/alice/search?q=tea")
+    assert status == 401 and json.loads(raw)["code"]
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "path", "body", "auth"),
     [
