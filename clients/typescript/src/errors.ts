@@ -81,7 +81,10 @@ export class CrawlInProgress extends Conflict {}
 /** 409 `source_paused`: the source is paused; `knowledge.resume` it first. */
 export class SourcePaused extends Conflict {}
 
-/** 413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`). */
+/**
+ * 413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`);
+ * 414 `request_line_too_long` and 431 `headers_too_large`, from the web server.
+ */
 export class TooLarge extends MemoryAdminError {
   get limit(): number | undefined {
     return numberOr(this.body.limit);
@@ -274,6 +277,9 @@ export const BY_CODE: Readonly<Record<string, ErrorClass>> = {
   metadata_too_large: TooLarge,
   too_many_messages: TooLarge,
   too_many_items: TooLarge,
+  // Refused by the web server before the API read it: a request line or headers over its limits.
+  request_line_too_long: TooLarge,
+  headers_too_large: TooLarge,
   invalid: Invalid,
   screening_budget_exceeded: ScreeningBudgetExceeded,
   supersession_cycle: ImpossibleHistory,

@@ -104,7 +104,8 @@ class SourcePaused(Conflict):
 
 
 class TooLarge(MemoryAdminError):
-    """413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`)."""
+    """413 `content_too_large` (and `batch_too_large`, `metadata_too_large`, `too_many_messages`, `too_many_items`);
+    414 `request_line_too_long` and 431 `headers_too_large`, from the web server."""
 
     @property
     def limit(self) -> int | None:
@@ -353,6 +354,9 @@ BY_CODE: dict[str, type[MemoryAdminError]] = {
     "metadata_too_large": TooLarge,
     "too_many_messages": TooLarge,
     "too_many_items": TooLarge,
+    # Refused by the web server before the API read it: a request line or headers over its limits.
+    "request_line_too_long": TooLarge,
+    "headers_too_large": TooLarge,
     "invalid": Invalid,
     "screening_budget_exceeded": ScreeningBudgetExceeded,
     "supersession_cycle": ImpossibleHistory,
