@@ -13,10 +13,17 @@ from gunicorn import util
 from gunicorn.http.errors import LimitRequestHeaders, LimitRequestLine
 from gunicorn.workers.gthread import ThreadWorker
 
+_REST_OF_LINE = 300  # the method, the path with a long user id, `?q=`, ` HTTP/1.1`
+
 
 def _answer(exc: Exception, cfg) -> tuple[int, str, dict]:  # noqa: ANN001 - gunicorn's Config
     if isinstance(exc, LimitRequestLine):
         limit = cfg.limit_request_line
+
+        def fits(utf8_bytes: int) -> int:
+            """Characters of `utf8_bytes` UTF-8 bytes each that fit once escaped, beside ~300 bytes of the rest."""
+            return (limit - _REST_OF_LINE) // (3 * utf8_bytes) // 50 * 50
+
         return (
             414,
             "URI Too Long",
@@ -25,8 +32,8 @@ def _answer(exc: Exception, cfg) -> tuple[int, str, dict]:  # noqa: ANN001 - gun
                 "detail": (
                     f"The request line (method, path and query string) is over {limit:,} bytes, the most this "
                     "server reads; nothing was done. In a URL a character takes 3 bytes for each of its UTF-8 "
-                    "bytes once escaped: a search's q or a context block's task fits up to about 1,300 "
-                    "characters of Cyrillic or Greek and about 850 of Chinese or Japanese. Send a shorter one."
+                    f"bytes once escaped: a search's q or a context block's task fits up to about {fits(2):,} "
+                    f"characters of Cyrillic or Greek and about {fits(3):,} of Chinese or Japanese. Send a shorter one."
                 ),
                 "limit": limit,
             },
