@@ -47,6 +47,29 @@ def pytest_report_header(config):
     return None
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database as a fresh one would be, even when it is reused (`--reuse-db` is in addopts).
+
+    A transactional test empties the tables at its teardown; a run stopped in the middle of one (Ctrl-C,
+    a killed CI job) leaves its rows behind, and the next run would then fail by the hundred on unique
+    keys and counts. So a reused database holding rows beyond what migrating it writes is emptied the way
+    that teardown does (Django's flush), once, before the first test."""
+    from django.apps import apps
+    from django.core.management import call_command
+
+    written_by_migrating = {"django_migrations", "django_content_type", "auth_permission"}
+    tables = sorted({m._meta.db_table for m in apps.get_models() if m._meta.managed} - written_by_migrating)
+    with django_db_blocker.unblock():
+        with connection.cursor() as cursor:
+            quoted = [connection.ops.quote_name(t) for t in tables]
+            cursor.execute("SELECT " + " OR ".join(f"EXISTS (SELECT 1 FROM {q})" for q in quoted))
+            left_over = cursor.fetchone()[0]
+        if left_over:
+            call_command("flush", interactive=False, verbosity=0)
+    return django_db_setup
+
+
 def wait_until_database_quiet(timeout: float = 30.0) -> None:
     """Wait until no other session of the test database is inside a transaction at two looks 0.25 s apart.
 
