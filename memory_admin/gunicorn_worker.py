@@ -33,7 +33,8 @@ def _answer(exc: Exception, cfg) -> tuple[int, str, dict]:  # noqa: ANN001 - gun
                     f"The request line (method, path and query string) is over {limit:,} bytes, the most this "
                     "server reads; nothing was done. In a URL a character takes 3 bytes for each of its UTF-8 "
                     f"bytes once escaped: a search's q or a context block's task fits up to about {fits(2):,} "
-                    f"characters of Cyrillic or Greek and about {fits(3):,} of Chinese or Japanese. Send a shorter one."
+                    f"characters of Cyrillic or Greek and about {fits(3):,} of Chinese or Japanese. POST the same "
+                    "parameters as a JSON body to the same path instead (both clients do for a long query)."
                 ),
                 "limit": limit,
             },

@@ -34,9 +34,12 @@ from memory_admin.errors import DomainError, Forbidden, RateLimited
 from memory_admin.services.keys import principal_for_request
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
-_WRITES = ("/facts", "/facts/batch")  # the write routes whose handler takes the user the key statement found
+# The POST routes whose handler takes the user the key statement found: the writes of facts, and the body
+# forms of search and the context block.
+_USER_POSTS = ("/facts", "/facts/batch", "<user_id>/search", "<user_id>/context")
 # POST routes that only read (a read-only key may call them); every other POST, PUT, PATCH, DELETE writes.
 _READING_POSTS = ("/store/get", "/store/search", "/store/namespaces", "/checkpoints/query")
+_READING_POSTS += ("<user_id>/search", "<user_id>/context")
 
 
 class BearerKey(HttpBearer):
@@ -45,7 +48,9 @@ class BearerKey(HttpBearer):
         # (see principal_for_request), if the id is one the route's validation will accept (anything
         # else is answered by it, unread).
         match = request.resolver_match
-        looked_up = request.method == "GET" or (request.method == "POST" and match and match.route.endswith(_WRITES))
+        looked_up = request.method == "GET" or (
+            request.method == "POST" and match and match.route.endswith(_USER_POSTS)
+        )
         user_id = match.kwargs.get("user_id") if match is not None and looked_up else None
         if user_id is not None and not (len(user_id) <= IDENTIFIER_MAX and _USER_ID.fullmatch(user_id)):
             user_id = None
@@ -89,14 +94,14 @@ class AgentApi(NinjaAPI):
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         components["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
         error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}}
-        for methods in schema["paths"].values():
+        for path, methods in schema["paths"].items():
             for method, operation in methods.items():
                 codes = dict(_ERRORS_ALWAYS)
                 if operation.get("security"):
                     codes |= _ERRORS_AUTHENTICATED
                 if "requestBody" in operation:
                     codes |= _ERRORS_WITH_BODY
-                if method != "get" and operation.get("security"):
+                if method != "get" and operation.get("security") and not _reading_post(method, path):
                     codes |= _ERRORS_ON_WRITE
                 responses = operation.setdefault("responses", {})
                 for status, description in sorted(codes.items()):
@@ -113,6 +118,13 @@ class AgentApi(NinjaAPI):
 
 
 _ROUTE_PARAM = re.compile(r"<(?:[^>:]+:)?([^>]+)>")
+
+
+def _reading_post(method: str, path: str) -> bool:
+    """An OpenAPI path and method that only reads though it is a POST (_READING_POSTS)."""
+    return method == "post" and _ROUTE_PARAM.sub(r"{\1}", path).endswith(
+        tuple(_ROUTE_PARAM.sub(r"{\1}", route) for route in _READING_POSTS)
+    )
 
 
 @functools.cache

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 from django.http import HttpResponse
 from ninja import Router
+from pydantic import Field
 
-from memory_admin.api.schemas import BudgetTokens, ContextOut, FactOut, K, Kinds, QueryText, SearchOut, Text, UserId
+from memory_admin.api.schemas import (
+    BudgetTokens,
+    ContextOut,
+    FactOut,
+    K,
+    KindList,
+    Kinds,
+    QueryText,
+    SearchOut,
+    StrictIn,
+    Text,
+    UserId,
+    text,
+)
 from memory_admin.api.time_filter import AsOf, Between
 from memory_admin.errors import Invalid
 from memory_admin.retrieval import INCLUDABLE, KINDS, memory_search, parse_include
@@ -22,6 +37,29 @@ def _server_timing(response: HttpResponse, timings: dict[str, float]) -> None:
     response["Server-Timing"] = ", ".join(f"{name};dur={value}" for name, value in timings.items())
 
 
+# The body form (POST) takes a list where the query takes a comma-separated string; either is accepted.
+_Names = Annotated[list[text(max_length=20)], Field(min_length=1, max_length=10)]
+
+
+class SearchIn(StrictIn):
+    """A search's parameters as a JSON body: the query's own, for a `q` too long for a URL (2,000
+    characters of Chinese are ~18 kB once escaped, over what web servers and proxies read of a URL)."""
+
+    q: QueryText
+    k: K = 10
+    include: _Names | text(max_length=100) = ""
+    as_of: AsOf | None = None
+    between: Between | None = None
+    kinds: KindList | Kinds | None = None
+
+
+class ContextIn(StrictIn):
+    """A context block's parameters as a JSON body, for a `task` too long for a URL."""
+
+    task: QueryText = ""
+    budget_tokens: BudgetTokens = 2000
+
+
 @router.get("/users/{user_id}/search", response=SearchOut)
 def search(
     request,
@@ -33,6 +71,27 @@ def search(
     as_of: AsOf | None = None,
     between: Between | None = None,
     kinds: Kinds | None = None,
+):
+    return _search(request, response, user_id, q, k, include, as_of, between, kinds)
+
+
+@router.post("/users/{user_id}/search", response=SearchOut)
+def search_post(request, response: HttpResponse, user_id: UserId, payload: SearchIn):
+    """The same search as GET, its parameters in a JSON body (read-only keys may call it)."""
+    p = payload
+    return _search(request, response, user_id, p.q, p.k, p.include, p.as_of, p.between, p.kinds)
+
+
+def _search(
+    request,
+    response: HttpResponse,
+    user_id: str,
+    q: str,
+    k: int,
+    include: str | list[str],
+    as_of: datetime | None,
+    between: tuple[datetime, datetime] | None,
+    kinds: tuple[str, ...] | None,
 ):
     if not q.strip():
         raise Invalid("q: give some text to search for.", field="q")
@@ -85,6 +144,16 @@ def search(
 
 @router.get("/users/{user_id}/context", response=ContextOut)
 def context(request, response: HttpResponse, user_id: UserId, task: QueryText = "", budget_tokens: BudgetTokens = 2000):
+    return _context(request, response, user_id, task, budget_tokens)
+
+
+@router.post("/users/{user_id}/context", response=ContextOut)
+def context_post(request, response: HttpResponse, user_id: UserId, payload: ContextIn):
+    """The same context block as GET, its parameters in a JSON body (read-only keys may call it)."""
+    return _context(request, response, user_id, payload.task, payload.budget_tokens)
+
+
+def _context(request, response: HttpResponse, user_id: str, task: str, budget_tokens: int):
     user = memory_user_for(request.principal, user_id, known=getattr(request, "known_user", None))
     block = context_block(principal=request.principal, memory_user=user, task=task, budget_tokens=budget_tokens)
     _server_timing(response, block["timings"])

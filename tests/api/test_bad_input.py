@@ -779,6 +779,7 @@ def test_a_query_too_long_for_a_url_is_refused_in_json_by_the_web_server(product
     assert answer["code"] == "request_line_too_long"
     assert answer["limit"] == 8190
     assert "Cyrillic" in answer["detail"] and "nothing was done" in answer["detail"]
+    assert "POST the same parameters as a JSON body" in answer["detail"]
 
 
 @pytest.mark.slow

@@ -381,7 +381,7 @@ def test_unknown_api_routes_answer_json_404(api, path, method):
         ("delete", "settings"),
         ("patch", "facts/{fact}"),
         ("get", "users/alice/messages"),
-        ("post", "users/alice/context"),
+        ("delete", "users/alice/context"),
     ],
 )
 def test_a_wrong_method_answers_json_405_with_the_allowed_ones(api, alice, method, path):

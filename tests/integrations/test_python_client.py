@@ -173,6 +173,40 @@ def test_search_context_messages_threads(mem):
         mem.search("erin", "Porto", kinds=["episodes"])
 
 
+def test_a_query_too_long_for_a_url_goes_in_a_body(gunicorn_server, mem, tenant, make_key):
+    """A 2,000-character q in Chinese is ~18 kB escaped: gunicorn refuses it as a URL (414). The client sends
+    it, and a long context task, to the POST form of the same path; a short one still goes in the URL."""
+    from datetime import UTC, datetime
+
+    from memory_admin_client import AsyncMemoryAdmin
+    from memory_admin_client._calls import context_call, search_call
+
+    cat = mem.facts.add("mei", "我的猫叫小米，它喜欢睡在钢琴上。", source="user_stated").fact
+    mem.facts.add("mei", "我每天早上七点去公司上班。", source="user_stated")
+    question = "我的猫叫什么名字？它喜欢睡在哪里？"
+    q = (question * 200)[:2000]
+    assert search_call("mei", "cat").method == "GET" and search_call("mei", q).method == "POST"
+    assert context_call("mei", task=q).method == "POST" and context_call("mei", task="cat").method == "GET"
+    as_of = datetime.now(UTC)
+    result = mem.search("mei", q, k=5, kinds=["fact"], as_of=as_of)
+    assert result.query == q and result.k == 5 and result.kinds == ["fact"]
+    assert result.hits[0].fact.id == cat.id
+    assert mem.search("mei", q, as_of=datetime(2001, 1, 1, tzinfo=UTC)).hits == []  # as_of reached the server
+    block = mem.context("mei", task=q, budget_tokens=400)
+    assert block.task == q and "小米" in block.text and block.tokens <= 400
+    with pytest.raises(Invalid) as over:
+        mem.search("mei", q + "猫")
+    assert over.value.body["field"] == "q"
+
+    key = make_key(tenant)
+
+    async def in_async():
+        async with AsyncMemoryAdmin(gunicorn_server, key) as amem:
+            return (await amem.search("mei", q)).hits[0].fact.id
+
+    assert asyncio.run(in_async()) == cat.id
+
+
 def test_notebook_and_skills(mem):
     with pytest.raises(NotFound):  # reads never create a user
         mem.notebook.get("nobody")

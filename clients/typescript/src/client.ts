@@ -47,7 +47,9 @@ export const OPERATIONS = {
   list_batches: ["GET", "/batches"],
   retry_batch: ["POST", "/batches/{batch_id}/retry"],
   search: ["GET", "/users/{user_id}/search"],
+  search_post: ["POST", "/users/{user_id}/search"],
   context: ["GET", "/users/{user_id}/context"],
+  context_post: ["POST", "/users/{user_id}/context"],
   health: ["GET", "/health"],
   health_ready: ["GET", "/health/ready"],
   health_live: ["GET", "/health/live"],
@@ -90,6 +92,8 @@ export const OPERATIONS = {
 /** Safe to send twice: reads, and setting a flag to a value (pinning, pausing a source, the knowledge switch). */
 const IDEMPOTENT: ReadonlySet<OperationId> = new Set([
   ...(Object.keys(OPERATIONS) as OperationId[]).filter((op) => OPERATIONS[op][0] === "GET"),
+  "search_post",
+  "context_post",
   "pin_fact",
   "pause_source",
   "put_knowledge_settings",
@@ -286,7 +290,9 @@ export class MemoryAdmin {
     query: Omit<QueryParams<"search">, "q"> = {},
     options: RequestOptions = {},
   ): Promise<Answer<"search">> {
-    return this.call("search", { path: { user_id: userId }, query: { ...query, q }, ...options });
+    const path = { user_id: userId };
+    if (fitsAUrl({ ...query, q })) return this.call("search", { path, query: { ...query, q }, ...options });
+    return this.call("search_post", { path, body: { ...query, q }, ...options });
   }
 
   /** The token-capped context block for a task (`text` goes into the prompt). */
@@ -295,7 +301,9 @@ export class MemoryAdmin {
     query: QueryParams<"context"> = {},
     options: RequestOptions = {},
   ): Promise<Answer<"context">> {
-    return this.call("context", { path: { user_id: userId }, query, ...options });
+    const path = { user_id: userId };
+    if (fitsAUrl(query)) return this.call("context", { path, query, ...options });
+    return this.call("context_post", { path, body: query, ...options });
   }
 
   /** Everything stored about the user, as the server's portable JSON export (admin keys). */
@@ -398,6 +406,21 @@ export class MemoryAdmin {
 }
 
 type Call = MemoryAdmin["call"];
+
+/**
+ * The most query string `search` and `context` send in their URL. A longer one (a 2,000-character `q` in a
+ * non-Latin script is ~12-18 kB escaped, over what web servers and proxies read of a request line) goes as
+ * the same parameters in a JSON body, to the POST form of the same path.
+ */
+export const URL_QUERY_MAX = 2048;
+
+function fitsAUrl(query: Record<string, unknown>): boolean {
+  const search = new URLSearchParams();
+  for (const [name, value] of Object.entries(query)) {
+    if (value !== undefined && value !== null) search.append(name, queryValue(value));
+  }
+  return search.toString().length <= URL_QUERY_MAX;
+}
 
 abstract class Resource {
   constructor(protected readonly call: Call) {}

@@ -370,7 +370,11 @@ export interface paths {
         /** Search */
         get: operations["search"];
         put?: never;
-        post?: never;
+        /**
+         * Search Post
+         * @description The same search as GET, its parameters in a JSON body (read-only keys may call it).
+         */
+        post: operations["search_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -387,7 +391,11 @@ export interface paths {
         /** Context */
         get: operations["context"];
         put?: never;
-        post?: never;
+        /**
+         * Context Post
+         * @description The same context block as GET, its parameters in a JSON body (read-only keys may call it).
+         */
+        post: operations["context_post"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2180,6 +2188,31 @@ export interface components {
                 [key: string]: number;
             };
         };
+        /**
+         * SearchIn
+         * @description A search's parameters as a JSON body: the query's own, for a `q` too long for a URL (2,000
+         *     characters of Chinese are ~18 kB once escaped, over what web servers and proxies read of a URL).
+         */
+        SearchIn: {
+            /** Q */
+            q: string;
+            /**
+             * K
+             * @default 10
+             */
+            k?: number;
+            /**
+             * Include
+             * @default
+             */
+            include?: string[] | string;
+            /** As Of */
+            as_of?: string | null;
+            /** Between */
+            between?: string | null;
+            /** Kinds */
+            kinds?: string[] | string | null;
+        };
         /** ContextOut */
         ContextOut: {
             /** User Id */
@@ -2234,6 +2267,22 @@ export interface components {
              * @default []
              */
             contradicts_notebook?: string[];
+        };
+        /**
+         * ContextIn
+         * @description A context block's parameters as a JSON body, for a `task` too long for a URL.
+         */
+        ContextIn: {
+            /**
+             * Task
+             * @default
+             */
+            task?: string;
+            /**
+             * Budget Tokens
+             * @default 2000
+             */
+            budget_tokens?: number;
         };
         /** SettingsOut */
         SettingsOut: {
@@ -5726,6 +5775,105 @@ export interface operations {
             };
         };
     };
+    search_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example alice */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["SearchIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["SearchOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
     context: {
         parameters: {
             query?: {
@@ -5779,6 +5927,105 @@ export interface operations {
             };
             /** @description No such object visible to this key (another tenant's objects look the same). */
             404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Invalid input: `field` names what was wrong, `errors` lists every problem. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Too many requests: retry after the `Retry-After` header's seconds. */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The database cannot be reached; nothing was written. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+        };
+    };
+    context_post: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @example alice */
+                user_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ContextIn"];
+            };
+        };
+        responses: {
+            /** @description OK */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ContextOut"];
+                };
+            };
+            /** @description Refused before any route ran (`bad_request`), e.g. a Host header the server does not serve. */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description Missing, invalid or revoked API key. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The key's role may not do this. */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description No such object visible to this key (another tenant's objects look the same). */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorOut"];
+                };
+            };
+            /** @description The request body or a field in it is over its size limit (`limit`). */
+            413: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -7594,15 +7841,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description The request body or a field in it is over its size limit (`limit`). */
             413: {
                 headers: {
@@ -7699,15 +7937,6 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorOut"];
                 };
             };
-            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
-            409: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
             /** @description The request body or a field in it is over its size limit (`limit`). */
             413: {
                 headers: {
@@ -7797,15 +8026,6 @@ export interface operations {
             };
             /** @description No such object visible to this key (another tenant's objects look the same). */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -8207,15 +8427,6 @@ export interface operations {
             };
             /** @description No such object visible to this key (another tenant's objects look the same). */
             404: {
-                headers: {
-                    [name: string]: unknown;
-                };
-                content: {
-                    "application/json": components["schemas"]["ErrorOut"];
-                };
-            };
-            /** @description A version conflict or a state that no longer allows this (`current_version`...). */
-            409: {
                 headers: {
                     [name: string]: unknown;
                 };

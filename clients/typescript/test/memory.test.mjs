@@ -22,6 +22,33 @@ test("search ranks the fact that answers, and the context block holds what the t
   assert.ok(context.text.includes("Erin is allergic to peanuts"));
 });
 
+test("a query too long for a URL goes in a JSON body: 2,000 characters of Chinese, searched whole", async () => {
+  const mei = user("mei");
+  const cat = await mem.facts.add(mei, "我的猫叫小米，它喜欢睡在钢琴上。", { source: "user_stated" });
+  await mem.facts.add(mei, "我每天早上七点去公司上班。", { source: "user_stated" });
+  const q = "我的猫叫什么名字？它喜欢睡在哪里？".repeat(200).slice(0, 2000);
+  // As a URL this is ~18 kB, which gunicorn refuses (414); the client posts it to the same path.
+  await assert.rejects(mem.call("search", { path: { user_id: mei }, query: { q } }), (error) => {
+    assert.equal(error.status, 414);
+    assert.equal(error.code, "request_line_too_long");
+    return true;
+  });
+  const result = await mem.search(mei, q, { k: 5, kinds: "fact" });
+  assert.equal(result.query, q);
+  assert.equal(result.k, 5);
+  assert.equal(result.hits[0].fact.id, cat.fact.id);
+  const before = await mem.search(mei, q, { as_of: "2001-01-01T00:00:00Z" });
+  assert.deepEqual(before.hits, []);
+  const block = await mem.context(mei, { task: q, budget_tokens: 400 });
+  assert.equal(block.task, q);
+  assert.ok(block.text.includes("小米") && block.tokens <= 400);
+  await assert.rejects(mem.search(mei, q + "猫"), (error) => {
+    assert.equal(error.status, 422);
+    assert.equal(error.body.field, "q");
+    return true;
+  });
+});
+
 test("search filters by time: what was observed within a period, what was true at a time", async () => {
   const fay = user("fay");
   await mem.facts.add(fay, "Fay went to a folk concert", { source: "user_stated", observed_at: "2023-05-13T20:00:00Z" });

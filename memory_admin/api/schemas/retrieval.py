@@ -46,6 +46,12 @@ def _kinds(value: str) -> tuple[str, ...]:
 Kinds = Annotated[
     StrictStr, Field(max_length=100, json_schema_extra={"pattern": r"^[a-z, ]*$"}), AfterValidator(_kinds)
 ]
+# The same as a JSON list (a search's body form): ["fact", "message"].
+KindList = Annotated[
+    list[Annotated[StrictStr, Field(max_length=20)]],
+    Field(min_length=1, max_length=10),
+    AfterValidator(lambda names: _kinds(",".join(names))),
+]
 
 
 class MessageHitOut(Schema):

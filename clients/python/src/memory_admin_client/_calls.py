@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO, Generic, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from memory_admin_client import models
 from memory_admin_client.errors import batch_refused, write_refused
@@ -40,7 +40,9 @@ OPERATIONS: dict[str, tuple[str, str]] = {
     "pin_fact": ("POST", "/facts/{fact_id}/pin"),
     "promote_fact": ("POST", "/facts/{fact_id}/promote"),
     "search": ("GET", "/users/{user_id}/search"),
+    "search_post": ("POST", "/users/{user_id}/search"),
     "context": ("GET", "/users/{user_id}/context"),
+    "context_post": ("POST", "/users/{user_id}/context"),
     "post_messages": ("POST", "/users/{user_id}/messages"),
     "close_thread": ("POST", "/users/{user_id}/threads/{thread_id}/close"),
     "list_episodes": ("GET", "/users/{user_id}/episodes"),
@@ -99,7 +101,8 @@ IDEMPOTENT = frozenset(name for name, (method, _) in OPERATIONS.items() if metho
     "patch_settings",
 }
 # Reads sent as POST (a batch in the body), and checkpoint writes (keyed by their ids: a second is the first).
-IDEMPOTENT |= {"store_get_items", "store_search_items", "store_list_namespaces", "put_checkpoint"}
+IDEMPOTENT |= {"search_post", "context_post", "store_get_items", "store_search_items", "store_list_namespaces"}
+IDEMPOTENT |= {"put_checkpoint"}
 IDEMPOTENT |= {"put_checkpoint_writes", "query_checkpoints", "delete_checkpoints"}
 # Setting a source's pause, or the knowledge switch, to a value.
 IDEMPOTENT |= {"pause_source", "put_knowledge_settings"}
@@ -613,13 +616,31 @@ def search_call(
     period = f"{between[0].isoformat()}/{between[1].isoformat()}" if between else None
     joined = ",".join(kinds) if kinds is not None else None
     query = {"q": q, "k": k, "include": include or None, "kinds": joined, "as_of": as_of, "between": period}
-    return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
+    if _fits_a_url(query):
+        return Call("search", {"user_id": user_id}, _of(models.SearchResult), query=query)
+    body = _present({**query, "kinds": list(kinds) if kinds is not None else None, "as_of": _query_value(as_of)})
+    return Call("search_post", {"user_id": user_id}, _of(models.SearchResult), body=body)
 
 
 def context_call(user_id: str, *, task: str | None = None, budget_tokens: int | None = None) -> Call:
-    return Call(
-        "context", {"user_id": user_id}, _of(models.Context), query={"task": task, "budget_tokens": budget_tokens}
-    )
+    query = {"task": task, "budget_tokens": budget_tokens}
+    if _fits_a_url(query):
+        return Call("context", {"user_id": user_id}, _of(models.Context), query=query)
+    return Call("context_post", {"user_id": user_id}, _of(models.Context), body=_present(query))
+
+
+# The most query string a search or context block sends in its URL; a longer one (a 2,000-character q in
+# a non-Latin script is ~12-18 kB escaped, over what web servers and proxies read of a request line)
+# goes as the same parameters in a JSON body, to the POST form of the same path.
+URL_QUERY_MAX = 2048
+
+
+def _fits_a_url(query: dict[str, Any]) -> bool:
+    return len(urlencode({name: _query_value(value) for name, value in _present(query).items()})) <= URL_QUERY_MAX
+
+
+def _present(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
 
 
 def export_call(user_id: str) -> Call:
