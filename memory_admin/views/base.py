@@ -17,6 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.http import url_has_allowed_host_and_scheme
 
+from memory_admin.api.schemas.retrieval import MAX_QUERY_CHARS
 from memory_admin.errors import DomainError, Forbidden, Invalid, NotFound
 from memory_admin.inputs import unreadable_field
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS
@@ -221,6 +222,20 @@ def safe_next(request: HttpRequest, fallback: str) -> str:
 
 # The context previews' smallest budget: below it a preview holds little more than the fence.
 CONTEXT_BUDGET_MIN = 50
+
+
+def preview_fields(request: HttpRequest):
+    """A context preview's form (user page, playground): a GET's query, or, for a task too long for a URL
+    (dashboard.js posts the form then: 2,000 characters of a non-Latin script are ~12-18 kB escaped, over
+    what the web server reads of a request line), the POST's fields."""
+    return request.POST if request.method == "POST" else request.GET
+
+
+def task_too_long(task: str) -> str | None:
+    """The preview's refusal of a task the API would refuse (422 on `task`), or None."""
+    if len(task) > MAX_QUERY_CHARS:
+        return f"The task is {len(task):,} characters; the API takes at most {MAX_QUERY_CHARS:,}. Nothing was shown."
+    return None
 
 
 def context_budget(raw: str | None, default: int) -> int:

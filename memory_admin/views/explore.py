@@ -12,7 +12,14 @@ from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import visible
 from memory_admin.services.checkpoints import thread_checkpoints
-from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate_ids, tenant_view
+from memory_admin.views.base import (
+    CONTEXT_BUDGET_MIN,
+    context_budget,
+    paginate_ids,
+    preview_fields,
+    task_too_long,
+    tenant_view,
+)
 
 
 @tenant_view(staff_only=True)
@@ -53,13 +60,14 @@ def search(request: HttpRequest) -> HttpResponse:
 def playground(request: HttpRequest) -> HttpResponse:
     """The context block for a task and a user at two budgets, side by side: a token bar per section,
     what was dropped and why (the same `context_block` the API serves; reads are not counted)."""
-    user_ref = request.GET.get("user", "").strip()
-    task = request.GET.get("task", "").strip()[:2000]
-    budgets = (context_budget(request.GET.get("budget_a"), 500), context_budget(request.GET.get("budget_b"), 2000))
+    form = preview_fields(request)
+    user_ref = form.get("user", "").strip()
+    task = form.get("task", "").strip()
+    budgets = (context_budget(form.get("budget_a"), 500), context_budget(form.get("budget_b"), 2000))
     users = visible(request.principal, MemoryUser.objects.filter(erased_at__isnull=True))
     memory_user = users.filter(external_id=user_ref).first() if user_ref else None
-    columns, error = [], None
-    if memory_user is not None and "budget_a" in request.GET:
+    columns, error = [], task_too_long(task)
+    if memory_user is not None and "budget_a" in form and not error:
         try:
             for budget in budgets:
                 block = context_block(
@@ -68,7 +76,7 @@ def playground(request: HttpRequest) -> HttpResponse:
                 columns.append(sel.context_layout(request.principal, block, budget))
         except DomainError as exc:
             error = exc.detail
-    elif user_ref and memory_user is None:
+    elif user_ref and memory_user is None and not error:
         error = f"No memory user “{user_ref}” in this tenant."
     return render(
         request,

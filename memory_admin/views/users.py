@@ -17,7 +17,14 @@ from memory_admin.models import Episode, MemoryUser
 from memory_admin.retrieval.context import MAX_BUDGET_TOKENS, context_block
 from memory_admin.selectors import dashboard as sel
 from memory_admin.selectors.access import WRITE_MEMORY, get_visible, visible
-from memory_admin.views.base import CONTEXT_BUDGET_MIN, context_budget, paginate, tenant_view
+from memory_admin.views.base import (
+    CONTEXT_BUDGET_MIN,
+    context_budget,
+    paginate,
+    preview_fields,
+    task_too_long,
+    tenant_view,
+)
 from memory_admin.views.facts import band_descriptions, fact_choices, fact_filters
 from memory_admin.views.notebooks import notebook_page, notebook_post, notebook_restore_post
 
@@ -131,11 +138,12 @@ def user_episodes(request: HttpRequest, user_id: int) -> HttpResponse:
 @tenant_view(staff_only=True)
 def user_context(request: HttpRequest, user_id: int) -> HttpResponse:
     ctx = _user_context(request, user_id, "context")
-    task = request.GET.get("task", "")
-    budget = context_budget(request.GET.get("budget"), 2000)
+    form = preview_fields(request)
+    task = form.get("task", "")
+    budget = context_budget(form.get("budget"), 2000)
     block = None
-    error = None
-    if "budget" in request.GET:
+    error = task_too_long(task)
+    if "budget" in form and not error:
         try:
             block = context_block(
                 principal=request.principal, memory_user=ctx["memory_user"], task=task, budget_tokens=budget

@@ -129,3 +129,22 @@ document.addEventListener("keydown", function (event) {
     if (first) { current = first; first.classList.add("focused"); }
   });
 })();
+
+// A context preview (user page, playground) is a GET form, so its address can be shared. A task of up to
+// 2,000 characters in a non-Latin script is ~12-18 kB once escaped in an address, more than the web server
+// reads of a request line; such a form goes as a POST instead (the same fields and the page's CSRF token,
+// from data-post-when-long). Without this file a task that long is refused by the web server.
+document.addEventListener("submit", function (event) {
+  var form = event.target;
+  if (!form.matches || !form.matches("form[data-post-when-long]") || form.method.toLowerCase() !== "get") return;
+  var query = new URLSearchParams(new FormData(form)).toString();
+  if (query.length <= 2000) return;
+  event.preventDefault();
+  form.method = "post";
+  var token = document.createElement("input");
+  token.type = "hidden";
+  token.name = "csrfmiddlewaretoken";
+  token.value = form.getAttribute("data-post-when-long");
+  form.appendChild(token);
+  form.submit();
+});

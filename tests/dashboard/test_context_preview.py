@@ -133,3 +133,53 @@ def test_the_playground_names_the_entity_line_it_left_out_and_counts_it_as_the_a
     large = column(page, 2)
     assert rows(large)[label][1] == 1 and rows(large)[label][0] > 0
     assert "- [person, in 1 facts] Ben Okafor" in html.unescape(large)
+
+
+LONG_TASK = ("我的猫叫什么名字？它喜欢睡在哪里？" * 200)[:2000]  # ~18 kB escaped: no address carries it
+
+
+@pytest.fixture
+def cat(memory_user, make_fact):
+    return make_fact(memory_user, "我的猫叫小米，它喜欢睡在钢琴上。")
+
+
+def test_a_task_too_long_for_an_address_is_previewed_when_the_form_is_posted(operator, tenant, memory_user, cat):
+    """dashboard.js posts a preview form whose address would be too long; both previews answer the POST
+    with the block, and the task box keeps the task."""
+    page = operator.post(
+        reverse("user_context", args=[tenant.slug, memory_user.pk]), {"task": LONG_TASK, "budget": "600"}
+    ).content.decode()
+    assert 'id="context-text"' in page and "小米" in page
+    assert f'value="{LONG_TASK}"' in page
+    page = operator.post(
+        reverse("playground", args=[tenant.slug]),
+        {"user": "alice", "task": LONG_TASK, "budget_a": "300", "budget_b": "2000"},
+    ).content.decode()
+    assert "小米" in column(page, 1) and "小米" in column(page, 2)
+
+
+@pytest.mark.parametrize("how", ["get", "post"])
+def test_a_task_longer_than_the_api_takes_is_refused_on_the_page_not_cut(operator, tenant, memory_user, cat, how):
+    over = LONG_TASK + "猫"
+    send = getattr(operator, how)
+    for page in (
+        send(reverse("user_context", args=[tenant.slug, memory_user.pk]), {"task": over, "budget": "600"}),
+        send(reverse("playground", args=[tenant.slug]), {"user": "alice", "task": over, "budget_a": "300"}),
+    ):
+        text = page.content.decode()
+        assert "The task is 2,001 characters; the API takes at most 2,000. Nothing was shown." in text
+        assert "小米" not in text and 'id="budget-1"' not in text and 'id="context-text"' not in text
+
+
+def test_a_posted_preview_needs_the_pages_csrf_token(tenant, memory_user, make_staff, cat):
+    from django.test import Client
+
+    signed_in = make_staff(tenant, "operator")
+    strict = Client(enforce_csrf_checks=True)
+    strict.cookies = signed_in.cookies
+    url = reverse("user_context", args=[tenant.slug, memory_user.pk])
+    assert strict.post(url, {"task": LONG_TASK, "budget": "600"}).status_code == 403
+    form = strict.get(url).content.decode()
+    token = re.search(r'data-post-when-long="([^"]+)"', form).group(1)
+    answered = strict.post(url, {"task": LONG_TASK, "budget": "600", "csrfmiddlewaretoken": token})
+    assert answered.status_code == 200 and "小米" in answered.content.decode()
