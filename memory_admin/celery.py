@@ -218,6 +218,14 @@ app.conf.beat_schedule = {
 }
 
 
+# The tasks sent every few seconds or minutes (beat's, and each worker's own heartbeat): Celery's routine
+# lines about them wait for LOG_LEVEL=DEBUG.
+requestlog.quiet_heartbeats(
+    frozenset(entry["task"] for entry in app.conf.beat_schedule.values() if isinstance(entry["schedule"], timedelta))
+    | {"extraction.worker_heartbeat"}
+)
+
+
 def dispatch(task: str, *args: object) -> bool:
     """Send a task by name; never fail the caller: the database is the source of truth, and the sweeper
     dispatches again what a lost send left behind (the broker down, say). True if it was sent."""

@@ -74,6 +74,32 @@ class RequestIdFilter(logging.Filter):
         return True
 
 
+# Beat's heartbeat tasks (memory_admin.celery: the extraction sweep and message index every 2 s, the
+# episode, entity and knowledge sweeps): Celery logs every send, receipt and success of each at INFO, three
+# lines a task, ~3 lines a second from an idle installation, in which a real event is lost. Those lines
+# are kept for LOG_LEVEL=DEBUG; a heartbeat's failure, retry or warning is logged like any other task's.
+_heartbeats: re.Pattern | None = None
+_CELERY_CHATTER = frozenset({"celery.beat", "celery.worker.strategy", "celery.app.trace"})
+
+
+def quiet_heartbeats(tasks: frozenset[str]) -> None:
+    global _heartbeats
+    names = "(?:" + "|".join(map(re.escape, sorted(tasks))) + ")"
+    # Beat's send, the worker's receipt, the task's success: nothing else (a retry, a failure) matches.
+    _heartbeats = re.compile(
+        rf"Scheduler: Sending due task \S+ \({names}\)$|Task {names}\[[^\]]*\] (?:received$|succeeded in )"
+    )
+
+
+class HeartbeatFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _heartbeats is None or record.levelno != logging.INFO or record.name not in _CELERY_CHATTER:
+            return True
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            return True
+        return not _heartbeats.match(record.getMessage())
+
+
 class JsonFormatter(_JsonFormatter):
     def __init__(self, **kwargs):
         kwargs.setdefault("rename_fields", {"asctime": "time", "levelname": "level", "name": "logger"})
@@ -185,6 +211,7 @@ def _format_celery_handlers(logger=None, **_kwargs) -> None:
 
     for handler in getattr(logger, "handlers", []):
         handler.addFilter(RequestIdFilter())
+        handler.addFilter(HeartbeatFilter())
         if settings.LOG_FORMAT == "json":
             handler.setFormatter(JsonFormatter())
         else:

@@ -251,12 +251,17 @@ LOG_FORMAT = config.get("LOG_FORMAT")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"request_id": {"()": "memory_admin.requestlog.RequestIdFilter"}},
+    "filters": {
+        "request_id": {"()": "memory_admin.requestlog.RequestIdFilter"},
+        "heartbeats": {"()": "memory_admin.requestlog.HeartbeatFilter"},
+    },
     "formatters": {
         "json": {"()": "memory_admin.requestlog.JsonFormatter"},
         "text": {"format": "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id"]}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["request_id", "heartbeats"]}
+    },
     "root": {"handlers": ["console"], "level": config.get("LOG_LEVEL")},
 }
 CELERY_WORKER_HIJACK_ROOT_LOGGER = True  # celery's own handlers get the same format (requestlog.py)

@@ -8,9 +8,12 @@ Bounded: about a minute (the embedder is the checkout's prebuilt one; the demo i
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,15 @@ def test_up_says_each_step_in_order_then_each_url_without_third_party_warnings(s
     assert alarming == [], "\n".join(alarming)
     # Celery's banners (one per worker, with its task list) are not printed either.
     assert "[tasks]" not in output and "-------------- [queues]" not in output
+
+    # Idle, it is quiet: the heartbeats run (the sweep every 2 s, the message index, each worker's own), but
+    # Celery's three lines about each wait for LOG_LEVEL=DEBUG (~3 lines a second otherwise).
+    time.sleep(8)
+    with urllib.request.urlopen(f"{stack.root}/api/v1/health", timeout=10) as answer:
+        assert json.load(answer)["background"]["sweep"]["age_seconds"] < 8
+    heartbeat = re.compile(r"extraction\.(sweep|index_messages|worker_heartbeat)\b")
+    chatter = [line for line in stack.output().splitlines() if heartbeat.search(line)]
+    assert chatter == [], "\n".join(chatter[:5])
 
     code, left = stack.stop()
     assert code == 0, stack.tail()
