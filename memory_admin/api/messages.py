@@ -17,6 +17,7 @@ from memory_admin.api.schemas import (
     EpisodePage,
     Identifier,
     Limit,
+    MessageItemIn,
     MessagesIn,
     MessagesOut,
     UserId,
@@ -88,7 +89,7 @@ def post_messages(request, user_id: UserId, payload: MessagesIn):
         principal=request.principal,
         memory_user=user,
         thread_id=payload.thread_id,
-        messages=[MessageIn(m.role, m.content, m.created_at) for m in payload.messages],
+        messages=[message_in(m) for m in payload.messages],
     )
     return 202, {
         "thread_id": result.thread.external_id,
@@ -100,6 +101,14 @@ def post_messages(request, user_id: UserId, payload: MessagesIn):
         "extraction": result.extraction,
         "extract_due_at": result.thread.extract_due_at,
     }
+
+
+def message_in(m: MessageItemIn) -> MessageIn:
+    """A posted message as the service takes it: its text, our role; a chat format's turn without text is
+    passed over (`skipped`, reason `no_text`)."""
+    content = m.joined_text()
+    skip = "no_text" if not content.strip() and m.carries_no_text_by_design() else ""
+    return MessageIn(m.stored_role(), content, m.created_at, skip=skip)
 
 
 @router.post("/users/{user_id}/threads/{thread_id}/close", response={202: CloseOut})

@@ -40,6 +40,7 @@ class MessageIn:
     role: str
     content: str
     created_at: datetime | None = None
+    skip: str = ""  # passed over, not stored: "no_text" (a chat format's tool call or image, nothing to read)
 
 
 @dataclass
@@ -105,6 +106,8 @@ def check_messages(messages: list[MessageIn]) -> None:
             limit=MAX_MESSAGES_PER_REQUEST,
         )
     for i, m in enumerate(messages):
+        if m.skip:
+            continue
         size = len(m.content.encode())
         if size > settings.MAX_MESSAGE_BYTES:
             raise TooLarge(
@@ -143,6 +146,9 @@ def message_post(
         thread = Thread.objects.select_for_update().get(pk=thread.pk)
         rows, skipped, redacted = [], [], []
         for i, m in enumerate(messages):
+            if m.skip:
+                skipped.append({"index": i, "reason": m.skip})
+                continue
             content, redaction = _redact_message(principal, m.content, memory_user_id=memory_user.pk)
             if redaction:
                 redacted.append({"index": i, **redaction})

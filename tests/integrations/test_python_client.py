@@ -207,6 +207,31 @@ def test_a_query_too_long_for_a_url_goes_in_a_body(gunicorn_server, mem, tenant,
     assert asyncio.run(in_async()) == cat.id
 
 
+def test_a_chat_history_is_posted_as_the_openai_sdk_holds_it(mem):
+    """An agent hands over its history as it has it: dicts in OpenAI's chat format and the SDK's own message
+    objects (an assistant turn that only calls a tool among them). The text is stored; the tool call is
+    passed over and reported."""
+    from openai.types.chat import ChatCompletionMessage
+    from openai.types.chat.chat_completion_message_tool_call import ChatCompletionMessageToolCall, Function
+
+    call = ChatCompletionMessageToolCall(
+        id="call_1", type="function", function=Function(name="get_weather", arguments='{"city": "Porto"}')
+    )
+    history = [
+        {"role": "developer", "content": "You are a helpful travel assistant."},
+        {"role": "user", "content": [{"type": "text", "text": "My sister Ana lives in Porto, I visit her in May."}]},
+        ChatCompletionMessage(role="assistant", content=None, tool_calls=[call]),
+        {"role": "tool", "tool_call_id": "call_1", "content": "Porto: sunny, 24 C all week long"},
+        ChatCompletionMessage(role="assistant", content="Sunny in Porto all week: a good time to visit Ana."),
+    ]
+    accepted = mem.messages.add("oli", "trip", history)
+    assert accepted.accepted == 4 and accepted.skipped == [{"index": 2, "reason": "no_text"}]
+    assert len(accepted.message_ids) == 4
+    messages_index()
+    [said] = mem.search("oli", "where does the sister live?", kinds=["message"], k=1).hits
+    assert said.message.text == "My sister Ana lives in Porto, I visit her in May." and said.message.role == "user"
+
+
 def test_notebook_and_skills(mem):
     with pytest.raises(NotFound):  # reads never create a user
         mem.notebook.get("nobody")

@@ -1850,17 +1850,57 @@ export interface components {
             /** Extract Due At */
             extract_due_at: string | null;
         };
-        /** MessageItemIn */
+        /**
+         * ContentPartIn
+         * @description A part of a message's content in the chat formats' list form: OpenAI's `{"type": "text", "text"}`
+         *     (and `input_text`/`output_text`), Anthropic's text and `tool_result` blocks. Only text is kept; an
+         *     image, audio, file or tool-use part carries none and is passed over.
+         */
+        ContentPartIn: {
+            /** Type */
+            type: string;
+            /** Text */
+            text?: string | null;
+            /** Content */
+            content?: string | components["schemas"]["ContentPartIn"][] | null;
+        } & {
+            [key: string]: unknown;
+        };
+        /**
+         * MessageItemIn
+         * @description A message as our API names it (`{role, content, created_at?}`), or as a chat framework hands it
+         *     over: content as a list of parts, the `developer`/`function` (OpenAI) and `human`/`ai` (LangChain)
+         *     roles, the fields of a tool call (accepted and not stored), so an agent can post its history as it
+         *     has it.
+         */
         MessageItemIn: {
             /**
              * Role
              * @enum {string}
              */
-            role: "user" | "assistant" | "system" | "tool";
+            role: "user" | "assistant" | "system" | "tool" | "developer" | "function" | "human" | "ai";
             /** Content */
-            content: string;
+            content?: string | components["schemas"]["ContentPartIn"][] | null;
             /** Created At */
             created_at?: string | null;
+            /** Name */
+            name?: string | null;
+            /** Tool Call Id */
+            tool_call_id?: string | null;
+            /** Tool Calls */
+            tool_calls?: unknown[] | null;
+            /** Function Call */
+            function_call?: unknown;
+            /** Refusal */
+            refusal?: string | null;
+            /** Annotations */
+            annotations?: unknown[] | null;
+            /** Audio */
+            audio?: unknown;
+            /** Id */
+            id?: string | null;
+            /** Type */
+            type?: "message" | null;
         };
         /** MessagesIn */
         MessagesIn: {

@@ -49,6 +49,22 @@ test("a query too long for a URL goes in a JSON body: 2,000 characters of Chines
   });
 });
 
+test("a chat history is posted as OpenAI's format holds it: text kept, a tool call passed over", async () => {
+  const oli = user("oli");
+  const accepted = await mem.messages.add(oli, "trip", [
+    { role: "developer", content: "You are a helpful travel assistant." },
+    { role: "user", content: [{ type: "text", text: "My sister Ana lives in Porto, I visit her in May." }] },
+    {
+      role: "assistant",
+      content: null,
+      tool_calls: [{ id: "call_1", type: "function", function: { name: "get_weather", arguments: "{}" } }],
+    },
+    { role: "tool", tool_call_id: "call_1", content: "Porto: sunny, 24 C all week long" },
+  ]);
+  assert.equal(accepted.accepted, 3);
+  assert.deepEqual(accepted.skipped, [{ index: 2, reason: "no_text" }]);
+});
+
 test("search filters by time: what was observed within a period, what was true at a time", async () => {
   const fay = user("fay");
   await mem.facts.add(fay, "Fay went to a folk concert", { source: "user_stated", observed_at: "2023-05-13T20:00:00Z" });
