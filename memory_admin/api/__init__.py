@@ -35,11 +35,11 @@ from memory_admin.services.keys import principal_for_request
 
 _USER_ID = re.compile(IDENTIFIER_PATTERN.removeprefix("^").removesuffix("$"))
 # The POST routes whose handler takes the user the key statement found: the writes of facts, and the body
-# forms of search and the context block.
-_USER_POSTS = ("/facts", "/facts/batch", "<user_id>/search", "<user_id>/context")
+# forms of search and the context block (which only read).
+_USER_READS = ("<user_id>/search", "<user_id>/context")
+_USER_POSTS = ("/facts", "/facts/batch", *_USER_READS)
 # POST routes that only read (a read-only key may call them); every other POST, PUT, PATCH, DELETE writes.
-_READING_POSTS = ("/store/get", "/store/search", "/store/namespaces", "/checkpoints/query")
-_READING_POSTS += ("<user_id>/search", "<user_id>/context")
+_READING_POSTS = ("/store/get", "/store/search", "/store/namespaces", "/checkpoints/query", *_USER_READS)
 
 
 class BearerKey(HttpBearer):

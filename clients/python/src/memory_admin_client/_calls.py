@@ -316,14 +316,15 @@ class UserCalls(_Resource):
 class MessageCalls(_Resource):
     def add(self, user_id: str, thread_id: str, messages: list[Any]):
         """Append messages (`{"role", "content", "created_at"?}`) to a thread; extraction runs later. A chat
-        history goes as the framework holds it: OpenAI's or Anthropic's message dicts, or their SDKs' message
-        objects (anything with `model_dump()`); the server keeps the text and passes over tool calls."""
+        history goes as the framework holds it: OpenAI's or Anthropic's message dicts, or the OpenAI SDK's
+        message objects (`ChatCompletionMessage`); the server keeps the text and passes over tool calls. (An
+        Anthropic SDK response `Message` carries `model`, `usage`...: pass `{"role", "content"}` from it.)"""
         body = {"thread_id": thread_id, "messages": [_message(m) for m in messages]}
         return self._run(Call("post_messages", {"user_id": user_id}, _of(models.MessagesAccepted), body=body))
 
 
 def _message(m: Any) -> dict[str, Any]:
-    if hasattr(m, "model_dump"):  # an SDK's pydantic message (openai, anthropic)
+    if hasattr(m, "model_dump"):  # the OpenAI SDK's pydantic message
         m = m.model_dump(exclude_none=True, mode="json")
     if isinstance(m.get("created_at"), datetime):
         return {**m, "created_at": m["created_at"].isoformat()}
